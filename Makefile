@@ -1,0 +1,39 @@
+# tfrl: the two set-up commands are `make demo` and `make test`; both build .venv first.
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Quiet TensorFlow's C++ start-up chatter; real errors still print.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+DEMO_DIR ?= runs/demo
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.py
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
+	  sys.exit(0 if (3, 9) <= v <= (3, 11) else \
+	  "tfrl needs Python 3.9-3.11 (dm-reverb 0.14 wheels); found %d.%d. Set PYTHON=python3.11" % v)'
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(VPY) -m pip install --quiet -e '.[dev,notebooks]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m learners.train_eval --root_dir=$(DEMO_DIR) \
+	  --gin_file=learners/configs/dqn_cartpole.gin
+
+test: $(STAMP)
+	$(VPY) -m pytest tests
+
+# Everything but the learning tests (marked slow): the quick loop while developing.
+test-fast: $(STAMP)
+	$(VPY) -m pytest tests -m 'not slow'
+
+bench: $(STAMP)
+	$(VPY) benchmarks/collect_throughput.py
+	$(VPY) benchmarks/learner_throughput.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

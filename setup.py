@@ -1,0 +1,44 @@
+"""Installs tfrl (the library) and learners (its programs).
+
+The pins follow BUILD_NOTES.md: dm-reverb 0.14.0 is built against TensorFlow 2.15, and
+everything else is chosen to match that pair. Do not loosen them one at a time.
+"""
+import setuptools
+
+INSTALL_REQUIRES = [
+    'tensorflow==2.15.1',
+    'tensorflow-probability==0.23.0',
+    'dm-reverb==0.14.0',
+    'tf-agents==0.19.0',
+    'gymnasium>=1.0,<2',
+    'numpy>=1.23,<2',  # TF 2.15 is built against NumPy 1.x.
+    'gin-config>=0.5',
+    'absl-py>=1.0',
+    'portpicker>=1.5',
+]
+
+EXTRAS_REQUIRE = {
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1'],
+    'notebooks': ['nbclient>=0.7', 'nbformat>=5', 'ipykernel>=6', 'matplotlib>=3.5'],
+}
+
+setuptools.setup(
+    name='tfrl',
+    version='0.1.0',
+    description='TensorFlow 2 reinforcement learning with Reverb replay, at scale.',
+    long_description=open('README.md').read(),
+    long_description_content_type='text/markdown',
+    packages=setuptools.find_packages(include=['tfrl', 'tfrl.*', 'learners', 'learners.*']),
+    package_data={'learners': ['configs/*.gin']},
+    python_requires='>=3.9,<3.12',
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={'console_scripts': [
+        'tfrl-train-eval=learners.train_eval:run_main',
+    ]},
+    classifiers=[
+        'Programming Language :: Python :: 3',
+        'Operating System :: POSIX :: Linux',
+        'Topic :: Scientific/Engineering :: Artificial Intelligence',
+    ],
+)

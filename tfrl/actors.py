@@ -1,0 +1,219 @@
+"""Batched actors: one compiled policy call per vector step, all envs at once."""
+from typing import Callable, Dict, Optional, Sequence, Union
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+from tf_agents.policies import tf_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfrl import metrics as metrics_lib
+from tfrl.envs import BatchedEnv
+
+PolicyVersion = Union[int, tf.Variable, Callable[[], int]]
+
+
+def compiled_action_fn(policy: tf_policy.TFPolicy, batch_size: int):
+  """`policy.action` as one `tf.function` with a fixed batched input signature.
+
+  A fixed signature means one trace, whatever numpy dtypes the caller passes.
+  """
+  time_step_spec = tensor_spec.add_outer_dims_nest(policy.time_step_spec, (batch_size,))
+  state_spec = tensor_spec.add_outer_dims_nest(policy.policy_state_spec, (batch_size,))
+  return tf.function(policy.action, input_signature=[time_step_spec, state_spec],
+                     autograph=False)
+
+
+def _version_reader(policy_version: PolicyVersion) -> Callable[[], int]:
+  if callable(policy_version) and not isinstance(policy_version, tf.Variable):
+    return lambda: int(policy_version())
+  if isinstance(policy_version, tf.Variable):
+    return lambda: int(policy_version.numpy())
+  return lambda: int(policy_version)
+
+
+class Actor:
+  """Steps a batched env with a policy and hands every batched step to writers.
+
+  `run(num_steps)` does `num_steps` vector steps (num_steps * num_envs env steps), one
+  compiled `policy.action` call each, and keeps the env where it stopped, so calls
+  continue one stream of experience.
+  """
+
+  def __init__(self,
+               env: BatchedEnv,
+               policy: tf_policy.TFPolicy,
+               writers: Sequence = (),
+               policy_version: PolicyVersion = 0,
+               metrics_window: int = 100,
+               summary_dir: Optional[str] = None,
+               summary_interval: int = 10_000,
+               name: str = 'collect'):
+    """Args:
+      env: a `tfrl.envs.BatchedEnv`.
+      policy: any tf-agents `TFPolicy` (random, epsilon-greedy, greedy, stochastic).
+      writers: objects with `write(time_step, policy_step, next_time_step,
+        policy_version)`, e.g. `tfrl.replay.NStepTransitionWriter`.
+      policy_version: the train step of the acting policy, tagged on every item: an int,
+        a tf.Variable (the learner's train step) or a callable.
+      metrics_window: finished episodes the average return/length cover.
+      summary_dir: where TensorBoard summaries go (none when None).
+      summary_interval: env steps between summaries.
+      name: summary name scope.
+    """
+    self._env = env
+    self._policy = policy
+    self._writers = list(writers)
+    self._version = _version_reader(policy_version)
+    self._action_fn = compiled_action_fn(policy, env.num_envs)
+    self._stats = metrics_lib.EpisodeStats(env.num_envs, metrics_window)
+    self._throughput = metrics_lib.Throughput()
+    self._steps_per_second = float('nan')
+    self._summary_writer = (tf.summary.create_file_writer(summary_dir)
+                            if summary_dir else None)
+    self._summary_interval = summary_interval
+    self._next_summary = summary_interval
+    self._name = name
+    self._time_step = None
+    self._policy_state = None
+
+  @property
+  def env_steps(self) -> int:
+    """Real env steps taken so far (autoreset steps excluded)."""
+    return self._stats.env_steps
+
+  @property
+  def stats(self) -> metrics_lib.EpisodeStats:
+    return self._stats
+
+  def reset(self) -> None:
+    """Resets the env, the policy state and the writers' partial data."""
+    self._time_step = self._env.reset()
+    self._policy_state = self._policy.get_initial_state(self._env.num_envs)
+    for writer in self._writers:
+      writer.reset()
+
+  def run(self, num_steps: int) -> Dict[str, float]:
+    """Runs `num_steps` vector steps and returns the metrics.
+
+    Returns:
+      AverageReturn, AverageEpisodeLength, EnvironmentSteps, NumberOfEpisodes,
+      EnvStepsPerSecond (over this call).
+    """
+    if self._time_step is None:
+      self.reset()
+    time_step, state = self._time_step, self._policy_state
+    version = self._version()
+    start_steps = self._stats.env_steps
+    self._throughput.rate(start_steps)
+    for _ in range(num_steps):
+      policy_step = tf.nest.map_structure(
+          lambda t: t.numpy(), self._action_fn(time_step, state))
+      next_time_step = self._env.step(policy_step.action)
+      for writer in self._writers:
+        writer.write(time_step, policy_step, next_time_step, version)
+      self._stats.update(time_step, next_time_step)
+      time_step, state = next_time_step, policy_step.state
+    self._time_step, self._policy_state = time_step, state
+    self._steps_per_second = self._throughput.rate(self._stats.env_steps)
+    result = self.metrics()
+    if self._summary_writer is not None and self._stats.env_steps >= self._next_summary:
+      self._write_summaries(result)
+      self._next_summary = self._stats.env_steps + self._summary_interval
+    return result
+
+  def metrics(self) -> Dict[str, float]:
+    result = self._stats.result()
+    result['EnvStepsPerSecond'] = self._steps_per_second
+    return result
+
+  def _write_summaries(self, result: Dict[str, float]) -> None:
+    with self._summary_writer.as_default():
+      for key, value in result.items():
+        if np.isfinite(value):
+          tf.summary.scalar(f'{self._name}/{key}', value, step=self._stats.env_steps)
+
+  def flush(self) -> None:
+    """Flushes every writer (blocks until the server holds what was written)."""
+    for writer in self._writers:
+      writer.flush()
+
+  def close(self) -> None:
+    """Flushes and closes the writers (not the env, which the caller owns)."""
+    for writer in self._writers:
+      writer.close()
+
+
+class Evaluator:
+  """Runs a policy for exactly K complete episodes on a batched env.
+
+  Each env gets a fixed quota of episodes (K spread over the envs), so long episodes
+  are not under-counted as they would be by taking the first K to finish.
+  """
+
+  def __init__(self, env: BatchedEnv, policy: tf_policy.TFPolicy, num_episodes: int = 10,
+               seed: Optional[int] = None, max_steps: int = 1_000_000):
+    """Args:
+      env: a `tfrl.envs.BatchedEnv`, ideally with num_envs <= num_episodes.
+      policy: the policy to evaluate (usually greedy).
+      num_episodes: K.
+      seed: when given, evaluation i resets the env with seed + 1000 * i, so results
+        are reproducible; otherwise the env's own stream continues.
+      max_steps: vector steps after which an evaluation gives up (an env whose episodes
+        never end), raising an error that says so.
+    """
+    self._env = env
+    self._policy = policy
+    self._num_episodes = num_episodes
+    self._seed = seed
+    self._calls = 0
+    self._max_steps = max_steps
+    self._action_fn = compiled_action_fn(policy, env.num_envs)
+    n = env.num_envs
+    self._quota = np.array([num_episodes // n + (i < num_episodes % n) for i in range(n)])
+
+  def run(self) -> Dict[str, float]:
+    """Evaluates once.
+
+    Returns:
+      AverageReturn, AverageEpisodeLength, NumberOfEpisodes, and 'returns' (a list).
+
+    Raises:
+      RuntimeError: the episodes did not all end within `max_steps` vector steps.
+    """
+    seed = None if self._seed is None else self._seed + 1000 * self._calls
+    self._calls += 1
+    time_step = self._env.reset(seed=seed)
+    state = self._policy.get_initial_state(self._env.num_envs)
+    n = self._env.num_envs
+    done = np.zeros(n, dtype=np.int64)
+    running_return = np.zeros(n)
+    running_length = np.zeros(n, dtype=np.int64)
+    returns, lengths = [], []
+    for _ in range(self._max_steps):
+      policy_step = self._action_fn(time_step, state)
+      next_time_step = self._env.step(policy_step.action.numpy())
+      counting = (done < self._quota) & (next_time_step.step_type != ts.StepType.FIRST)
+      running_return += np.where(counting, next_time_step.reward, 0.0)
+      running_length += counting
+      for env in np.flatnonzero(counting & (next_time_step.step_type == ts.StepType.LAST)):
+        returns.append(float(running_return[env]))
+        lengths.append(int(running_length[env]))
+        running_return[env], running_length[env] = 0.0, 0
+        done[env] += 1
+      time_step = next_time_step
+      state = tf.nest.map_structure(lambda t: t.numpy(), policy_step.state)
+      if np.all(done >= self._quota):
+        break
+    else:
+      raise RuntimeError(
+          f'Evaluation did not finish {self._num_episodes} episodes within '
+          f'{self._max_steps} vector steps; does the environment have a time limit?')
+    logging.debug('Evaluated %d episodes: %s', len(returns), returns)
+    return {
+        'AverageReturn': float(np.mean(returns)),
+        'AverageEpisodeLength': float(np.mean(lengths)),
+        'NumberOfEpisodes': float(len(returns)),
+        'returns': returns,
+    }

@@ -1,0 +1,139 @@
+"""A gymnasium vector environment seen as a stream of batched tf-agents TimeSteps.
+
+gymnasium 1.x vector environments reset finished sub-environments on the *next* call to
+`step` (AutoresetMode.NEXT_STEP): that call ignores the action it is given and returns
+the first observation of the new episode. `BatchedEnv` turns exactly that call into a
+FIRST time step, so the transition from a LAST to the following FIRST (a "boundary")
+carries no experience: writers skip it (`Trajectory.is_boundary()`).
+
+Ends of episodes follow the tf-agents convention learners rely on:
+  - terminated (a true terminal state): LAST with discount 0;
+  - truncated (a time limit): LAST with discount 1, so learners bootstrap from it.
+"""
+from typing import Any, Optional, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfrl.envs import specs as specs_lib
+
+_FIRST = np.int32(ts.StepType.FIRST)
+_MID = np.int32(ts.StepType.MID)
+_LAST = np.int32(ts.StepType.LAST)
+
+
+class BatchedEnv:
+  """Batched `TimeStep` interface over a `gymnasium.vector.VectorEnv`.
+
+  Every array returned has a leading dimension of `num_envs`. Specs describe one
+  environment (no batch dimension), as tf-agents policies expect.
+  """
+
+  def __init__(self, vector_env: gym.vector.VectorEnv, env_id: Optional[str] = None):
+    """Wraps `vector_env`.
+
+    Args:
+      vector_env: a gymnasium vector env using next-step autoreset (the default).
+      env_id: the id it was made from, for messages.
+
+    Raises:
+      ValueError: if the vector env uses another autoreset mode.
+    """
+    mode = vector_env.metadata.get('autoreset_mode', gym.vector.AutoresetMode.NEXT_STEP)
+    if mode != gym.vector.AutoresetMode.NEXT_STEP:
+      raise ValueError(
+          f'BatchedEnv needs a vector env with autoreset_mode=NEXT_STEP, got {mode}: other '
+          'modes hide or overwrite the last observation of an episode.')
+    self._env = vector_env
+    self.env_id = env_id
+    self.num_envs = int(vector_env.num_envs)
+    self._observation_spec = specs_lib.space_to_spec(
+        vector_env.single_observation_space, 'observation')
+    self._action_spec = specs_lib.space_to_spec(vector_env.single_action_space, 'action')
+    self._time_step_spec = ts.time_step_spec(
+        self._observation_spec, tf.TensorSpec((), tf.float32, name='reward'))
+    self._flat_obs_dtypes = [s.dtype.as_numpy_dtype
+                             for s in tf.nest.flatten(self._observation_spec)]
+    # True for sub-envs whose last step ended an episode: their next step is a reset.
+    self._episode_ended = np.zeros(self.num_envs, dtype=bool)
+    self._zeros = np.zeros(self.num_envs, dtype=np.float32)
+    self._ones = np.ones(self.num_envs, dtype=np.float32)
+
+  @property
+  def vector_env(self) -> gym.vector.VectorEnv:
+    """The wrapped gymnasium vector environment."""
+    return self._env
+
+  def observation_spec(self):
+    return self._observation_spec
+
+  def action_spec(self):
+    return self._action_spec
+
+  def time_step_spec(self) -> ts.TimeStep:
+    return self._time_step_spec
+
+  def _observation(self, obs) -> Any:
+    flat = tf.nest.flatten(obs)
+    flat = [np.asarray(x, dtype=d) for x, d in zip(flat, self._flat_obs_dtypes)]
+    return tf.nest.pack_sequence_as(self._observation_spec, flat)
+
+  def reset(self, seed: Optional[Union[int, Sequence[int]]] = None) -> ts.TimeStep:
+    """Resets every sub-environment.
+
+    Args:
+      seed: an int (sub-env i gets seed + i), a list with one seed per env, or None.
+
+    Returns:
+      A batched TimeStep whose step types are all FIRST.
+    """
+    obs, _ = self._env.reset(seed=seed)
+    self._episode_ended[:] = False
+    return ts.TimeStep(
+        step_type=np.full(self.num_envs, _FIRST, dtype=np.int32),
+        reward=self._zeros.copy(),
+        discount=self._ones.copy(),
+        observation=self._observation(obs))
+
+  def step(self, action) -> ts.TimeStep:
+    """Steps every sub-environment with a batch of actions.
+
+    Sub-environments whose previous step was LAST ignore their action and return the
+    FIRST step of a new episode (reward 0, discount 1).
+
+    Args:
+      action: a nest of arrays with leading dimension `num_envs`, matching `action_spec`.
+
+    Returns:
+      The batched TimeStep that follows.
+    """
+    obs, reward, terminated, truncated, _ = self._env.step(action)
+    first = self._episode_ended
+    ended = np.logical_or(terminated, truncated)
+    step_type = np.where(first, _FIRST, np.where(ended, _LAST, _MID)).astype(np.int32)
+    reward = np.where(first, 0.0, reward).astype(np.float32)
+    discount = np.where(np.logical_and(terminated, ~first), 0.0, 1.0).astype(np.float32)
+    self._episode_ended = np.logical_and(ended, ~first)
+    return ts.TimeStep(step_type=step_type, reward=reward, discount=discount,
+                       observation=self._observation(obs))
+
+  def render(self):
+    """Returns the frames of the sub-environments (needs `render_mode='rgb_array'`)."""
+    return self._env.render()
+
+  def close(self):
+    self._env.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc):
+    self.close()
+
+
+def batched_spec(spec, batch_size: Optional[int]):
+  """Returns `spec` (a nest) with a leading batch dimension added."""
+  return tensor_spec.add_outer_dims_nest(spec, (batch_size,))

@@ -1,0 +1,75 @@
+"""Episode and throughput metrics computed on batched steps, vectorized over envs."""
+import collections
+import time
+from typing import Dict, List
+
+import numpy as np
+from tf_agents.trajectories import time_step as ts
+
+_FIRST = ts.StepType.FIRST
+_LAST = ts.StepType.LAST
+
+
+class EpisodeStats:
+  """Running returns and lengths for N envs; averages over the last `window` episodes."""
+
+  def __init__(self, num_envs: int, window: int = 100):
+    """Args:
+      num_envs: the batch size of the steps to come.
+      window: how many finished episodes the averages cover.
+    """
+    self._returns = np.zeros(num_envs, dtype=np.float64)
+    self._lengths = np.zeros(num_envs, dtype=np.int64)
+    self._finished_returns = collections.deque(maxlen=window)
+    self._finished_lengths = collections.deque(maxlen=window)
+    self.env_steps = 0
+    self.episodes = 0
+
+  def update(self, time_step: ts.TimeStep, next_time_step: ts.TimeStep) -> None:
+    """Accounts for one batched transition; boundary (LAST -> FIRST) steps are free."""
+    real = next_time_step.step_type != _FIRST
+    self._returns += np.where(real, next_time_step.reward, 0.0)
+    self._lengths += real
+    self.env_steps += int(np.count_nonzero(real))
+    ended = np.flatnonzero(next_time_step.step_type == _LAST)
+    if ended.size:
+      self._finished_returns.extend(self._returns[ended].tolist())
+      self._finished_lengths.extend(self._lengths[ended].tolist())
+      self._returns[ended] = 0.0
+      self._lengths[ended] = 0
+      self.episodes += int(ended.size)
+
+  @property
+  def finished_returns(self) -> List[float]:
+    return list(self._finished_returns)
+
+  def average_return(self) -> float:
+    """Mean return of the last finished episodes (NaN before the first ends)."""
+    return float(np.mean(self._finished_returns)) if self._finished_returns else float('nan')
+
+  def average_length(self) -> float:
+    return float(np.mean(self._finished_lengths)) if self._finished_lengths else float('nan')
+
+  def result(self) -> Dict[str, float]:
+    return {
+        'AverageReturn': self.average_return(),
+        'AverageEpisodeLength': self.average_length(),
+        'EnvironmentSteps': float(self.env_steps),
+        'NumberOfEpisodes': float(self.episodes),
+    }
+
+
+class Throughput:
+  """Counts per second between calls to `rate` (e.g. env steps/s, train steps/s)."""
+
+  def __init__(self):
+    self._last_time = time.perf_counter()
+    self._last_count = 0
+
+  def rate(self, count: int) -> float:
+    """Returns (count - previous count) / elapsed seconds, and starts a new interval."""
+    now = time.perf_counter()
+    elapsed = max(now - self._last_time, 1e-9)
+    value = (count - self._last_count) / elapsed
+    self._last_time, self._last_count = now, count
+    return value

@@ -1,0 +1,10 @@
+"""Reverb replay: tables, server, batched writers, datasets, priorities, variables."""
+from tfrl.replay.dataset import (SpecMismatchError, check_table_signature, infer_layout,
+                                 make_dataset, valid_mask)
+from tfrl.replay.priorities import PriorityUpdater, update_priorities
+from tfrl.replay.server import (ReplayServer, ReplayServerUnreachableError,
+                                wait_for_server)
+from tfrl.replay.tables import (VARIABLES_TABLE, prioritized_table, queue_table,
+                                rate_limiter, uniform_table, variables_table)
+from tfrl.replay.variables import VariableContainer, VariablesNotPushedError
+from tfrl.replay.writers import (EpisodeWriter, NStepTransitionWriter, SequenceWriter)

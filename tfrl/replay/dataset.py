@@ -1,0 +1,167 @@
+"""`make_dataset`: batches of `(experience, info)` rows sampled from a Reverb table.
+
+A "row" is what a learner trains on: one transition, one unroll, one episode. Writers
+may pack G rows into one Reverb item (see `tfrl.replay.writers`); the dataset samples
+items and unpacks them, so `batch_size` is always counted in rows. `info` has one entry
+per row: the item's `key`, sampling `probability`, `table_size`, `priority`,
+`times_sampled`, and the `policy_version` that produced the row.
+"""
+from typing import Any, Dict, Optional
+
+import reverb
+import tensorflow as tf
+import tree
+from tf_agents.trajectories import time_step as ts
+
+from tfrl.replay import server as server_lib
+from tfrl.replay import writers
+
+LAYOUTS = ('transition', 'sequence', 'episode')
+
+
+class SpecMismatchError(ValueError):
+  """The table on the server stores items of another structure than expected."""
+
+
+def infer_layout(item_signature: Dict[str, Any]) -> str:
+  """'transition' ([G, 2]), 'sequence' ([T, G]) or 'episode' ([T]) from a signature."""
+  version_rank = item_signature[writers.POLICY_VERSION].shape.rank
+  step_type_rank = item_signature[writers.EXPERIENCE].step_type.shape.rank
+  if version_rank == 2:
+    return 'sequence'
+  return 'transition' if step_type_rank == 2 else 'episode'
+
+
+def check_table_signature(server_address: str, table_name: str, item_signature: Any,
+                          timeout_s: float = server_lib.DEFAULT_CONNECT_TIMEOUT_S) -> None:
+  """Raises `SpecMismatchError` unless the server's table stores `item_signature` items.
+
+  Raises:
+    SpecMismatchError: missing table, or a different structure, shape or dtype.
+    ReplayServerUnreachableError: the server did not answer within `timeout_s`.
+  """
+  info = server_lib.wait_for_server(server_address, timeout_s)
+  if table_name not in info:
+    raise SpecMismatchError(
+        f'The Reverb server at {server_address} has no table {table_name!r} '
+        f'(it has: {", ".join(sorted(info))}).')
+  stored = info[table_name].signature
+  expected = [('/'.join(str(p) for p in path), spec)
+              for path, spec in tree.flatten_with_path(item_signature)]
+  stored_flat = tf.nest.flatten(stored) if stored is not None else []
+  problem = None
+  if len(stored_flat) != len(expected):
+    problem = (f'it stores {len(stored_flat)} tensors per item, this program expects '
+               f'{len(expected)}')
+  else:
+    for (path, want), have in zip(expected, stored_flat):
+      if want.dtype != have.dtype or not want.shape.is_compatible_with(have.shape):
+        problem = (f'{path}: the table has {have.dtype.name}{have.shape.as_list()}, '
+                   f'this program expects {want.dtype.name}{want.shape.as_list()}')
+        break
+  if problem:
+    raise SpecMismatchError(
+        f'Table {table_name!r} on {server_address} does not match this program: {problem}. '
+        'The server and this program were configured with different environments, agents '
+        'or writer settings (num_envs / envs_per_item / n-step / sequence length).')
+
+
+def valid_mask(experience: Any) -> tf.Tensor:
+  """1.0 for transition rows that are real experience, 0.0 for boundary rows."""
+  return tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, tf.float32)
+
+
+def _unpack_rows(layout: str, rows_per_item: int):
+  """Returns a map fn turning a batch of items into a batch of rows."""
+
+  def merge(x, time_major):
+    if time_major:  # [B, T, G, ...] -> [B, G, T, ...]
+      perm = [0, 2, 1] + list(range(3, x.shape.rank))
+      x = tf.transpose(x, perm)
+    shape = tf.shape(x)
+    return tf.reshape(x, tf.concat([[-1], shape[2:]], axis=0))
+
+  def unpack(sample: reverb.ReplaySample):
+    data = sample.data
+    time_major = layout == 'sequence'
+    experience = tf.nest.map_structure(lambda x: merge(x, time_major),
+                                       data[writers.EXPERIENCE])
+    info = {name: tf.repeat(getattr(sample.info, name), rows_per_item)
+            for name in reverb.replay_sample.SampleInfo._fields}
+    info[writers.POLICY_VERSION] = merge(data[writers.POLICY_VERSION], time_major)
+    return experience, info
+
+  return unpack
+
+
+def make_dataset(server_address: str,
+                 table_name: str,
+                 item_signature: Dict[str, Any],
+                 batch_size: int,
+                 experience_spec: Any = None,
+                 num_parallel_readers: int = 1,
+                 max_in_flight_samples_per_worker: Optional[int] = None,
+                 rate_limiter_timeout_ms: int = -1,
+                 prefetch: int = tf.data.AUTOTUNE,
+                 check_signature: bool = True) -> tf.data.Dataset:
+  """Returns a dataset of `(experience, info)` batches of `batch_size` rows.
+
+  Args:
+    server_address: 'host:port' of the Reverb server.
+    table_name: the table to sample.
+    item_signature: the writer's `item_signature(...)` (what the table stores).
+    batch_size: rows per batch; must be a multiple of the rows per item (G).
+    experience_spec: when given (e.g. `agent.collect_data_spec`), experience is
+      repacked into its structure (so it is a tf-agents `Trajectory` again).
+    num_parallel_readers: Reverb sample streams interleaved into the dataset.
+    max_in_flight_samples_per_worker: samples requested ahead per stream
+      (default: 2 batches' worth of items).
+    rate_limiter_timeout_ms: how long a sample may wait on the table's rate limiter
+      before the dataset ends (-1: wait forever, as a learner fed by actors does).
+    prefetch: batches prepared ahead of the learner.
+    check_signature: compare the server's table signature with `item_signature`
+      first, so a mismatch fails here with a clear message.
+
+  Returns:
+    A `tf.data.Dataset`, ready for `strategy.distribute_datasets_from_function`.
+
+  Raises:
+    SpecMismatchError: the table does not store `item_signature` items.
+    ValueError: `batch_size` is not a multiple of the rows per item.
+  """
+  layout = infer_layout(item_signature)
+  version_shape = item_signature[writers.POLICY_VERSION].shape
+  rows_per_item = 1 if layout == 'episode' else int(version_shape[-1])
+  if batch_size % rows_per_item:
+    raise ValueError(
+        f'batch_size={batch_size} must be a multiple of the {rows_per_item} rows each item '
+        f'of table {table_name!r} holds; choose another batch size or envs_per_item.')
+  if check_signature:
+    check_table_signature(server_address, table_name, item_signature)
+  items_per_batch = batch_size // rows_per_item
+  in_flight = max_in_flight_samples_per_worker or max(2 * items_per_batch, 2)
+  dtypes = tf.nest.map_structure(lambda s: s.dtype, item_signature)
+  shapes = tf.nest.map_structure(lambda s: s.shape, item_signature)
+
+  def reader(_):
+    return reverb.TrajectoryDataset(
+        server_address=server_address, table=table_name, dtypes=dtypes, shapes=shapes,
+        max_in_flight_samples_per_worker=in_flight,
+        rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+
+  if num_parallel_readers > 1:
+    dataset = tf.data.Dataset.range(num_parallel_readers).interleave(
+        reader, cycle_length=num_parallel_readers, block_length=items_per_batch,
+        num_parallel_calls=num_parallel_readers, deterministic=False)
+  else:
+    dataset = reader(0)
+  if layout == 'episode':
+    dataset = dataset.padded_batch(items_per_batch, drop_remainder=True)
+  else:
+    dataset = dataset.batch(items_per_batch, drop_remainder=True)
+  dataset = dataset.map(_unpack_rows(layout, rows_per_item),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  if experience_spec is not None:
+    dataset = dataset.map(lambda exp, info: (
+        tf.nest.pack_sequence_as(experience_spec, tf.nest.flatten(exp)), info))
+  return dataset.prefetch(prefetch)

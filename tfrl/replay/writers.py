@@ -1,0 +1,358 @@
+"""Batched Reverb writers (Acme calls them adders).
+
+Every writer takes one batched environment step at a time from N parallel envs:
+
+    writer.write(time_step, policy_step, next_time_step, policy_version)
+
+and turns the stream into Reverb items. All three share one item structure:
+
+    {'experience': tf-agents Trajectory nest, 'policy_version': int64}
+
+with leading "row" dimensions that depend on the writer:
+
+| writer                    | item leading dims | a row is                           |
+| ------------------------- | ----------------- | ---------------------------------- |
+| NStepTransitionWriter     | [G, 2]            | an n-step transition as a 2-step Trajectory |
+| SequenceWriter            | [T, G]            | a fixed-length unroll (time-major)  |
+| EpisodeWriter             | [T (varies)]      | one whole episode                   |
+
+G (`envs_per_item`) groups envs into one item: G = N (the default) writes one item per
+vector step, the fastest layout; G = 1 gives one item per env (exact per-row priorities
+at a throughput cost). Per-item overhead, not bytes, bounds Reverb, so choose G by
+measurement (benchmarks/collect_throughput.py).
+
+Episode boundaries: a step whose `time_step` is LAST and `next_time_step` is FIRST (the
+gymnasium autoreset step, `Trajectory.is_boundary()`) is no experience. Transition rows
+that start there keep step_type LAST at index 0, so learners mask them
+(`tfrl.replay.dataset.valid_mask`; tf-agents' DqnAgent already does); sequences keep them
+so a learner can mask across an unroll.
+"""
+import abc
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import reverb
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import policy_step as policy_step_lib
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+_LAST = ts.StepType.LAST
+EXPERIENCE = 'experience'
+POLICY_VERSION = 'policy_version'
+DEFAULT_FLUSH_TIMEOUT_MS = 60_000
+
+
+def _plain_spec(spec: Any) -> Any:
+  """Drops bounds and names: Reverb signatures only need shape and dtype."""
+  return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec)
+
+
+class BatchedWriter(abc.ABC):
+  """Shared plumbing: grouping envs into items, the Reverb writer, priorities."""
+
+  def __init__(self,
+               client: reverb.Client,
+               table_names: Union[str, Sequence[str]],
+               num_keep_alive_refs: int,
+               envs_per_item: Optional[int] = None,
+               priority: float = 1.0,
+               flush_timeout_ms: int = DEFAULT_FLUSH_TIMEOUT_MS):
+    """Args:
+      client: a `reverb.Client` (e.g. `ReplayServer.client`).
+      table_names: one table name, or several that each get every item (e.g. CLEAR's
+        queue and replay tables); the data is stored once.
+      num_keep_alive_refs: how many past steps items may reference.
+      envs_per_item: G, how many envs share an item; None means all of them. Must
+        divide the number of envs.
+      priority: the priority of new items (prioritized tables update it later).
+      flush_timeout_ms: how long `flush` waits for the server before raising.
+    """
+    self._client = client
+    self._tables = [table_names] if isinstance(table_names, str) else list(table_names)
+    if not self._tables:
+      raise ValueError('A writer needs at least one table name.')
+    self._num_keep_alive_refs = num_keep_alive_refs
+    self._envs_per_item = envs_per_item
+    self._priority = float(priority)
+    self._flush_timeout_ms = flush_timeout_ms
+    self._writer = None
+    self._num_envs = None
+
+  @property
+  def table_names(self) -> Sequence[str]:
+    return tuple(self._tables)
+
+  def _groups(self, num_envs: int) -> int:
+    if self._num_envs is None:
+      g = self._envs_per_item or num_envs
+      if num_envs % g:
+        raise ValueError(f'envs_per_item={g} must divide the number of envs ({num_envs}).')
+      self._num_envs, self._envs_per_item = num_envs, g
+    elif num_envs != self._num_envs:
+      raise ValueError(f'This writer was fed {self._num_envs} envs and now {num_envs}.')
+    return num_envs // self._envs_per_item
+
+  def _split(self, row: Any, num_groups: int) -> tuple:
+    """[N, ...] leaves -> a tuple of num_groups nests with [G, ...] leaves."""
+    if num_groups == 1:
+      return (row,)
+    flat = [np.reshape(x, (num_groups, -1) + np.shape(x)[1:]) for x in tf.nest.flatten(row)]
+    return tuple(tf.nest.pack_sequence_as(row, [x[g] for x in flat])
+                 for g in range(num_groups))
+
+  def _append(self, groups: tuple) -> None:
+    if self._writer is None:
+      self._writer = self._client.trajectory_writer(
+          num_keep_alive_refs=self._num_keep_alive_refs)
+    self._writer.append(groups)
+
+  def _create_items(self, group_index: int, slicer) -> None:
+    """Creates one item (in every table) from group `group_index`'s columns."""
+    item = tf.nest.map_structure(slicer, self._writer.history[group_index])
+    for table in self._tables:
+      self._writer.create_item(table, self._priority, item)
+
+  @abc.abstractmethod
+  def write(self, time_step: ts.TimeStep, policy_step: policy_step_lib.PolicyStep,
+            next_time_step: ts.TimeStep, policy_version: int = 0) -> None:
+    """Takes one batched step: arrays with leading dimension N (the number of envs).
+
+    Args:
+      time_step: the step the policy acted on.
+      policy_step: the policy's output (action, state, info) on `time_step`.
+      next_time_step: what the environment returned.
+      policy_version: the train step of the policy that acted.
+    """
+
+  def reset(self) -> None:
+    """Drops partial state (call after the environment is reset by hand)."""
+
+  def flush(self, timeout_ms: Optional[int] = None) -> None:
+    """Blocks until every created item has reached the server.
+
+    Raises:
+      reverb.errors.DeadlineExceededError: the server did not take them in time.
+    """
+    if self._writer is not None:
+      self._writer.flush(timeout_ms=timeout_ms or self._flush_timeout_ms)
+
+  def close(self) -> None:
+    """Flushes and releases the Reverb writer."""
+    if self._writer is not None:
+      try:
+        self.flush()
+      finally:
+        self._writer.close()
+        self._writer = None
+
+
+def _row(time_step, policy_step, next_time_step, policy_version: int) -> dict:
+  traj = trajectory_lib.from_transition(time_step, policy_step, next_time_step)
+  traj = traj._replace(policy_info=policy_step.info)
+  n = np.shape(time_step.step_type)[0]
+  return {EXPERIENCE: traj, POLICY_VERSION: np.full(n, policy_version, dtype=np.int64)}
+
+
+class NStepTransitionWriter(BatchedWriter):
+  """Writes n-step transitions, as 2-step Trajectories tf-agents' agents train on.
+
+  The row starting at step t holds, per env, with k = min(n, steps until the episode
+  ends):
+    observation = [o_t, o_{t+k}], step_type = [s_t, s_{t+k}], action = [a_t, a_t],
+    reward[0] = sum_{i<k} discount^i r_{t+i+1},
+    discount[0] = discount^(k-1) * d_{t+k}   (d: the environment's discount),
+  so an agent that computes `reward + gamma * discount * V(o_{t+k})` with
+  gamma = `discount` gets the exact n-step target: the sum stops at LAST, a terminated
+  episode (d = 0) does not bootstrap, a truncated one (d = 1) does. Rows are written
+  n - 1 steps after they start; rows that start on a boundary step keep step_type LAST
+  at index 0 and must be masked.
+  """
+
+  LAYOUT = 'transition'
+
+  def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
+               n: int = 1, discount: float = 1.0, **kwargs):
+    """Args:
+      client, table_names: see `BatchedWriter`.
+      n: the number of steps of a transition.
+      discount: gamma, used to sum rewards over the n steps.
+      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms` (see BatchedWriter).
+    """
+    if n < 1:
+      raise ValueError(f'n must be >= 1, got {n}.')
+    super().__init__(client, table_names, num_keep_alive_refs=1, **kwargs)
+    self._n = n
+    self._gamma = float(discount)
+    self._powers = (self._gamma ** np.arange(n, dtype=np.float64))[:, None]
+    self._window = []
+
+  @staticmethod
+  def item_signature(collect_data_spec: Any, envs_per_item: int) -> dict:
+    """The table signature for items of `envs_per_item` transitions."""
+    return {
+        EXPERIENCE: tensor_spec.add_outer_dims_nest(
+            _plain_spec(collect_data_spec), (envs_per_item, 2)),
+        POLICY_VERSION: tf.TensorSpec((envs_per_item,), tf.int64),
+    }
+
+  def reset(self) -> None:
+    self._window = []
+
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+    num_groups = self._groups(np.shape(time_step.step_type)[0])
+    self._window.append((time_step, policy_step, next_time_step, policy_version))
+    if len(self._window) < self._n:
+      return
+    transition = self._oldest_transition()
+    self._window.pop(0)
+    self._append(self._split(transition, num_groups))
+    for g in range(num_groups):
+      self._create_items(g, lambda column: column[-1])
+
+  def _oldest_transition(self) -> dict:
+    """The n-step transition that starts at the oldest step of the window."""
+    first_step, first_policy_step, _, version = self._window[0]
+    window_next = [w[2] for w in self._window]
+    if self._n == 1:
+      k_minus_1 = None
+      end, reward = window_next[0], window_next[0].reward
+      discount = end.discount
+    else:
+      is_last = np.stack([w.step_type == _LAST for w in window_next])
+      is_last[-1] = True  # no end within n steps: stop at n
+      k_minus_1 = np.argmax(is_last, axis=0)  # [N], first end in the window
+      in_sum = np.arange(self._n)[:, None] <= k_minus_1[None, :]
+      rewards = np.stack([w.reward for w in window_next])
+      reward = np.sum(self._powers * rewards * in_sum, axis=0).astype(np.float32)
+      end = window_next[-1]
+      for i in range(self._n - 2, -1, -1):  # pick each env's end step
+        chosen = k_minus_1 == i
+        if chosen.any():
+          end = tf.nest.map_structure(
+              lambda a, b, c=chosen: np.where(
+                  np.reshape(c, c.shape + (1,) * (np.ndim(a) - 1)), a, b),
+              window_next[i], end)
+      discount = (self._gamma ** k_minus_1 * end.discount).astype(np.float32)
+    next_first = end._replace(reward=np.zeros_like(reward),
+                              discount=np.ones_like(discount))
+    start = first_step._replace(reward=reward, discount=discount)
+    return _stack_pair(start, first_policy_step, next_first, end.step_type, version)
+
+
+def _stack_pair(start: ts.TimeStep, policy_step, end: ts.TimeStep, end_step_type,
+                policy_version: int) -> dict:
+  """Builds the [N, 2] Trajectory of a transition (start -> end)."""
+  pair = lambda a, b: np.stack([a, b], axis=1)
+  traj = trajectory_lib.Trajectory(
+      step_type=pair(start.step_type, end.step_type),
+      observation=tf.nest.map_structure(pair, start.observation, end.observation),
+      action=tf.nest.map_structure(pair, policy_step.action, policy_step.action),
+      policy_info=tf.nest.map_structure(pair, policy_step.info, policy_step.info),
+      next_step_type=pair(end_step_type, end_step_type),
+      reward=pair(start.reward, end.reward),
+      discount=pair(start.discount, end.discount))
+  n = np.shape(start.step_type)[0]
+  return {EXPERIENCE: traj, POLICY_VERSION: np.full(n, policy_version, dtype=np.int64)}
+
+
+class SequenceWriter(BatchedWriter):
+  """Writes fixed-length unrolls of `length` steps every `stride` steps, per env group.
+
+  Items are time-major `[length, G]` Trajectories (the dataset turns them batch-major).
+  Unrolls run across episode boundaries, as IMPALA and PPO learners expect: the boundary
+  step is kept so learners can mask it. For bootstrapping from the step after an unroll,
+  use length = T + 1 and stride = T (consecutive unrolls share one step).
+  """
+
+  LAYOUT = 'sequence'
+
+  def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
+               length: int, stride: Optional[int] = None, **kwargs):
+    """Args:
+      client, table_names: see `BatchedWriter`.
+      length: steps per item.
+      stride: steps between the starts of consecutive items (default: `length`).
+      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`.
+    """
+    stride = stride or length
+    if length < 1 or stride < 1:
+      raise ValueError(f'length and stride must be >= 1, got {length} and {stride}.')
+    super().__init__(client, table_names, num_keep_alive_refs=length, **kwargs)
+    self._length = length
+    self._stride = stride
+    self._steps = 0
+
+  @staticmethod
+  def item_signature(collect_data_spec: Any, length: int, envs_per_item: int) -> dict:
+    """The table signature for `[length, envs_per_item]` unrolls."""
+    return {
+        EXPERIENCE: tensor_spec.add_outer_dims_nest(
+            _plain_spec(collect_data_spec), (length, envs_per_item)),
+        POLICY_VERSION: tf.TensorSpec((length, envs_per_item), tf.int64),
+    }
+
+  def reset(self) -> None:
+    self._steps = 0
+
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+    num_groups = self._groups(np.shape(time_step.step_type)[0])
+    row = _row(time_step, policy_step, next_time_step, policy_version)
+    self._append(self._split(row, num_groups))
+    self._steps += 1
+    if self._steps >= self._length and (self._steps - self._length) % self._stride == 0:
+      for g in range(num_groups):
+        self._create_items(g, lambda column: column[-self._length:])
+
+
+class EpisodeWriter(BatchedWriter):
+  """Writes each env's whole episodes as items of varying length `[T]`.
+
+  An episode item runs from its FIRST step to its LAST step inclusive (the LAST row has
+  next_step_type FIRST and an ignored action, tf-agents' convention). An episode longer
+  than `max_length` is written as consecutive items of `max_length` rows.
+  """
+
+  LAYOUT = 'episode'
+
+  def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
+               max_length: int, **kwargs):
+    """Args:
+      client, table_names: see `BatchedWriter`.
+      max_length: the most rows in one item.
+      **kwargs: `priority`, `flush_timeout_ms` (items always hold one env).
+    """
+    if max_length < 1:
+      raise ValueError(f'max_length must be >= 1, got {max_length}.')
+    kwargs['envs_per_item'] = 1
+    super().__init__(client, table_names, num_keep_alive_refs=max_length, **kwargs)
+    self._max_length = max_length
+    self._lengths = None
+
+  @staticmethod
+  def item_signature(collect_data_spec: Any) -> dict:
+    """The table signature for episodes (time dimension of varying length)."""
+    return {
+        EXPERIENCE: tensor_spec.add_outer_dims_nest(_plain_spec(collect_data_spec), (None,)),
+        POLICY_VERSION: tf.TensorSpec((None,), tf.int64),
+    }
+
+  def reset(self) -> None:
+    self._lengths = None
+
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+    num_envs = self._groups(np.shape(time_step.step_type)[0])
+    if self._lengths is None:
+      self._lengths = np.zeros(num_envs, dtype=np.int64)
+    row = _row(time_step, policy_step, next_time_step, policy_version)
+    # Per-env columns: drop the group dimension of size 1.
+    groups = tuple(tf.nest.map_structure(lambda x: x[0], g)
+                   for g in self._split(row, num_envs))
+    self._append(groups)
+    self._lengths += 1
+    done = (time_step.step_type == _LAST) | (self._lengths >= self._max_length)
+    for env in np.flatnonzero(done):
+      length = int(self._lengths[env])
+      self._create_items(int(env), lambda column: column[-length:])
+      self._lengths[env] = 0
