@@ -1,0 +1,15 @@
+"""tfrl: TensorFlow 2 reinforcement learning with Reverb replay, at scale.
+
+Layers (each imports only the ones before it): `tfrl.envs`, `tfrl.replay`,
+`tfrl.actors`, `tfrl.learner` / `tfrl.triggers` / `tfrl.export`, and the programs in
+`learners/` that wire them together.
+"""
+__version__ = '0.1.0'
+
+
+def __getattr__(name):
+  # Lazy, so `import tfrl.envs` does not pay for the learner's imports.
+  if name == 'Learner':
+    from tfrl.learner import Learner  # pylint: disable=g-import-not-at-top
+    return Learner
+  raise AttributeError(f'module tfrl has no attribute {name!r}')

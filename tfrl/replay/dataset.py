@@ -75,6 +75,8 @@ def _unpack_rows(layout: str, rows_per_item: int):
   """Returns a map fn turning a batch of items into a batch of rows."""
 
   def merge(x, time_major):
+    if layout == 'episode':  # [B, T, ...]: an item is already one row.
+      return x
     if time_major:  # [B, T, G, ...] -> [B, G, T, ...]
       perm = [0, 2, 1] + list(range(3, x.shape.rank))
       x = tf.transpose(x, perm)

@@ -1,0 +1,287 @@
+"""Collection throughput: tfrl's batched Actor vs tf-agents' Actor vs a raw gymnasium loop.
+
+Measures environment steps per second on CartPole-v1, in one run, for:
+
+  tfrl        `tfrl.envs.make('CartPole-v1', num_envs=N)` + `tfrl.actors.Actor` with a
+              DQN epsilon-greedy collect policy (QNetwork fc(100)) and a
+              `tfrl.replay.NStepTransitionWriter` (n=2) into a local Reverb table
+              (embedded `tfrl.replay.ReplayServer`).
+  tf-agents   the peer, tf-agents' standard path: `tf_agents.train.actor.Actor` on one
+              `suite_gym.load('CartPole-v1')` PyEnvironment with a
+              `PyTFEagerPolicy(agent.collect_policy, use_tf_function=True)` and a
+              `ReverbAddTrajectoryObserver(sequence_length=2, stride_length=1)` into a
+              local Reverb table (as tf-agents' examples/dqn/dqn_train_eval.py does).
+  tfrl-nowrite  (diagnostic) the tfrl Actor with the same policy and no writer: the
+              policy + env loop alone, to show what the Reverb writer costs.
+  raw         the ceiling: `gymnasium.make_vec('CartPole-v1', num_envs=N, 'sync')` stepped
+              with `action_space.sample()`, no policy, no writing.
+
+Each path gets a warm-up (traces tf.functions, opens the Reverb writer), then runs in
+chunks until its time budget is spent; writers are flushed inside the timed window, so
+every item counted has reached the server.
+
+Two step counts are reported per path:
+  env steps/s   experience-bearing steps: excludes the autoreset step every path spends
+                between two episodes (tfrl's `Actor.env_steps`, tf-agents' driver count);
+                the targets are judged on this column.
+  all steps/s   every sub-environment step call, autoreset steps included.
+The raw loop's random policy plays longer episodes than the untrained DQN policy, so it
+spends fewer steps on resets: judging on env steps/s is slightly conservative for tfrl.
+
+Targets (from the issue): tfrl >= 20x the tf-agents Actor, and >= 25% of the raw loop.
+The script always exits 0 (it is a measurement) and prints PASS/MISS against them.
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/collect_throughput.py
+    .venv/bin/python benchmarks/collect_throughput.py --seconds=5 --paths=tfrl,raw
+
+Results are recorded in benchmarks/RESULTS.md.
+"""
+from importlib import metadata
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# Run as a script from the repository root: make `tfrl` importable without installing.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from absl import logging
+import gymnasium
+import numpy as np
+import reverb
+import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.networks import q_network
+from tf_agents.specs import tensor_spec
+
+import tfrl.actors
+import tfrl.envs
+import tfrl.replay
+
+ENV_ID = 'CartPole-v1'
+TABLE = 'replay'
+ALL_PATHS = ('tfrl', 'tf-agents', 'tfrl-nowrite', 'raw')
+TARGET_VS_PEER = 20.0
+TARGET_VS_RAW = 0.25
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer('num_envs', 64, 'Envs stepped together by tfrl and the raw loop.')
+flags.DEFINE_float('seconds', 10.0, 'Timed budget per path (after warm-up).')
+flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
+flags.DEFINE_integer('replay_capacity', 100_000,
+                     'Table capacity in transitions (tfrl items hold num_envs each).')
+flags.DEFINE_integer('seed', 0, 'Environment seed.')
+
+
+def make_dqn_agent(time_step_spec, action_spec) -> dqn_agent.DqnAgent:
+  """A DQN agent with a QNetwork fc(100); its collect policy is epsilon-greedy (0.1)."""
+  # Same initial weights on every path: an untrained policy's episode lengths (and so
+  # the share of autoreset steps) depend on them.
+  tf.random.set_seed(FLAGS.seed)
+  q_net = q_network.QNetwork(time_step_spec.observation, action_spec,
+                             fc_layer_params=(100,))
+  agent = dqn_agent.DqnAgent(
+      time_step_spec, action_spec, q_network=q_net,
+      optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1,
+      n_step_update=1, gamma=0.99)
+  agent.initialize()
+  return agent
+
+
+class Result:
+  """Steps counted over a timed window."""
+
+  def __init__(self, name, env_steps, all_steps, seconds, note=''):
+    self.name, self.seconds, self.note = name, seconds, note
+    self.env_steps, self.all_steps = env_steps, all_steps
+
+  @property
+  def rate(self) -> float:
+    return self.env_steps / self.seconds
+
+  @property
+  def all_rate(self) -> float:
+    return self.all_steps / self.seconds
+
+
+def bench_tfrl(seconds: float, num_envs: int, write: bool) -> Result:
+  """tfrl's batched Actor, with or without the 2-step transition writer."""
+  env = tfrl.envs.make(ENV_ID, num_envs=num_envs, seed=FLAGS.seed)
+  agent = make_dqn_agent(env.time_step_spec(), env.action_spec())
+  server, writers = None, []
+  if write:
+    signature = tfrl.replay.NStepTransitionWriter.item_signature(
+        agent.collect_data_spec, num_envs)
+    table = tfrl.replay.uniform_table(
+        TABLE, max(1, FLAGS.replay_capacity // num_envs), signature)
+    server = tfrl.replay.ReplayServer([table])
+    writers = [tfrl.replay.NStepTransitionWriter(server.client, TABLE, n=2,
+                                                 discount=0.99)]
+  actor = tfrl.actors.Actor(env, agent.collect_policy, writers=writers)
+  chunk = 50  # vector steps per run() call
+  vector_steps = 0
+  try:
+    actor.run(chunk)  # warm-up: traces the policy, opens the writer
+    actor.flush()
+    start_env_steps = actor.env_steps
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      actor.run(chunk)
+      vector_steps += chunk
+    actor.flush()
+    elapsed = time.perf_counter() - start
+    env_steps = actor.env_steps - start_env_steps
+    note = ''
+    if server is not None:
+      items = server.table_info()[TABLE].current_size
+      note = f'{items} items of {num_envs} transitions in the table'
+  finally:
+    actor.close()
+    env.close()
+    if server is not None:
+      server.stop()
+  name = 'tfrl' if write else 'tfrl-nowrite'
+  return Result(name, env_steps, vector_steps * num_envs, elapsed, note)
+
+
+def bench_tf_agents(seconds: float) -> Result:
+  """tf-agents' standard collect path: train.Actor + PyTFEagerPolicy + Reverb observer."""
+  # Imported here: tfrl itself must not import tf_agents.train / replay_buffers.
+  from tf_agents.environments import suite_gym  # pylint: disable=g-import-not-at-top
+  from tf_agents.policies import py_tf_eager_policy
+  from tf_agents.replay_buffers import reverb_utils
+  from tf_agents.train import actor as tfa_actor
+  from tf_agents.train.utils import train_utils
+
+  env = suite_gym.load(ENV_ID)
+  env.seed(FLAGS.seed)
+  agent = make_dqn_agent(tensor_spec.from_spec(env.time_step_spec()),
+                         tensor_spec.from_spec(env.action_spec()))
+  signature = tensor_spec.add_outer_dims_nest(
+      tensor_spec.from_spec(agent.collect_data_spec), (2,))
+  table = reverb.Table(
+      TABLE, max_size=FLAGS.replay_capacity, sampler=reverb.selectors.Uniform(),
+      remover=reverb.selectors.Fifo(), rate_limiter=reverb.rate_limiters.MinSize(1),
+      signature=signature)
+  server = reverb.Server([table])
+  client = reverb.Client(f'localhost:{server.port}')
+  observer = reverb_utils.ReverbAddTrajectoryObserver(
+      client, TABLE, sequence_length=2, stride_length=1)
+
+  counts = {'all': 0, 'real': 0}
+
+  def count(traj):
+    counts['all'] += 1
+    counts['real'] += int(not traj.is_boundary())
+
+  policy = py_tf_eager_policy.PyTFEagerPolicy(agent.collect_policy, use_tf_function=True)
+  actor = tfa_actor.Actor(env, policy, train_utils.create_train_step(),
+                          steps_per_run=200, observers=[observer, count])
+  try:
+    actor.run()  # warm-up
+    observer.flush()
+    start_counts = dict(counts)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      actor.run()
+    observer.flush()
+    elapsed = time.perf_counter() - start
+    items = client.server_info()[TABLE].current_size
+  finally:
+    observer.close()
+    env.close()
+    server.stop()
+  return Result('tf-agents', counts['real'] - start_counts['real'],
+                counts['all'] - start_counts['all'], elapsed,
+                f'{items} items of 1 transition in the table; 1 env')
+
+
+def bench_raw(seconds: float, num_envs: int) -> Result:
+  """The ceiling: a synchronous gymnasium vector env with random actions."""
+  env = gymnasium.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode='sync')
+  env.reset(seed=FLAGS.seed)
+  env.action_space.seed(FLAGS.seed)
+  resetting = np.zeros(num_envs, dtype=bool)  # next-step autoreset: no experience
+  real = calls = 0
+
+  def run(steps):
+    nonlocal resetting, real, calls
+    for _ in range(steps):
+      _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+      real += int(num_envs - np.count_nonzero(resetting))
+      calls += num_envs
+      resetting = np.logical_and(np.logical_or(terminated, truncated), ~resetting)
+
+  try:
+    run(100)  # warm-up
+    start_real, start_calls = real, calls
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      run(100)
+    elapsed = time.perf_counter() - start
+  finally:
+    env.close()
+  return Result('raw', real - start_real, calls - start_calls, elapsed,
+                'random actions, no policy, no writing')
+
+
+def _ratio_line(label, num, den, target):
+  """'label  ratio  target  PASS|MISS', judged on env steps/s (all steps/s in brackets)."""
+  if num is None or den is None:
+    return f'{label:<28} n/a (path not run)'
+  ratio, all_ratio = num.rate / den.rate, num.all_rate / den.all_rate
+  verdict = 'PASS' if ratio >= target else 'MISS'
+  if target >= 1:
+    shown, target_text = f'{ratio:.1f}x (all steps {all_ratio:.1f}x)', f'{target:g}x'
+  else:
+    shown, target_text = f'{ratio:.1%} (all steps {all_ratio:.1%})', f'{target:.0%}'
+  return f'{label:<28} {shown:<28} target >= {target_text:<4} {verdict}'
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  unknown = [p for p in FLAGS.paths if p not in ALL_PATHS]
+  if unknown:
+    raise app.UsageError(f'Unknown --paths {unknown}; choose from {ALL_PATHS}.')
+  print(f'Collection throughput on {ENV_ID}: num_envs={FLAGS.num_envs} (tf-agents: 1), '
+        f'{FLAGS.seconds:g} s per path, {os.cpu_count()} CPUs, '
+        f'GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
+        f'tf {tf.__version__}, dm-reverb {metadata.version("dm-reverb")}, '
+        f'gymnasium {gymnasium.__version__}', flush=True)
+
+  results = {}
+  for path in FLAGS.paths:
+    if path == 'tfrl':
+      results[path] = bench_tfrl(FLAGS.seconds, FLAGS.num_envs, write=True)
+    elif path == 'tfrl-nowrite':
+      results[path] = bench_tfrl(FLAGS.seconds, FLAGS.num_envs, write=False)
+    elif path == 'tf-agents':
+      results[path] = bench_tf_agents(FLAGS.seconds)
+    else:
+      results[path] = bench_raw(FLAGS.seconds, FLAGS.num_envs)
+    r = results[path]
+    print(f'  measured {r.name}: {r.rate:,.0f} env steps/s over {r.seconds:.1f} s',
+          flush=True)
+
+  print()
+  print(f'{"path":<14} {"env steps/s":>12} {"all steps/s":>12} {"seconds":>8}  note')
+  for r in results.values():
+    print(f'{r.name:<14} {r.rate:>12,.0f} {r.all_rate:>12,.0f} {r.seconds:>8.1f}  {r.note}')
+  print()
+  tfrl_r = results.get('tfrl')
+  print(_ratio_line('tfrl / tf-agents Actor', tfrl_r, results.get('tf-agents'),
+                    TARGET_VS_PEER))
+  print(_ratio_line('tfrl / raw gymnasium loop', tfrl_r, results.get('raw'),
+                    TARGET_VS_RAW))
+  if tfrl_r is not None and 'tfrl-nowrite' in results:
+    share = tfrl_r.rate / results['tfrl-nowrite'].rate
+    print(f'{"tfrl with writer / without":<28} {share:.1%} (diagnostic: the writer\'s cost)')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,1 @@
+"""Agent builders: DQN/SAC/PPO from tf-agents, tfrl's own IMPALA and APPO."""

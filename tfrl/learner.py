@@ -1,0 +1,282 @@
+"""`Learner`: trains any tf-agents `TFAgent` in compiled multi-step loops.
+
+`Learner.run(iterations)` is one `tf.function` call that samples, trains and (optionally)
+updates priorities `iterations` times inside the graph, under a `tf.distribute`
+strategy; then the triggers (checkpoints, exports, logs) run in Python. Its constructor
+and methods mirror tf-agents' Learner, so switching is a change of import.
+"""
+import collections
+import inspect
+import os
+from typing import Any, Callable, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+
+from tfrl import triggers as triggers_lib
+
+TRAIN_DIR = 'train'
+CHECKPOINT_DIR = 'checkpoints'
+
+
+class _ReverbSampleLike(collections.namedtuple('_ReverbSampleLike', ['info', 'data'])):
+  """Stands in for a Reverb v2 `ReplaySample` when tracing without a dataset."""
+
+
+def _call_dataset_fn(dataset_fn: Callable, context: tf.distribute.InputContext):
+  """Calls `dataset_fn()` or `dataset_fn(input_context)`, whichever it takes."""
+  try:
+    takes_context = bool(inspect.signature(dataset_fn).parameters)
+  except (TypeError, ValueError):
+    takes_context = False
+  return dataset_fn(context) if takes_context else dataset_fn()
+
+
+class Learner(tf.Module):
+  """Owns the training loop, checkpoints and summaries of one agent."""
+
+  def __init__(self,
+               root_dir: str,
+               train_step: tf.Variable,
+               agent: tf_agent.TFAgent,
+               experience_dataset_fn: Optional[Callable[..., tf.data.Dataset]] = None,
+               after_train_strategy_step_fn: Optional[Callable] = None,
+               triggers: Optional[Sequence[Callable[[int], Any]]] = None,
+               checkpoint_interval: int = 100000,
+               summary_interval: int = 1000,
+               max_checkpoints_to_keep: int = 3,
+               use_kwargs_in_agent_train: bool = False,
+               strategy: Optional[tf.distribute.Strategy] = None,
+               run_optimizer_variable_init: bool = True,
+               use_reverb_v2: bool = False,
+               direct_sampling: bool = False,
+               experience_dataset_options: Optional[tf.distribute.InputOptions] = None,
+               strategy_run_options: Optional[tf.distribute.RunOptions] = None,
+               summary_root_dir: Optional[str] = None):
+    """Builds the input pipeline, creates optimizer slots, restores a checkpoint.
+
+    Args:
+      root_dir: checkpoints go to `root_dir/train/checkpoints`, summaries to
+        `root_dir/train` (or `summary_root_dir/train`).
+      train_step: the int64 step variable the agent increments (its
+        `train_step_counter`), created under the strategy's scope.
+      agent: any `tf_agents.agents.TFAgent`.
+      experience_dataset_fn: returns the per-replica `tf.data.Dataset` of samples
+        (`(experience, info)`, Reverb v2 samples, or bare experience); may take a
+        `tf.distribute.InputContext`. None when every `run` gets an `iterator`.
+      after_train_strategy_step_fn: called per replica after each train step with
+        `((experience, info), loss_info)`, e.g. to update priorities.
+      triggers: callables taking the train step, run after every `run`.
+      checkpoint_interval: train steps between checkpoints; <= 0 disables them.
+      summary_interval: summaries are recorded when train_step % interval == 0
+        (never when 0).
+      max_checkpoints_to_keep: older checkpoints are deleted.
+      use_kwargs_in_agent_train: experience is a dict of keyword arguments for
+        `agent.train` (e.g. {'experience': ..., 'weights': ...}).
+      strategy: a `tf.distribute.Strategy` (default: the current one).
+      run_optimizer_variable_init: trace one train step before checkpointing so the
+        optimizer's slot variables exist and are saved and restored.
+      use_reverb_v2: samples are Reverb `ReplaySample(info, data)`.
+      direct_sampling: samples are bare experience (e.g. an offline dataset).
+      experience_dataset_options: `tf.distribute.InputOptions` for the dataset.
+      strategy_run_options: `tf.distribute.RunOptions` for `strategy.run`.
+      summary_root_dir: root for summaries if not `root_dir`.
+
+    Raises:
+      ValueError: a train_step that is not an int64 variable.
+    """
+    super().__init__(name='Learner')
+    if not isinstance(train_step, tf.Variable) or train_step.dtype != tf.int64:
+      raise ValueError('train_step must be an int64 tf.Variable (the agent\'s '
+                       f'train_step_counter), got {train_step!r}.')
+    self._root_dir = root_dir
+    self._train_dir = os.path.join(root_dir, TRAIN_DIR)
+    self.train_step = train_step
+    self._agent = agent
+    self._after_train_strategy_step_fn = after_train_strategy_step_fn
+    self._use_kwargs_in_agent_train = use_kwargs_in_agent_train
+    self.strategy = strategy or tf.distribute.get_strategy()
+    self._use_reverb_v2 = use_reverb_v2
+    self._direct_sampling = direct_sampling
+    self._strategy_run_options = strategy_run_options
+    self.summary_interval = summary_interval
+    self.train_summary_writer = tf.summary.create_file_writer(
+        os.path.join(summary_root_dir or root_dir, TRAIN_DIR), flush_millis=10000)
+
+    self._experience_iterator = None
+    element_spec = None
+    if experience_dataset_fn is not None:
+      with self.strategy.scope():
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda context: _call_dataset_fn(experience_dataset_fn, context),
+            options=experience_dataset_options)
+        self._experience_iterator = iter(dataset)
+        element_spec = self._experience_iterator.element_spec
+
+    if run_optimizer_variable_init:
+      self._create_optimizer_variables(element_spec)
+
+    self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step)
+    self._checkpoint_manager = tf.train.CheckpointManager(
+        self._checkpoint, os.path.join(self._train_dir, CHECKPOINT_DIR),
+        max_to_keep=max_checkpoints_to_keep)
+    latest = self._checkpoint_manager.latest_checkpoint
+    if latest:
+      self._checkpoint.restore(latest).assert_existing_objects_matched()
+      logging.info('Restored %s at train step %d.', latest, self.train_step_numpy)
+
+    self.triggers = list(triggers or [])
+    if checkpoint_interval > 0:
+      self.triggers.append(triggers_lib.IntervalTrigger(
+          checkpoint_interval, self.save_checkpoint, start=self.train_step_numpy))
+    else:
+      logging.warning('checkpoint_interval=%d: the Learner writes no checkpoints, so a '
+                      'restarted job starts over.', checkpoint_interval)
+    self._compiled_train = tf.function(self._train_loop, autograph=False)
+    self._compiled_loss = tf.function(self._loss, autograph=False)
+
+  # -- Setup ----------------------------------------------------------------------
+
+  def _create_optimizer_variables(self, element_spec: Any) -> None:
+    """Traces (without running) one train step so optimizer slots get created.
+
+    The sample structure comes from the dataset's element spec; without a dataset, from
+    the agent's training_data_spec with outer dims [1, train_sequence_length].
+    """
+
+    def trace(sample):
+      experience, _ = self._split_sample(sample)
+      self._strategy_train(experience)
+
+    with self.strategy.scope():
+      if element_spec is not None:
+        tf.function(trace, autograph=False).get_concrete_function(element_spec)
+        return
+      outer_dims = (1, self._agent.train_sequence_length or 2)
+      experience = tf.nest.map_structure(
+          lambda s: tf.zeros(outer_dims + tuple(s.shape), s.dtype),
+          self._agent.training_data_spec)
+      if self._use_kwargs_in_agent_train:
+        experience = {'experience': experience}
+      sample = experience if self._direct_sampling else (experience, ())
+      if self._use_reverb_v2:
+        sample = _ReverbSampleLike(data=experience, info=())
+      tf.function(lambda: trace(sample), autograph=False).get_concrete_function()
+
+  # -- Training -------------------------------------------------------------------
+
+  def _split_sample(self, sample: Any):
+    """Returns (experience, info) from any of the supported sample forms."""
+    if self._direct_sampling:
+      return sample, ()
+    if self._use_reverb_v2:
+      return sample.data, sample.info
+    experience, info = sample
+    return experience, info
+
+  def _strategy_train(self, experience: Any):
+    if self._use_kwargs_in_agent_train:
+      return self.strategy.run(self._agent.train, kwargs=experience,
+                               options=self._strategy_run_options)
+    return self.strategy.run(self._agent.train, args=(experience,),
+                             options=self._strategy_run_options)
+
+  def _reduce(self, loss_info: Any, reduce_op: tf.distribute.ReduceOp) -> Any:
+    return tf.nest.map_structure(
+        lambda t: self.strategy.reduce(reduce_op, t, axis=None), loss_info)
+
+  def single_train_step(self, iterator) -> Any:
+    """One sample -> train -> after-step fn; returns the SUM-reduced loss info."""
+    sample = next(iterator)
+    experience, info = self._split_sample(sample)
+    loss_info = self._strategy_train(experience)
+    if self._after_train_strategy_step_fn is not None:
+      self.strategy.run(self._after_train_strategy_step_fn,
+                        args=((experience, info), loss_info),
+                        options=self._strategy_run_options)
+    return self._reduce(loss_info, tf.distribute.ReduceOp.SUM)
+
+  def _train_loop(self, iterations: tf.Tensor, iterator, parallel_iterations: int):
+    # The first step runs outside the loop: it fixes the loss structure for the loop.
+    first = self.single_train_step(iterator)
+
+    def body(i, unused_loss):
+      return i + 1, self.single_train_step(iterator)
+
+    _, loss_info = tf.while_loop(
+        lambda i, _: i < iterations, body, (tf.constant(1), first),
+        parallel_iterations=parallel_iterations)
+    return loss_info
+
+  def run(self, iterations: int = 1, iterator=None, parallel_iterations: int = 10) -> Any:
+    """Runs `iterations` train steps in one compiled call, then the triggers.
+
+    Args:
+      iterations: train steps in this call (>= 1).
+      iterator: a (distributed) iterator to sample from instead of the Learner's.
+      parallel_iterations: passed to the in-graph `tf.while_loop`.
+
+    Returns:
+      The last step's loss info, SUM-reduced across replicas.
+
+    Raises:
+      ValueError: no iterator given and no `experience_dataset_fn`, or iterations < 1.
+    """
+    if iterations < 1:
+      raise ValueError(f'iterations must be >= 1, got {iterations}.')
+    iterator = iterator or self._experience_iterator
+    if iterator is None:
+      raise ValueError('Learner.run needs an iterator: pass one or build the Learner '
+                       'with experience_dataset_fn.')
+    interval = self.summary_interval
+    record = (lambda: tf.equal(self.train_step % interval, 0)) if interval else False
+    with self.train_summary_writer.as_default(), tf.summary.record_if(record):
+      loss_info = self._compiled_train(
+          tf.constant(iterations, tf.int32), iterator, parallel_iterations)
+    step = self.train_step_numpy
+    for trigger in self.triggers:
+      trigger(step)
+    return loss_info
+
+  def _loss(self, sample: Any, reduce_op: tf.distribute.ReduceOp):
+    experience, _ = self._split_sample(sample)
+    if self._use_kwargs_in_agent_train:
+      loss_info = self.strategy.run(self._agent.loss, kwargs=experience)
+    else:
+      loss_info = self.strategy.run(self._agent.loss, args=(experience,))
+    return self._reduce(loss_info, reduce_op)
+
+  def loss(self, experience_and_sample_info: Any = None,
+           reduce_op: tf.distribute.ReduceOp = tf.distribute.ReduceOp.SUM) -> Any:
+    """Computes the loss on a sample (the next one when None) without training.
+
+    Returns:
+      The loss info, reduced across replicas with `reduce_op`.
+    """
+    if experience_and_sample_info is None:
+      if self._experience_iterator is None:
+        raise ValueError('Learner.loss needs a sample or an experience_dataset_fn.')
+      experience_and_sample_info = next(self._experience_iterator)
+    return self._compiled_loss(experience_and_sample_info, reduce_op)
+
+  # -- State ----------------------------------------------------------------------
+
+  def save_checkpoint(self) -> str:
+    """Writes a checkpoint (agent, optimizer state, train step) now; returns its path."""
+    path = self._checkpoint_manager.save(checkpoint_number=self.train_step_numpy)
+    logging.info('Checkpoint %s written.', path)
+    return path
+
+  @property
+  def train_step_numpy(self) -> int:
+    """The current train step as a Python int."""
+    return int(self.train_step.numpy())
+
+  @property
+  def checkpoint_dir(self) -> str:
+    return os.path.join(self._train_dir, CHECKPOINT_DIR)
+
+  @property
+  def agent(self) -> tf_agent.TFAgent:
+    return self._agent

@@ -1,0 +1,193 @@
+"""Triggers: callables the Learner runs with the train step after every `run`."""
+import concurrent.futures
+import os
+import time
+from typing import Callable, Dict, Optional
+
+from absl import logging
+import reverb
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.policies import greedy_policy
+
+from tfrl import export
+
+POLICY_DIR = 'policies'
+GREEDY_POLICY = 'greedy_policy'
+COLLECT_POLICY = 'collect_policy'
+RAW_POLICY = 'policy'
+POLICY_CHECKPOINTS = 'checkpoints'
+
+
+class IntervalTrigger:
+  """Calls `fn` when the value has advanced `interval` past the last call."""
+
+  def __init__(self, interval: int, fn: Callable[[], None], start: int = 0):
+    """Args:
+      interval: distance between calls; <= 0 means never (unless forced).
+      fn: the callable, taking no arguments.
+      start: the value of the notional last call.
+    """
+    self._interval = interval
+    self._fn = fn
+    self._start = start
+    self._last = start
+
+  def __call__(self, value: int, force_trigger: bool = False) -> None:
+    if force_trigger or (self._interval > 0 and value - self._last >= self._interval):
+      self._last = value
+      self._fn()
+
+  def reset(self) -> None:
+    """Forgets past calls: the next one is due `interval` after `start`."""
+    self._last = self._start
+
+  def set_start(self, start: int) -> None:
+    self._start = start
+    self._last = start
+
+
+def _policies(agent: tf_agent.TFAgent):
+  """(greedy, collect, raw) policies of an agent."""
+  raw = agent.policy
+  if isinstance(raw, greedy_policy.GreedyPolicy):
+    raw = raw.wrapped_policy
+  return greedy_policy.GreedyPolicy(raw), agent.collect_policy, raw
+
+
+class PolicySavedModelTrigger(IntervalTrigger):
+  """Exports the agent's policies once, then writes cheap variables-only checkpoints.
+
+  At creation, SavedModels of the greedy, collect and raw policies go to
+  `root_dir/policies/{greedy_policy,collect_policy,policy}`. Every `interval` train
+  steps a variables-only checkpoint goes to
+  `root_dir/policies/checkpoints/policy_checkpoint_<step>`, which any of the three
+  exports applies with `update_from_checkpoint` (the layout tf-agents' loader reads).
+  All writes are atomic. `save_final()` re-exports the SavedModels with the current
+  variables (what a finished job ships).
+  """
+
+  def __init__(self, root_dir: str, agent: tf_agent.TFAgent, train_step: tf.Variable,
+               interval: int, metadata: Optional[Dict[str, tf.Variable]] = None,
+               async_saving: bool = False, start: int = 0,
+               max_checkpoints_to_keep: int = 3):
+    """Args:
+      root_dir: the job's root directory.
+      agent: the agent whose policies are exported.
+      train_step: the learner's step variable (recorded in every export).
+      interval: train steps between variables-only checkpoints.
+      metadata: name -> tf.Variable saved with the policy (e.g. env steps, returns).
+      async_saving: write checkpoints in a background thread (values are copied
+        first, so training may go on while the files are written).
+      start: train step of the notional last checkpoint.
+      max_checkpoints_to_keep: older policy checkpoints are deleted.
+    """
+    super().__init__(interval, self._save_checkpoint, start)
+    self._dir = os.path.join(root_dir, POLICY_DIR)
+    self._train_step = train_step
+    metadata = dict(metadata or {})
+    greedy, collect, raw = _policies(agent)
+    self._modules = {name: export.PolicyModule(policy, train_step, metadata)
+                     for name, policy in ((GREEDY_POLICY, greedy),
+                                          (COLLECT_POLICY, collect), (RAW_POLICY, raw))}
+    self._max_to_keep = max_checkpoints_to_keep
+    self._executor = (concurrent.futures.ThreadPoolExecutor(1) if async_saving else None)
+    self._pending = None
+    # A copy of the greedy module's variables: background writes read these, so the
+    # live variables can keep training meanwhile.
+    source = self._modules[GREEDY_POLICY]
+    self._snapshot_module = _SnapshotModule(source) if async_saving else source
+    self.save_saved_models()
+
+  def path(self, name: str = GREEDY_POLICY) -> str:
+    """The export directory of policy `name`."""
+    return os.path.join(self._dir, name)
+
+  def save_saved_models(self) -> Dict[str, str]:
+    """(Re)exports the three SavedModels now; returns name -> path."""
+    self.wait()
+    return {name: export.save_module(module, self.path(name))
+            for name, module in self._modules.items()}
+
+  def _save_checkpoint(self) -> None:
+    step = int(self._train_step.numpy())
+    path = os.path.join(self._dir, POLICY_CHECKPOINTS, f'policy_checkpoint_{step:010d}')
+    if self._executor is None:
+      self._write(path)
+      return
+    self.wait()
+    self._snapshot_module.copy_from_source()
+    self._pending = self._executor.submit(self._write, path)
+
+  def _write(self, path: str) -> None:
+    export.write_policy_checkpoint(self._snapshot_module, path)
+    checkpoints = sorted(os.listdir(os.path.dirname(path)))
+    for old in checkpoints[:-self._max_to_keep]:
+      if old.startswith('policy_checkpoint_'):
+        tf.io.gfile.rmtree(os.path.join(os.path.dirname(path), old))
+
+  def wait(self) -> None:
+    """Blocks until a background checkpoint write has finished (re-raising its error)."""
+    if self._pending is not None:
+      self._pending.result()
+      self._pending = None
+
+  def latest_checkpoint(self) -> Optional[str]:
+    """Path of the newest variables-only policy checkpoint, or None."""
+    directory = os.path.join(self._dir, POLICY_CHECKPOINTS)
+    if not os.path.isdir(directory):
+      return None
+    names = sorted(n for n in os.listdir(directory) if n.startswith('policy_checkpoint_'))
+    return os.path.join(directory, names[-1]) if names else None
+
+
+class _SnapshotModule(tf.Module):
+  """Same object graph as a PolicyModule's checkpoint, over copied variables."""
+
+  def __init__(self, source: export.PolicyModule):
+    super().__init__(name='policy')
+    self._source = source
+    copy = lambda v: tf.Variable(v, trainable=False)
+    self.model_variables = [copy(v) for v in source.model_variables]
+    self.train_step = copy(source.train_step)
+    self.metadata = {k: copy(v) for k, v in source.metadata.items()}
+
+  def copy_from_source(self) -> None:
+    pairs = zip(tf.nest.flatten([self.model_variables, self.train_step, self.metadata]),
+                tf.nest.flatten([self._source.model_variables, self._source.train_step,
+                                 self._source.metadata]))
+    for mine, theirs in pairs:
+      mine.assign(theirs)
+
+
+class StepsPerSecondLogTrigger(IntervalTrigger):
+  """Logs (and summarizes) train steps per second every `interval` steps."""
+
+  def __init__(self, train_step: tf.Variable, interval: int, log_to_terminal: bool = True):
+    super().__init__(interval, self._log, start=int(train_step.numpy()))
+    self._train_step = train_step
+    self._log_to_terminal = log_to_terminal
+    self._last_step = int(train_step.numpy())
+    self._last_time = time.perf_counter()
+    self.last_rate = float('nan')
+
+  def _log(self) -> None:
+    step, now = int(self._train_step.numpy()), time.perf_counter()
+    self.last_rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    self._last_step, self._last_time = step, now
+    if self._log_to_terminal:
+      logging.info('train step %d: %.1f steps/sec', step, self.last_rate)
+    tf.summary.scalar('train_steps_per_sec', self.last_rate, step=step)
+
+
+class ReverbCheckpointTrigger(IntervalTrigger):
+  """Writes a Reverb checkpoint every `interval` train steps (needs a checkpoint dir)."""
+
+  def __init__(self, train_step: tf.Variable, interval: int, reverb_client: reverb.Client):
+    super().__init__(interval, self._checkpoint, start=int(train_step.numpy()))
+    self._client = reverb_client
+    self.last_path = None
+
+  def _checkpoint(self) -> None:
+    self.last_path = self._client.checkpoint()
+    logging.info('Reverb checkpoint written to %s.', self.last_path)
