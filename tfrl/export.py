@@ -92,12 +92,13 @@ class PolicyModule(tf.Module):
     flat_state = tf.nest.flatten(self._state_spec)
     names = _flat_names(self._time_step_spec) + _flat_names(self._state_spec,
                                                              'policy_state')
-    specs = [tf.TensorSpec(s.shape, s.dtype, name=n)
-             for s, n in zip(flat_ts + flat_state, names)]
+    specs = {n: tf.TensorSpec(s.shape, s.dtype, name=n)
+             for s, n in zip(flat_ts + flat_state, names)}
 
-    def flat_action(*flat):
-      time_step = tf.nest.pack_sequence_as(self._time_step_spec, list(flat[:len(flat_ts)]))
-      state = tf.nest.pack_sequence_as(self._state_spec, list(flat[len(flat_ts):]))
+    def flat_action(**inputs):
+      flat = [inputs[n] for n in names]
+      time_step = tf.nest.pack_sequence_as(self._time_step_spec, flat[:len(flat_ts)])
+      state = tf.nest.pack_sequence_as(self._state_spec, flat[len(flat_ts):])
       step = self.action(time_step, state)
       outputs = {}
       for prefix, part in (('action', step.action), ('policy_state', step.state),
@@ -115,7 +116,7 @@ class PolicyModule(tf.Module):
       return tf.function(fn, input_signature=signature,
                          autograph=False).get_concrete_function()
 
-    action_fn = compile_fn(flat_action, specs)
+    action_fn = tf.function(flat_action, autograph=False).get_concrete_function(**specs)
     return {
         'action': action_fn,
         'serving_default': action_fn,

@@ -146,7 +146,8 @@ class _SnapshotModule(tf.Module):
 
   def __init__(self, source: export.PolicyModule):
     super().__init__(name='policy')
-    self._source = source
+    # Set untracked: a tracked `_source` would put the live variables in the checkpoint.
+    object.__setattr__(self, '_source', source)
     copy = lambda v: tf.Variable(v, trainable=False)
     self.model_variables = [copy(v) for v in source.model_variables]
     self.train_step = copy(source.train_step)

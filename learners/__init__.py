@@ -1,0 +1,1 @@
+"""tfrl's programs: train_eval (one process); more come as separate programs."""

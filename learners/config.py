@@ -1,0 +1,40 @@
+"""Gin parsing shared by every program, with errors that name the problem."""
+import os
+from typing import Sequence
+
+import gin
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), 'configs')
+
+
+class ConfigError(ValueError):
+  """A gin file that does not exist, or a binding gin cannot apply."""
+
+
+def resolve_gin_file(path: str) -> str:
+  """Returns `path`, or `learners/configs/<path>` when only that exists.
+
+  Raises:
+    ConfigError: neither exists (the message lists the bundled configs).
+  """
+  for candidate in (path, os.path.join(CONFIG_DIR, path)):
+    if os.path.isfile(candidate):
+      return candidate
+  bundled = sorted(f for f in os.listdir(CONFIG_DIR) if f.endswith('.gin'))
+  raise ConfigError(f'gin file {path!r} not found (bundled configs in {CONFIG_DIR}: '
+                    f'{", ".join(bundled)}).')
+
+
+def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> None:
+  """Parses gin files and bindings (later ones win).
+
+  Raises:
+    ConfigError: a missing file, or a binding of an unknown configurable or parameter.
+  """
+  files = [resolve_gin_file(f) for f in gin_files]
+  gin.clear_config()
+  try:
+    gin.parse_config_files_and_bindings(files, list(gin_bindings))
+  except (ValueError, KeyError) as e:
+    raise ConfigError(f'Bad gin configuration ({", ".join(files) or "no files"}; '
+                      f'bindings {list(gin_bindings)}): {e}') from e

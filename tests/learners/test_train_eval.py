@@ -1,0 +1,104 @@
+"""learners/train_eval: the one-process job, its config errors, resume, and the demo."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from learners import config
+from learners import train_eval
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_per_iteration=1,
+            train_steps_per_iteration=5, eval_interval=25, num_eval_episodes=2,
+            checkpoint_interval=25, policy_checkpoint_interval=25, target_return=None)
+
+
+def _run_cli(*args, timeout=600):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  return subprocess.run([sys.executable, '-m', 'learners.train_eval', *args], cwd=REPO,
+                        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_tiny_run_exports_and_resumes(tmp_path):
+  root = str(tmp_path / 'run')
+  first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **TINY)
+  assert first['train_step'] == 50
+  assert os.path.isfile(os.path.join(first['greedy_policy_dir'], 'saved_model.pb'))
+  assert [h['train_step'] for h in first['history']] == [25, 50]
+
+  second = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=100, **TINY)
+  assert second['train_step'] == 100
+  # Resumed at 50: the first evaluation of the second run comes after step 50.
+  assert second['history'][0]['train_step'] == 75
+
+
+def test_missing_gin_file_names_it():
+  with pytest.raises(config.ConfigError, match='no_such.gin.*not found'):
+    config.parse(['no_such.gin'])
+
+
+def test_unknown_binding_names_it():
+  with pytest.raises(config.ConfigError, match='no_such_param'):
+    config.parse(['dqn_cartpole.gin'], ['train_eval.no_such_param = 3'])
+
+
+def test_cli_missing_gin_file_fails_fast(tmp_path):
+  result = _run_cli(f'--root_dir={tmp_path}', '--gin_file=no_such.gin', timeout=120)
+  assert result.returncode != 0
+  assert 'no_such.gin' in result.stderr and 'not found' in result.stderr
+
+
+@pytest.fixture(scope='module')
+def demo_run(tmp_path_factory):
+  """Runs exactly what `make demo` runs, once for the module."""
+  root = tmp_path_factory.mktemp('demo')
+  result = _run_cli(f'--root_dir={root}', '--gin_file=learners/configs/dqn_cartpole.gin')
+  return result
+
+
+@pytest.mark.slow
+def test_demo_reaches_475_and_prints_policy_path(demo_run):
+  assert demo_run.returncode == 0, demo_run.stderr[-3000:]
+  returns = [float(r) for r in re.findall(r'eval return\s+([\d.]+)', demo_run.stderr)]
+  assert returns and returns[-1] >= 475.0, returns
+  match = re.search(r'Greedy policy exported to: (\S+)', demo_run.stdout)
+  assert match and os.path.isfile(os.path.join(match.group(1), 'saved_model.pb'))
+
+
+@pytest.mark.slow
+def test_exported_demo_policy_replays_10_episodes_in_a_fresh_process(demo_run):
+  assert demo_run.returncode == 0, demo_run.stderr[-3000:]
+  path = re.search(r'Greedy policy exported to: (\S+)', demo_run.stdout).group(1)
+  # A serving-like process: TensorFlow and gymnasium only.
+  script = textwrap.dedent(f'''
+      import sys
+      import gymnasium as gym
+      import numpy as np
+      import tensorflow as tf
+      policy = tf.saved_model.load({path!r})
+      action_fn = policy.signatures['action']
+      env = gym.make('CartPole-v1')
+      returns = []
+      for episode in range(10):
+        obs, _ = env.reset(seed=1000 + episode)
+        total, done = 0.0, False
+        while not done:
+          out = action_fn(step_type=tf.constant([1], tf.int32), reward=tf.zeros([1]),
+                          discount=tf.ones([1]), observation=tf.constant([obs]))
+          obs, reward, terminated, truncated, _ = env.step(int(out['action'][0]))
+          total += reward
+          done = terminated or truncated
+        returns.append(total)
+      assert not any(m.startswith(('tfrl', 'tf_agents', 'tensorflow_probability'))
+                     for m in sys.modules)
+      print('RETURNS', np.mean(returns), returns)
+      ''')
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  result = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  mean = float(re.search(r'RETURNS (\S+)', result.stdout).group(1))
+  assert mean >= 475.0, result.stdout

@@ -1,0 +1,505 @@
+"""Tests for tfrl.learner.Learner and tfrl.distribute on fixed in-memory and Reverb data."""
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.networks import q_network
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from tfrl import actors
+from tfrl import distribute
+from tfrl import envs
+from tfrl import replay
+from tfrl.agents import dqn as dqn_lib
+from tfrl.learner import Learner
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBS_DIM, NUM_ACTIONS, BATCH = 3, 2, 8
+MIRRORED_STEPS = 5
+FIRST, MID, LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST))
+
+# Runs in a fresh interpreter: the CPU must be split before TensorFlow creates devices.
+# Trains the same DQN from the same weights on the same rows, once under the default
+# strategy (batches of BATCH) and once under MirroredStrategy over 2 logical CPUs (each
+# replica gets batches of BATCH / 2; a worker's consecutive elements go to its replicas
+# in turn, so the two replicas of a step together hold the default run's batch).
+_MIRRORED_SCRIPT = textwrap.dedent('''
+    import json, tempfile
+    import numpy as np
+    from tfrl import distribute
+    devices = distribute.split_cpu(2)
+    import tensorflow as tf
+    from tf_agents.agents.dqn import dqn_agent
+    from tf_agents.networks import q_network
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import time_step as ts
+    from tf_agents.trajectories import trajectory
+    from tfrl.learner import Learner
+
+    B, STEPS, OBS, ACTIONS = {batch}, {steps}, 3, 2
+    rows = 2 * STEPS * B
+    rng = np.random.RandomState(0)
+    step_type = np.stack([np.where(rng.rand(rows) < 0.2, 0, 1),
+                          np.where(rng.rand(rows) < 0.3, 2, 1)], 1).astype(np.int32)
+    data = trajectory.Trajectory(
+        step_type=step_type, observation=rng.randn(rows, 2, OBS).astype(np.float32),
+        action=rng.randint(0, ACTIONS, (rows, 2)).astype(np.int64), policy_info=(),
+        next_step_type=np.roll(step_type, -1, axis=1),
+        reward=rng.randn(rows, 2).astype(np.float32),
+        discount=np.ones((rows, 2), np.float32))
+    time_step_spec = ts.time_step_spec(tensor_spec.TensorSpec([OBS], tf.float32))
+    action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, ACTIONS - 1)
+
+    def train(strategy):
+      with strategy.scope():
+        train_step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        net = q_network.QNetwork(time_step_spec.observation, action_spec,
+                                 fc_layer_params=(8,))
+        agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=net,
+                                   optimizer=tf.keras.optimizers.SGD(0.1),
+                                   target_update_period=2, train_step_counter=train_step)
+        agent.initialize()
+        init = np.random.RandomState(1)
+        for v in net.variables:
+          v.assign(0.5 * init.randn(*v.shape).astype(np.float32))
+        for target, v in zip(agent._target_q_network.variables, net.variables):
+          target.assign(v)
+      initial = [v.numpy().tolist() for v in net.variables]
+      per_replica_sizes = []
+
+      def dataset_fn(context):
+        per_replica = context.get_per_replica_batch_size(B)
+        per_replica_sizes.append(per_replica)
+        dataset = tf.data.Dataset.from_tensor_slices(data)
+        return dataset.batch(per_replica, drop_remainder=True).map(lambda e: (e, ()))
+
+      learner = Learner(tempfile.mkdtemp(), train_step, agent,
+                        experience_dataset_fn=dataset_fn, strategy=strategy,
+                        checkpoint_interval=0)
+      losses = [float(learner.run().loss) for _ in range(STEPS)]
+      losses.append(float(learner.run(iterations=STEPS).loss))
+      return {{'replicas': strategy.num_replicas_in_sync,
+              'per_replica_sizes': per_replica_sizes,
+              'losses': losses, 'train_step': learner.train_step_numpy,
+              'initial': initial,
+              'variables': [v.numpy().tolist() for v in
+                            net.variables + agent._target_q_network.variables]}}
+
+    result = {{'devices': devices,
+              'default': train(distribute.get_strategy('default')),
+              'mirrored': train(distribute.get_strategy('mirrored', devices=devices))}}
+    print('RESULT ' + json.dumps(result))
+''')
+
+
+def specs():
+  time_step_spec = ts.time_step_spec(tensor_spec.TensorSpec([OBS_DIM], tf.float32))
+  action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, NUM_ACTIONS - 1)
+  return time_step_spec, action_spec
+
+
+def fixed_rows(num_rows, seed=0):
+  """`num_rows` 2-step DQN transitions as a numpy Trajectory of shape [num_rows, 2]."""
+  rng = np.random.RandomState(seed)
+  step_type = np.stack([np.where(rng.rand(num_rows) < 0.2, FIRST, MID),
+                        np.where(rng.rand(num_rows) < 0.3, LAST, MID)], 1).astype(np.int32)
+  return trajectory.Trajectory(
+      step_type=step_type,
+      observation=rng.randn(num_rows, 2, OBS_DIM).astype(np.float32),
+      action=rng.randint(0, NUM_ACTIONS, (num_rows, 2)).astype(np.int64),
+      policy_info=(),
+      next_step_type=np.roll(step_type, -1, axis=1),
+      reward=rng.randn(num_rows, 2).astype(np.float32),
+      discount=np.ones((num_rows, 2), np.float32))
+
+
+def batch(rows, index):
+  """The `index`-th batch of BATCH consecutive rows, as tensors."""
+  return tf.nest.map_structure(
+      lambda x: tf.constant(x[index * BATCH:(index + 1) * BATCH]), rows)
+
+
+def make_agent(optimizer='sgd', weights_seed=1):
+  """A DqnAgent with fc(8) whose Q and target networks start from fixed weights."""
+  train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+  time_step_spec, action_spec = specs()
+  network = q_network.QNetwork(time_step_spec.observation, action_spec,
+                               fc_layer_params=(8,))
+  opt = (tf.keras.optimizers.SGD(0.1) if optimizer == 'sgd'
+         else tf.keras.optimizers.Adam(0.01))
+  agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=network,
+                             optimizer=opt, target_update_period=2,
+                             train_step_counter=train_step)
+  agent.initialize()
+  rng = np.random.RandomState(weights_seed)
+  for v in network.variables:
+    v.assign(0.5 * rng.randn(*v.shape).astype(np.float32))
+  for target, v in zip(agent._target_q_network.variables, network.variables):
+    target.assign(v)
+  return agent, train_step
+
+
+def agent_variables(agent):
+  return [v.numpy() for v in agent._q_network.variables +
+          agent._target_q_network.variables]
+
+
+def rows_dataset_fn(rows, pairs=True):
+  """Dataset fn over `rows` in batches of the per-replica batch size."""
+
+  def dataset_fn(context):
+    dataset = tf.data.Dataset.from_tensor_slices(rows).batch(
+        context.get_per_replica_batch_size(BATCH), drop_remainder=True)
+    return dataset.map(lambda e: (e, ())) if pairs else dataset
+
+  return dataset_fn
+
+
+def assert_all_close(actual, expected, rtol=1e-5, atol=1e-6):
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+
+
+@pytest.fixture(autouse=True)
+def seed_tensorflow():
+  tf.random.set_seed(0)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def mirrored_run(request):
+  """The subprocess of the mirrored-vs-default comparison, started with the module.
+
+  It runs while the other tests of this module do (its test comes last) and only when
+  that test was selected.
+  """
+  selected = any(item.name == 'test_mirrored_strategy_on_two_cpus_matches_default_strategy'
+                 for item in request.session.items)
+  if not selected:
+    yield None
+    return
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+  process = subprocess.Popen(
+      [sys.executable, '-c', _MIRRORED_SCRIPT.format(batch=BATCH, steps=MIRRORED_STEPS)],
+      cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  yield process
+  if process.poll() is None:
+    process.kill()
+    process.communicate()
+
+
+# Distribution.
+
+
+def test_get_strategy_rejects_unknown_kind_naming_the_choices():
+  with pytest.raises(ValueError, match='nope') as error:
+    distribute.get_strategy('nope')
+  for kind in distribute.STRATEGIES:
+    assert kind in str(error.value)
+
+
+def test_get_strategy_tpu_needs_an_address():
+  with pytest.raises(ValueError, match='TPU address'):
+    distribute.get_strategy('tpu')
+
+
+def test_get_strategy_default_is_the_current_strategy():
+  assert distribute.get_strategy('default') is tf.distribute.get_strategy()
+
+
+# Training loop.
+
+
+def test_run_trains_like_agent_train_and_calls_triggers_with_the_step(tmp_path):
+  rows = fixed_rows(8 * BATCH)
+  agent, train_step = make_agent()
+  reference, _ = make_agent()
+  seen_steps = []
+  calls = tf.Variable(0, dtype=tf.int64)
+  rows_seen = tf.Variable(0, dtype=tf.int64)
+
+  def after_step(sample, loss_info):
+    experience, _ = sample
+    del loss_info  # Unused.
+    calls.assign_add(1)
+    rows_seen.assign_add(tf.shape(experience.step_type, out_type=tf.int64)[0])
+
+  learner = Learner(str(tmp_path), train_step, agent,
+                    experience_dataset_fn=rows_dataset_fn(rows),
+                    after_train_strategy_step_fn=after_step,
+                    triggers=[seen_steps.append], checkpoint_interval=0)
+
+  loss_info = learner.run(iterations=3)
+  assert learner.train_step_numpy == 3
+  assert seen_steps == [3]
+  loss_info_2 = learner.run(iterations=4)
+  assert learner.train_step_numpy == 7
+  assert seen_steps == [3, 7]
+  assert int(calls.numpy()) == 7  # The after-step fn ran once per train step ...
+  assert int(rows_seen.numpy()) == 7 * BATCH  # ... on every sample.
+
+  # The same 7 batches fed to agent.train directly, in order.
+  train = tf.function(reference.train, autograph=False)
+  expected = [train(batch(rows, i)) for i in range(7)]
+  assert isinstance(loss_info, tf_agent.LossInfo)
+  np.testing.assert_allclose(loss_info.loss, expected[2].loss, rtol=1e-5)
+  np.testing.assert_allclose(loss_info_2.loss, expected[6].loss, rtol=1e-5)
+  assert loss_info_2.extra.td_error.shape == (BATCH,)
+  assert_all_close(agent_variables(agent), agent_variables(reference))
+
+
+def test_run_with_explicit_iterator_and_without_any_raises(tmp_path):
+  rows = fixed_rows(2 * BATCH)
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0)
+
+  with pytest.raises(ValueError, match='needs an iterator'):
+    learner.run()
+  with pytest.raises(ValueError, match='iterations must be >= 1'):
+    learner.run(iterations=0)
+  assert learner.train_step_numpy == 0
+
+  iterator = iter(tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).map(
+      lambda e: (e, ())))
+  learner.run(iterations=2, iterator=iterator)
+  assert learner.train_step_numpy == 2
+
+
+@pytest.mark.parametrize('make_train_step', [
+    lambda: tf.Variable(0, dtype=tf.int32),
+    lambda: np.int64(0),
+    lambda: tf.constant(0, dtype=tf.int64),
+], ids=['int32_variable', 'numpy_int', 'int64_tensor'])
+def test_train_step_must_be_an_int64_variable(make_train_step, tmp_path):
+  agent, _ = make_agent()
+  with pytest.raises(ValueError, match='int64 tf.Variable'):
+    Learner(str(tmp_path), make_train_step(), agent)
+
+
+def test_loss_changes_neither_variables_nor_train_step(tmp_path):
+  rows = fixed_rows(4 * BATCH)
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent,
+                    experience_dataset_fn=rows_dataset_fn(rows, pairs=False),
+                    direct_sampling=True, checkpoint_interval=0)
+  before = agent_variables(agent)
+
+  next_loss = learner.loss()  # The dataset's first batch.
+  given_loss = learner.loss(batch(rows, 3))
+
+  np.testing.assert_allclose(next_loss.loss, agent.loss(batch(rows, 0)).loss, rtol=1e-6)
+  np.testing.assert_allclose(given_loss.loss, agent.loss(batch(rows, 3)).loss, rtol=1e-6)
+  assert next_loss.loss > 0
+  assert learner.train_step_numpy == 0
+  assert_all_close(agent_variables(agent), before, rtol=0, atol=0)
+
+
+def test_kwargs_in_agent_train_passes_weights(tmp_path):
+  rows = fixed_rows(2 * BATCH)
+  weights = np.concatenate([np.zeros(BATCH), np.full(BATCH, 2.0)]).astype(np.float32)
+
+  def dataset_fn():
+    dataset = tf.data.Dataset.from_tensor_slices({'experience': rows, 'weights': weights})
+    return dataset.batch(BATCH, drop_remainder=True)
+
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, experience_dataset_fn=dataset_fn,
+                    use_kwargs_in_agent_train=True, direct_sampling=True,
+                    checkpoint_interval=0)
+  before = agent_variables(agent)
+
+  zero_weight = learner.run()  # Weights 0: no loss, no gradient, no change.
+  assert float(zero_weight.loss) == 0.0
+  assert learner.train_step_numpy == 1
+  assert_all_close(agent_variables(agent), before, rtol=0, atol=0)
+
+  unweighted = agent.loss(batch(rows, 1)).loss
+  double_weight = learner.run()
+  np.testing.assert_allclose(double_weight.loss, 2 * unweighted, rtol=1e-5)
+  assert not np.allclose(agent_variables(agent)[0], before[0])
+
+
+# Checkpoints.
+
+
+def test_restart_restores_train_step_variables_and_optimizer_state(tmp_path):
+  rows = fixed_rows(BATCH)
+  # One fixed batch, repeated: after a restart both learners see the same next batch.
+  dataset_fn = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).repeat().map(
+      lambda e: (e, ()))
+  agent, train_step = make_agent('adam')
+  learner = Learner(str(tmp_path), train_step, agent, experience_dataset_fn=dataset_fn,
+                    checkpoint_interval=5)
+  learner.run(iterations=2)
+  assert not tf.io.gfile.glob(os.path.join(learner.checkpoint_dir, 'ckpt-*'))
+  learner.run(iterations=3)  # Step 5: the interval trigger writes ckpt-5.
+  assert os.path.exists(os.path.join(learner.checkpoint_dir, 'ckpt-5.index'))
+  optimizer_state = [v.numpy() for v in agent._optimizer.variables()]
+  assert len(optimizer_state) > 1 and any(np.any(s != 0) for s in optimizer_state[1:])
+
+  # A new job on the same root_dir, starting from other weights.
+  agent_2, train_step_2 = make_agent('adam', weights_seed=2)
+  assert not np.allclose(agent_variables(agent_2)[0], agent_variables(agent)[0])
+  learner_2 = Learner(str(tmp_path), train_step_2, agent_2, experience_dataset_fn=dataset_fn,
+                      checkpoint_interval=5)
+
+  assert learner_2.train_step_numpy == 5
+  assert_all_close(agent_variables(agent_2), agent_variables(agent), rtol=0, atol=0)
+  assert_all_close([v.numpy() for v in agent_2._optimizer.variables()], optimizer_state,
+                   rtol=0, atol=0)
+  # Same state, same batch: the resumed job continues exactly where the first one was.
+  np.testing.assert_allclose(learner_2.run().loss, learner.run().loss, rtol=1e-6)
+  assert_all_close(agent_variables(agent_2), agent_variables(agent))
+
+
+def test_save_checkpoint_writes_now_and_keeps_the_newest(tmp_path):
+  rows = fixed_rows(BATCH)
+  dataset_fn = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).repeat().map(
+      lambda e: (e, ()))
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, experience_dataset_fn=dataset_fn,
+                    checkpoint_interval=2, max_checkpoints_to_keep=2)
+  index_files = lambda: sorted(
+      n for n in os.listdir(learner.checkpoint_dir) if n.endswith('.index'))
+  learner.run(iterations=2)  # The interval trigger writes ckpt-2.
+  learner.run()
+  assert index_files() == ['ckpt-2.index']
+
+  path = learner.save_checkpoint()
+  learner.run()  # Step 4: the trigger's interval counts from its own last call (2).
+
+  assert path.endswith('ckpt-3')
+  assert index_files() == ['ckpt-3.index', 'ckpt-4.index']
+
+
+@pytest.mark.parametrize('interval', [0, -1])
+def test_checkpoint_interval_not_positive_warns_and_writes_nothing(interval, tmp_path,
+                                                                   caplog):
+  rows = fixed_rows(4 * BATCH)
+  agent, train_step = make_agent()
+  with caplog.at_level(logging.WARNING):
+    learner = Learner(str(tmp_path), train_step, agent,
+                      experience_dataset_fn=rows_dataset_fn(rows),
+                      checkpoint_interval=interval)
+  assert f'checkpoint_interval={interval}' in caplog.text
+  assert 'writes no checkpoints' in caplog.text
+
+  learner.run(iterations=2)
+  learner.run(iterations=2)
+
+  checkpoint_dir = learner.checkpoint_dir
+  assert not os.path.exists(checkpoint_dir) or not os.listdir(checkpoint_dir)
+
+
+# Reverb.
+
+
+@pytest.fixture(scope='module')
+def cartpole_replay(module_reverb_server_factory):
+  """A prioritized table that tfrl's Actor filled from 4 CartPole envs (2-step items)."""
+  tf.random.set_seed(0)
+  env = envs.make('CartPole-v1', num_envs=4, seed=0)
+  train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+  agent = dqn_lib.create_dqn_agent(env.time_step_spec(), env.action_spec(), train_step,
+                                   fc_layer_params=(16,), target_update_period=5)
+  signature = replay.NStepTransitionWriter.item_signature(agent.collect_data_spec, 4)
+  server = module_reverb_server_factory(
+      [replay.prioritized_table('replay', max_size=1000, signature=signature)])
+  writer = replay.NStepTransitionWriter(server.client, 'replay', n=2, discount=0.99)
+  actor = actors.Actor(env, agent.collect_policy, writers=[writer],
+                       policy_version=train_step)
+  actor.run(50)  # 200 env steps.
+  actor.close()
+  env.close()
+  assert server.client.server_info()['replay'].current_size == 49
+  return server, signature, agent, train_step
+
+
+def sample_priorities(client, table, num_samples):
+  """key -> priority of the items that `num_samples` draws from `table` hit."""
+  return {int(s.info.key): float(s.info.priority)
+          for s in client.sample(table, num_samples=num_samples, emit_timesteps=False)}
+
+
+def test_dqn_trains_from_actor_filled_reverb_table(cartpole_replay, tmp_path):
+  server, signature, agent, train_step = cartpole_replay
+  before = [v.numpy() for v in agent._q_network.variables]
+  start = int(train_step.numpy())
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    experience_dataset_fn=lambda: replay.make_dataset(
+                        server.address, 'replay', signature, batch_size=16,
+                        experience_spec=agent.collect_data_spec))
+
+  loss_info = learner.run(iterations=5)
+
+  assert learner.train_step_numpy == start + 5
+  assert np.isfinite(loss_info.loss) and float(loss_info.loss) > 0
+  assert not np.allclose(agent._q_network.variables[0].numpy(), before[0])
+
+
+def test_after_step_fn_writes_priorities_back_to_the_table(cartpole_replay, tmp_path):
+  server, signature, agent, train_step = cartpole_replay
+  assert set(sample_priorities(server.client, 'replay', 100).values()) == {1.0}
+  updater = replay.PriorityUpdater(server.address, 'replay')
+  calls = tf.Variable(0, dtype=tf.int64)
+  last_keys = tf.Variable(tf.zeros([16], tf.int64))
+  last_priorities = tf.Variable(tf.zeros([16], tf.float64))
+
+  def update_priorities(sample, loss_info):
+    _, info = sample
+    priorities = tf.cast(tf.abs(loss_info.extra.td_error), tf.float64) + 0.1
+    updater(info['key'], priorities)
+    calls.assign_add(1)
+    last_keys.assign(tf.bitcast(info['key'], tf.int64))
+    last_priorities.assign(priorities)
+
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    after_train_strategy_step_fn=update_priorities,
+                    experience_dataset_fn=lambda: replay.make_dataset(
+                        server.address, 'replay', signature, batch_size=16,
+                        experience_spec=agent.collect_data_spec))
+
+  learner.run(iterations=4)
+
+  assert int(calls.numpy()) == 4
+  priorities = sample_priorities(server.client, 'replay', 1000)
+  assert any(p != 1.0 for p in priorities.values())
+  # The last step's items got the largest |TD error| + 0.1 of their rows.
+  keys = last_keys.numpy().view(np.uint64)
+  for key in set(keys.tolist()):
+    expected = last_priorities.numpy()[keys == key].max()
+    assert priorities[int(key)] == pytest.approx(expected, rel=1e-6)
+    assert expected != 1.0
+
+
+# Distribution on 2 logical CPUs (in the subprocess that `mirrored_run` started).
+
+
+def test_mirrored_strategy_on_two_cpus_matches_default_strategy(mirrored_run):
+  stdout, stderr = mirrored_run.communicate(timeout=300)
+  assert mirrored_run.returncode == 0, stderr[-5000:]
+  result = json.loads(stdout.split('RESULT ', 1)[1])
+  default, mirrored = result['default'], result['mirrored']
+
+  assert result['devices'] == ['/cpu:0', '/cpu:1']
+  assert (default['replicas'], mirrored['replicas']) == (1, 2)
+  # The dataset function is called once per worker, with the per-replica batch size.
+  assert default['per_replica_sizes'] == [BATCH]
+  assert mirrored['per_replica_sizes'] == [BATCH // 2]
+  assert default['train_step'] == mirrored['train_step'] == 2 * MIRRORED_STEPS
+  # The mirrored loss is the SUM over replicas of loss / global batch: the same value.
+  np.testing.assert_allclose(mirrored['losses'], default['losses'], rtol=1e-5, atol=1e-6)
+  assert_all_close(mirrored['variables'], default['variables'])
+  # Training moved the weights, so equal variables are not equal starting points.
+  assert not np.allclose(default['variables'][0], default['initial'][0])

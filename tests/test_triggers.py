@@ -1,0 +1,314 @@
+"""Tests for tfrl.triggers: interval semantics, policy exports, steps/sec, Reverb checkpoints."""
+import glob
+import logging
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.networks import q_network
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfrl import export
+from tfrl import replay
+from tfrl import triggers
+
+OBS_DIM, NUM_ACTIONS = 4, 3
+OBSERVATIONS = np.random.RandomState(5).randn(6, OBS_DIM).astype(np.float32)
+POLICY_NAMES = ['collect_policy', 'greedy_policy', 'policy']
+
+
+class Counter:
+  """A trigger function that records the value it was called at."""
+
+  def __init__(self):
+    self.calls = 0
+
+  def __call__(self):
+    self.calls += 1
+
+
+def fire_values(trigger, counter, values):
+  """The values among `values` at which `trigger` called its function."""
+  fired = []
+  for value in values:
+    before = counter.calls
+    trigger(value)
+    if counter.calls > before:
+      fired.append(value)
+  return fired
+
+
+# IntervalTrigger.
+
+
+def test_interval_trigger_fires_once_the_value_advanced_by_the_interval():
+  counter = Counter()
+  trigger = triggers.IntervalTrigger(3, counter)
+
+  # Fires at 3 (3 - 0 >= 3), then counts from the value it fired at: 6, then 10 (>= 9).
+  assert fire_values(trigger, counter, [1, 2, 3, 4, 5, 6, 8, 10, 11, 12]) == [3, 6, 10]
+
+
+def test_interval_trigger_counts_from_start():
+  counter = Counter()
+  trigger = triggers.IntervalTrigger(5, counter, start=100)
+
+  assert fire_values(trigger, counter, [101, 104, 105, 109, 110]) == [105, 110]
+
+
+def test_force_trigger_fires_now_and_restarts_the_interval():
+  counter = Counter()
+  trigger = triggers.IntervalTrigger(10, counter)
+
+  trigger(4, force_trigger=True)
+  assert counter.calls == 1
+  # The next regular call is due 10 after the forced one.
+  assert fire_values(trigger, counter, [10, 13, 14]) == [14]
+
+
+def test_reset_forgets_calls_and_set_start_moves_the_origin():
+  counter = Counter()
+  trigger = triggers.IntervalTrigger(3, counter)
+  assert fire_values(trigger, counter, [3, 6]) == [3, 6]
+
+  trigger.reset()  # Due 3 after start (0) again.
+  assert fire_values(trigger, counter, [2, 3]) == [3]
+
+  trigger.set_start(20)
+  assert fire_values(trigger, counter, [21, 22, 23]) == [23]
+  trigger.reset()  # The new start is what reset returns to.
+  assert fire_values(trigger, counter, [22, 23]) == [23]
+
+
+@pytest.mark.parametrize('interval', [0, -5])
+def test_interval_not_positive_never_fires_unless_forced(interval):
+  counter = Counter()
+  trigger = triggers.IntervalTrigger(interval, counter)
+
+  assert fire_values(trigger, counter, [0, 1, 10, 10**9]) == []
+  trigger(10**9 + 1, force_trigger=True)
+  assert counter.calls == 1
+
+
+# PolicySavedModelTrigger.
+
+
+def make_agent():
+  time_step_spec = ts.time_step_spec(tensor_spec.TensorSpec([OBS_DIM], tf.float32))
+  action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, NUM_ACTIONS - 1)
+  tf.random.set_seed(0)
+  network = q_network.QNetwork(time_step_spec.observation, action_spec,
+                               fc_layer_params=(8,))
+  agent = dqn_agent.DqnAgent(time_step_spec, action_spec, q_network=network,
+                             optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1)
+  agent.initialize()
+  return agent
+
+
+def greedy_actions(policy):
+  time_step = ts.restart(tf.constant(OBSERVATIONS), batch_size=len(OBSERVATIONS))
+  return policy.action(time_step).action.numpy().tolist()
+
+
+def perturb(agent, scale):
+  """Changes every Q-network weight (what a train step would do)."""
+  for variable in agent.policy.variables():
+    variable.assign_add(scale * tf.ones_like(variable))
+
+
+def policy_variables(agent):
+  return [v.numpy() for v in agent.policy.variables()]
+
+
+def checkpoint_values(checkpoint_path):
+  """Checkpoint key -> value of a variables-only policy checkpoint."""
+  reader = tf.train.load_checkpoint(os.path.join(checkpoint_path, 'variables', 'variables'))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name != '_CHECKPOINTABLE_OBJECT_GRAPH'}
+
+
+def model_values(values):
+  """The model variables of `checkpoint_values`, in order."""
+  keys = sorted((k for k in values if k.startswith('policy/model_variables/')),
+                key=lambda k: int(k.split('/')[2]))
+  return [values[k] for k in keys]
+
+
+def leftover_temporaries(directory):
+  return [path for path in glob.glob(os.path.join(directory, '**', '.*'), recursive=True)
+          if os.path.basename(path).startswith(('.tmp-', '.old-'))]
+
+
+def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
+  agent = make_agent()
+  train_step = tf.Variable(0, dtype=tf.int64)
+  env_steps = tf.Variable(50, dtype=tf.int64)
+  trigger = triggers.PolicySavedModelTrigger(
+      str(tmp_path), agent, train_step, interval=2, metadata={'env_steps': env_steps},
+      max_checkpoints_to_keep=2)
+  policies_dir = tmp_path / 'policies'
+
+  # At creation: the three SavedModels, loadable by plain TensorFlow.
+  assert sorted(os.listdir(policies_dir)) == POLICY_NAMES
+  assert trigger.latest_checkpoint() is None
+  for name in POLICY_NAMES:
+    assert trigger.path(name) == str(policies_dir / name)
+    model = tf.saved_model.load(trigger.path(name))
+    outputs = model.signatures['action'](
+        step_type=tf.zeros([6], tf.int32), reward=tf.zeros([6]), discount=tf.ones([6]),
+        observation=tf.constant(OBSERVATIONS))
+    actions = outputs['action'].numpy()
+    assert actions.shape == (6,) and actions.min() >= 0 and actions.max() < NUM_ACTIONS
+    if name == 'greedy_policy':
+      assert actions.tolist() == greedy_actions(agent.policy)
+
+  expected = {}
+  for step in range(1, 8):
+    train_step.assign(step)
+    env_steps.assign(100 * step)
+    perturb(agent, 0.01)
+    expected[step] = policy_variables(agent)
+    trigger(step)
+
+  checkpoints_dir = policies_dir / 'checkpoints'
+  # Written at 2, 4 and 6; only the newest 2 are kept.
+  assert sorted(os.listdir(checkpoints_dir)) == [
+      'policy_checkpoint_0000000004', 'policy_checkpoint_0000000006']
+  assert trigger.latest_checkpoint() == str(checkpoints_dir / 'policy_checkpoint_0000000006')
+  for step in (4, 6):
+    path = checkpoints_dir / f'policy_checkpoint_{step:010d}'
+    assert (path / 'variables' / 'variables.index').is_file()
+    values = checkpoint_values(str(path))
+    assert values['policy/train_step/.ATTRIBUTES/VARIABLE_VALUE'] == step
+    assert values['policy/metadata/env_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 100 * step
+    for value, variable in zip(model_values(values), expected[step]):
+      np.testing.assert_array_equal(value, variable)
+
+  # The newest checkpoint turns the creation-time export into the step-6 policy.
+  loaded = export.load_policy(trigger.path())
+  loaded.update_from_checkpoint(trigger.latest_checkpoint())
+  assert loaded.get_train_step() == 6
+  for variable, value in zip(loaded.model_variables, expected[6]):
+    np.testing.assert_array_equal(variable.numpy(), value)
+
+  # save_saved_models re-exports with the current variables and step.
+  trigger.save_saved_models()
+  reloaded = export.load_policy(trigger.path())
+  assert reloaded.get_train_step() == 7
+  assert reloaded.get_metadata() == {'env_steps': 700}
+  assert (reloaded.action(ts.restart(tf.constant(OBSERVATIONS), batch_size=6))
+          .action.numpy().tolist()) == greedy_actions(agent.policy)
+  assert leftover_temporaries(str(tmp_path)) == []
+
+
+def test_async_policy_checkpoints_hold_the_values_at_trigger_time(tmp_path):
+  agent = make_agent()
+  train_step = tf.Variable(0, dtype=tf.int64)
+  env_steps = tf.Variable(50, dtype=tf.int64)
+  trigger = triggers.PolicySavedModelTrigger(
+      str(tmp_path), agent, train_step, interval=2, metadata={'env_steps': env_steps},
+      async_saving=True, max_checkpoints_to_keep=2)
+  checkpoints_dir = tmp_path / 'policies' / 'checkpoints'
+
+  expected = {}
+  for step in range(1, 8):
+    train_step.assign(step)
+    env_steps.assign(100 * step)
+    perturb(agent, 0.01)
+    expected[step] = policy_variables(agent)
+    trigger(step)
+    # Training goes on while the write may still run: it must not see these values.
+    perturb(agent, 1000.0)
+    train_step.assign(-1)
+    env_steps.assign(-1)
+  trigger.wait()
+
+  assert sorted(os.listdir(checkpoints_dir)) == [
+      'policy_checkpoint_0000000004', 'policy_checkpoint_0000000006']
+  assert trigger.latest_checkpoint() == str(checkpoints_dir / 'policy_checkpoint_0000000006')
+  # The same checkpoint a synchronous write of the policy makes, nothing else.
+  sync_path = export.write_policy_checkpoint(
+      export.PolicyModule(agent.policy, train_step, {'env_steps': env_steps}),
+      str(tmp_path / 'sync'))
+  for step in (4, 6):
+    path = checkpoints_dir / f'policy_checkpoint_{step:010d}'
+    assert (path / 'variables' / 'variables.index').is_file()
+    values = checkpoint_values(str(path))
+    assert sorted(values) == sorted(checkpoint_values(sync_path))
+    assert values['policy/train_step/.ATTRIBUTES/VARIABLE_VALUE'] == step
+    assert values['policy/metadata/env_steps/.ATTRIBUTES/VARIABLE_VALUE'] == 100 * step
+    for value, variable in zip(model_values(values), expected[step]):
+      np.testing.assert_array_equal(value, variable)
+
+  loaded = export.load_policy(trigger.path('collect_policy'))
+  loaded.update_from_checkpoint(trigger.latest_checkpoint())
+  assert loaded.get_train_step() == 6
+  assert loaded.get_metadata() == {'env_steps': 600}
+  assert leftover_temporaries(str(tmp_path)) == []
+
+
+# StepsPerSecondLogTrigger.
+
+
+def test_steps_per_second_trigger_measures_at_interval(tmp_path, caplog):
+  train_step = tf.Variable(100, dtype=tf.int64)
+  started = time.perf_counter()
+  trigger = triggers.StepsPerSecondLogTrigger(train_step, interval=10)
+  writer = tf.summary.create_file_writer(str(tmp_path))
+
+  train_step.assign(105)
+  trigger(105)
+  assert np.isnan(trigger.last_rate)  # Not due yet: 5 < 10 steps since 100.
+
+  time.sleep(0.05)
+  train_step.assign(110)
+  with writer.as_default(), caplog.at_level(logging.INFO, logger='absl'):
+    trigger(110)
+  elapsed = time.perf_counter() - started
+  writer.flush()
+
+  # 10 steps in a time between the sleep and the whole test so far.
+  assert 10 / elapsed <= trigger.last_rate <= 10 / 0.05
+  assert 'train step 110' in caplog.text and 'steps/sec' in caplog.text
+  tags = set()
+  for path in glob.glob(str(tmp_path / 'events.out.tfevents.*')):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      tags.update((value.tag, event.step) for value in event.summary.value)
+  assert tags == {('train_steps_per_sec', 110)}
+
+
+# ReverbCheckpointTrigger.
+
+
+def test_reverb_checkpoint_trigger_writes_checkpoints_that_restore(tmp_path,
+                                                                    reverb_server_factory):
+  checkpoint_dir = str(tmp_path / 'reverb')
+  table = lambda: replay.uniform_table('replay', max_size=10, signature=None)
+  server = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
+  for value in range(3):
+    server.client.insert(np.int64(value), priorities={'replay': 1.0})
+  train_step = tf.Variable(0, dtype=tf.int64)
+  trigger = triggers.ReverbCheckpointTrigger(train_step, interval=5,
+                                             reverb_client=server.client)
+
+  trigger(3)
+  assert trigger.last_path is None
+  trigger(5)
+  first = trigger.last_path
+  assert first is not None and os.path.isdir(first)
+  assert os.path.commonpath([first, checkpoint_dir]) == checkpoint_dir
+  trigger(9)
+  assert trigger.last_path == first
+  server.client.insert(np.int64(3), priorities={'replay': 1.0})
+  trigger(10)
+  assert trigger.last_path != first and os.path.isdir(trigger.last_path)
+  server.stop()
+
+  # A new server on the same directory starts from the newest checkpoint (4 items).
+  restored = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
+  assert restored.client.server_info()['replay'].current_size == 4
