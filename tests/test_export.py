@@ -200,25 +200,37 @@ def test_load_policy_acts_like_the_policy_and_updates_from_checkpoint(exported):
   assert loaded.get_metadata() == {'env_steps': 456}
 
 
-def _other_network_policy():
-  return make_agent(fc_layer_params=(5,)).policy
+def _other_network_policy(fc_layer_params):
+  return lambda: make_agent(fc_layer_params=fc_layer_params).policy
 
 
 def _policy_without_variables():
-  return random_tf_policy.RandomTFPolicy(make_agent().time_step_spec,
-                                         make_agent().action_spec)
+  agent = make_agent()
+  return random_tf_policy.RandomTFPolicy(agent.time_step_spec, agent.action_spec)
 
 
-@pytest.mark.parametrize('make_policy', [_other_network_policy, _policy_without_variables],
-                         ids=['other_shapes', 'no_model_variables'])
-def test_update_from_checkpoint_of_another_network_raises(make_policy, exported,
-                                                          tmp_path):
-  checkpoint = export.write_policy_checkpoint(export.PolicyModule(make_policy()),
-                                              str(tmp_path / 'other'))
+@pytest.mark.parametrize('make_policy', [
+    _other_network_policy((5,)),
+    # Its first variable has the export's shape, the second does not.
+    _other_network_policy((8, 4)),
+    _policy_without_variables,
+], ids=['other_shapes', 'first_shape_matches', 'no_model_variables'])
+def test_update_from_checkpoint_of_another_policy_raises_and_changes_nothing(
+    make_policy, exported, tmp_path):
+  checkpoint = export.write_policy_checkpoint(
+      export.PolicyModule(make_policy(), tf.Variable(99, dtype=tf.int64)),
+      str(tmp_path / 'other_checkpoint'))
   loaded = export.load_policy(exported.path)
+  before = [v.numpy().copy() for v in loaded.model_variables]
 
-  with pytest.raises(ValueError, match='other'):
+  with pytest.raises(ValueError, match='other_checkpoint'):
     loaded.update_from_checkpoint(checkpoint)
+
+  # A failed update leaves the loaded policy as it was: no mix of old and new values.
+  for variable, value in zip(loaded.model_variables, before):
+    np.testing.assert_array_equal(variable.numpy(), value)
+  assert loaded.get_train_step() == 7
+  assert loaded.action(batched_time_step()).action.numpy().tolist() == exported.actions
 
 
 def test_load_policy_on_a_missing_directory_names_it(tmp_path):

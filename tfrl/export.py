@@ -237,10 +237,14 @@ class ExportedPolicy:
       ValueError: the checkpoint does not hold this policy's variables.
     """
     prefix = os.path.join(checkpoint_path, 'variables', 'variables')
-    status = self._checkpoint.read(prefix)
+    variables = tf.nest.flatten([self._module.model_variables, self._module.train_step,
+                                 getattr(self._module, 'metadata', {})])
+    backup = [v.read_value() for v in variables]
     try:
-      status.assert_existing_objects_matched().expect_partial()
-    except AssertionError as e:
+      self._checkpoint.read(prefix).assert_existing_objects_matched().expect_partial()
+    except (AssertionError, ValueError) as e:
+      for variable, value in zip(variables, backup):  # No half-applied update.
+        variable.assign(value)
       raise ValueError(f'Checkpoint {checkpoint_path!r} does not match the policy '
                        f'exported at {self.path!r}: {e}') from e
 

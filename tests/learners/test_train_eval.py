@@ -42,7 +42,7 @@ def test_missing_gin_file_names_it():
 
 def test_unknown_binding_names_it():
   with pytest.raises(config.ConfigError, match='no_such_param'):
-    config.parse(['dqn_cartpole.gin'], ['train_eval.no_such_param = 3'])
+    config.parse(['dqn_cartpole.gin'], ['Experiment.no_such_param = 3'])
 
 
 def test_cli_missing_gin_file_fails_fast(tmp_path):
