@@ -35,6 +35,11 @@ setuptools.setup(
     extras_require=EXTRAS_REQUIRE,
     entry_points={'console_scripts': [
         'tfrl-train-eval=learners.train_eval:run_main',
+        'tfrl-reverb-server=learners.reverb_server:run_main',
+        'tfrl-collect=learners.collect:run_main',
+        'tfrl-train=learners.train:run_main',
+        'tfrl-eval=learners.eval:run_main',
+        'tfrl-launch=learners.launch:run_main',
     ]},
     classifiers=[
         'Programming Language :: Python :: 3',

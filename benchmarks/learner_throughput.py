@@ -10,25 +10,31 @@ Measures DQN train steps per second (batch 64 transitions) in one run, for:
               `tf_agents.train.learner.Learner` fed by
               `ReverbReplayBuffer(...).as_dataset(sample_batch_size=64, num_steps=2)
               .prefetch(50)` from a `reverb.Table` (uniform, signature [2]-step
-              Trajectories) filled with ~10k one-transition items by
+              Trajectories, MinSize(1)) filled with ~10k one-transition items by
               `ReverbAddTrajectoryObserver(sequence_length=2, stride_length=1)`.
   ceiling     the same agent's `agent.train` in a `tf.while_loop` inside one
               `tf.function` on a fixed in-memory [64, 2] Trajectory: no input pipeline,
               no Learner.
   input       (diagnostic) the input pipelines alone: batches/s of draining tfrl's
-              `make_dataset` and tf-agents' `as_dataset(...).prefetch(50)` inside a
-              tf.function (no training), to show where the time goes.
+              `make_dataset` and tf-agents' `as_dataset(...).prefetch(50)` in a
+              `tf.while_loop` inside one `tf.function` (no training), as a Learner
+              pulls them.
 
 Every path trains a fresh tf-agents `DqnAgent` built the same way (QNetwork fc(100),
 Adam 1e-3, same seed) on the same experience: 160 batched steps of 64 CartPole-v1 envs
 with random actions (`tfrl.envs.make`), written once into each path's table. Both
 Learners run with checkpoint_interval=0 and summary_interval=0.
 
-The Learner paths are timed over whole `learner.run(iterations=K)` calls after one
-warm-up call (which traces the tf.function and fills the prefetch buffers), for two K:
+The Learner paths are timed over whole `learner.run(iterations=K)` calls, for two K:
 --iterations (default 1000, the figure the targets are judged on) and
 --small_iterations (default 16, to show the fixed cost of each call). Steps are counted
 from the agent's train_step variable.
+
+Method: every path is built and warmed up first (one call each: traces the
+tf.functions, fills the prefetch buffers); then --rounds rounds each time every path
+for --seconds, in a fixed order (ceiling first, tfrl right after it). On a shared
+machine other jobs only ever slow a measurement down, so each path's figure is its best
+round, and the spread over rounds is printed next to it.
 
 Targets (from the issue): tfrl >= 5x the tf-agents Learner and >= 50% of the ceiling.
 The script always exits 0 (it is a measurement) and prints PASS/MISS against them.
@@ -40,7 +46,7 @@ Run (from the repository root):
 
 Results are recorded in benchmarks/RESULTS.md.
 """
-import gc
+import contextlib
 from importlib import metadata
 import os
 import shutil
@@ -73,9 +79,11 @@ TABLE = 'replay'
 ALL_PATHS = ('tfrl', 'tf-agents', 'ceiling', 'input')
 TARGET_VS_PEER = 5.0
 TARGET_VS_CEILING = 0.5
+INPUT_CHUNK = 500  # batches drawn per in-graph call when timing an input pipeline
 
 FLAGS = flags.FLAGS
-flags.DEFINE_float('seconds', 10.0, 'Timed budget per measurement (after warm-up).')
+flags.DEFINE_float('seconds', 10.0, 'Timed budget per path in each round.')
+flags.DEFINE_integer('rounds', 3, 'Rounds over all paths; each path reports its best.')
 flags.DEFINE_integer('batch_size', 64, 'Transitions per train step.')
 flags.DEFINE_integer('num_envs', 64, 'Envs per vector step when filling the tables; '
                      'tfrl items hold this many transitions (must divide batch_size).')
@@ -119,125 +127,163 @@ def collect_experience(num_envs: int, steps: int):
       transitions.append((time_step, policy_step_lib.PolicyStep(action, (), ()),
                           next_time_step))
       time_step = next_time_step
-    return env.time_step_spec(), env.action_spec(), transitions
+    return (tensor_spec.from_spec(env.time_step_spec()),
+            tensor_spec.from_spec(env.action_spec()), transitions)
   finally:
     env.close()
 
 
-class Result:
-  """Train steps (or batches) counted over a timed window."""
+# -- measurements -------------------------------------------------------------------
 
-  def __init__(self, name, steps, seconds, calls=0, note=''):
-    self.name, self.steps, self.seconds, self.calls, self.note = (
-        name, steps, seconds, calls, note)
+
+class Measurement:
+  """One path: `call()` does one chunk of work and returns how many units it did."""
+
+  def __init__(self, name, call, note='', unit='train steps'):
+    self.name, self.call, self.note, self.unit = name, call, note, unit
+    self.rounds = []  # (units, seconds, calls) per round
+
+  def time(self, seconds: float) -> None:
+    units = calls = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      units += self.call()
+      calls += 1
+    self.rounds.append((units, time.perf_counter() - start, calls))
+
+  def rates(self):
+    return [u / s for u, s, _ in self.rounds]
 
   @property
   def rate(self) -> float:
-    return self.steps / self.seconds
+    """The best round's rate (other jobs on the machine only slow a round down)."""
+    return max(self.rates())
 
   @property
   def ms_per_call(self) -> float:
-    return 1e3 * self.seconds / self.calls if self.calls else float('nan')
+    units, seconds, calls = max(self.rounds, key=lambda r: r[0] / r[1])
+    return 1e3 * seconds / calls
 
 
-def time_learner(name, learner, train_step, iterations, seconds, note='') -> Result:
-  """Times whole `learner.run(iterations)` calls after one warm-up call."""
-  learner.run(iterations=iterations)  # warm-up: traces, fills prefetch buffers
-  start_step = int(train_step.numpy())
-  calls = 0
-  start = time.perf_counter()
-  while time.perf_counter() - start < seconds:
+def learner_measurement(name, learner, train_step, iterations, note) -> Measurement:
+  """Whole `learner.run(iterations)` calls; warms up (traces, fills buffers) first."""
+
+  def call():
+    before = int(train_step.numpy())
     learner.run(iterations=iterations)
-    calls += 1
-  elapsed = time.perf_counter() - start
-  return Result(name, int(train_step.numpy()) - start_step, elapsed, calls, note)
+    return int(train_step.numpy()) - before
+
+  call()
+  return Measurement(name, call, note)
 
 
-def time_iterator(name, dataset, seconds, note='') -> Result:
-  """Times pulling batches from a dataset's iterator in-graph, as a Learner does.
-
-  Batches are drawn `chunk` at a time inside one tf.function (a tf.while_loop around
-  `next(iterator)`), so the figure is the pipeline's own rate, without a Python call
-  per batch.
-  """
+def input_measurement(name, dataset, note) -> Measurement:
+  """Batches drawn in-graph, `INPUT_CHUNK` per tf.function call, as a Learner does."""
   iterator = iter(dataset)
-  chunk = 500
 
   @tf.function(autograph=False)
   def drain(n):
     def body(i, total):
-      leaf = tf.nest.flatten(next(iterator))[0]  # consume the batch
+      leaf = tf.nest.flatten(next(iterator))[0]  # depend on the batch: it is produced
       return i + 1, total + tf.cast(tf.size(leaf), tf.int64)
     return tf.while_loop(lambda i, _: i < n, body,
                          (tf.constant(0), tf.constant(0, tf.int64)))[1]
 
-  drain(tf.constant(chunk))  # warm-up: traces, fills the prefetch buffer
-  batches = 0
-  start = time.perf_counter()
-  while time.perf_counter() - start < seconds:
-    drain(tf.constant(chunk))
-    batches += chunk
-  return Result(name, batches, time.perf_counter() - start, note=note)
+  chunk = tf.constant(INPUT_CHUNK)
+
+  def call():
+    drain(chunk)
+    return INPUT_CHUNK
+
+  call()
+  return Measurement(name, call, note, unit='batches')
 
 
-# -- tfrl ---------------------------------------------------------------------------
+def _iteration_counts():
+  return [FLAGS.iterations] + ([FLAGS.small_iterations] if FLAGS.small_iterations else [])
 
 
-def fill_tfrl_table(agent, transitions, num_envs):
-  """An embedded ReplayServer whose table holds one item of num_envs rows per step."""
+# -- paths --------------------------------------------------------------------------
+
+
+def setup_ceiling(specs, transitions, stack):
+  """`agent.train` looped in one tf.function on a fixed in-memory batch."""
+  del stack
+  agent = make_dqn_agent(*specs)
+  batch = FLAGS.batch_size
+  # The [batch, 2] Trajectory of the first two vector steps (step t -> t+1 per env),
+  # laid out as the replay datasets deliver it.
+  t0, t1 = transitions[0], transitions[1]
+  pair = lambda a, b: np.stack([a, b], axis=1)
+  experience = trajectory_lib.Trajectory(
+      step_type=pair(t0[0].step_type, t1[0].step_type),
+      observation=pair(t0[0].observation, t1[0].observation),
+      action=pair(t0[1].action, t1[1].action),
+      policy_info=(),
+      next_step_type=pair(t0[2].step_type, t1[2].step_type),
+      reward=pair(t0[2].reward, t1[2].reward),
+      discount=pair(t0[2].discount, t1[2].discount))
+  reps = -(-batch // FLAGS.num_envs)  # tile when num_envs < batch
+  experience = tf.nest.map_structure(
+      lambda x: tf.constant(np.concatenate([x] * reps)[:batch]), experience)
+
+  @tf.function(autograph=False)
+  def train_loop(iterations):
+    first = agent.train(experience).loss
+
+    def body(i, unused_loss):
+      return i + 1, agent.train(experience).loss
+
+    return tf.while_loop(lambda i, _: i < iterations, body, (tf.constant(1), first))[1]
+
+  k = tf.constant(FLAGS.iterations)
+  step = agent.train_step_counter
+
+  def call():
+    before = int(step.numpy())
+    train_loop(k)
+    return int(step.numpy()) - before
+
+  call()
+  return [Measurement(f'ceiling K={FLAGS.iterations}', call,
+                      'agent.train on one fixed in-memory batch')]
+
+
+def setup_tfrl(specs, transitions, stack):
+  """tfrl's Learner at both iteration counts, and its dataset alone."""
+  agent = make_dqn_agent(*specs)
+  num_envs = FLAGS.num_envs
   signature = tfrl.replay.NStepTransitionWriter.item_signature(
       agent.collect_data_spec, num_envs)
   table = tfrl.replay.uniform_table(TABLE, max_size=10 * len(transitions),
                                     signature=signature)
   server = tfrl.replay.ReplayServer([table])
+  stack.callback(server.stop)
   writer = tfrl.replay.NStepTransitionWriter(server.client, TABLE, n=1)
   for time_step, policy_step, next_time_step in transitions:
     writer.write(time_step, policy_step, next_time_step)
   writer.close()
-  return server, signature
-
-
-def bench_tfrl(specs, transitions, seconds):
-  """tfrl's Learner at both iteration counts, and its dataset alone."""
-  agent = make_dqn_agent(*specs)
-  num_envs = FLAGS.num_envs
-  server, signature = fill_tfrl_table(agent, transitions, num_envs)
-  items = server.table_info()[TABLE].current_size
-  note = f'{items} items of {num_envs} transitions'
+  note = f'{server.table_info()[TABLE].current_size} items of {num_envs} transitions'
 
   def dataset_fn():
     return tfrl.replay.make_dataset(server.address, TABLE, signature, FLAGS.batch_size,
                                     experience_spec=agent.collect_data_spec)
 
-  results = {}
-  root_dir = tempfile.mkdtemp(prefix='tfrl_learner_bench_')
-  try:
-    if 'tfrl' in FLAGS.paths:
-      learner = tfrl.learner.Learner(
-          root_dir, agent.train_step_counter, agent, experience_dataset_fn=dataset_fn,
-          checkpoint_interval=0, summary_interval=0)
-      for k in _iteration_counts():
-        name = f'tfrl K={k}'
-        results[name] = time_learner(name, learner, agent.train_step_counter, k,
-                                     seconds, note)
-        _report(results[name])
-      del learner
-    if 'input' in FLAGS.paths:
-      name = 'tfrl make_dataset'
-      results[name] = time_iterator(name, dataset_fn(), seconds,
-                                    f'batches of {FLAGS.batch_size}; {note}')
-      _report(results[name], 'batches')
-  finally:
-    gc.collect()
-    server.stop()
-    shutil.rmtree(root_dir, ignore_errors=True)
-  return results
+  measurements = []
+  if 'tfrl' in FLAGS.paths:
+    root_dir = tempfile.mkdtemp(prefix='tfrl_learner_bench_')
+    stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+    learner = tfrl.learner.Learner(
+        root_dir, agent.train_step_counter, agent, experience_dataset_fn=dataset_fn,
+        checkpoint_interval=0, summary_interval=0)
+    measurements += [learner_measurement(f'tfrl K={k}', learner, agent.train_step_counter,
+                                         k, note) for k in _iteration_counts()]
+  if 'input' in FLAGS.paths:
+    measurements.append(input_measurement('tfrl make_dataset', dataset_fn(), note))
+  return measurements
 
 
-# -- tf-agents ----------------------------------------------------------------------
-
-
-def bench_tf_agents(specs, transitions, seconds):
+def setup_tf_agents(specs, transitions, stack):
   """tf-agents' Learner + ReverbReplayBuffer at both iteration counts, and its dataset."""
   # Imported here: tfrl itself must not import tf_agents.train / replay_buffers.
   from tf_agents.replay_buffers import reverb_replay_buffer  # pylint: disable=g-import-not-at-top
@@ -252,6 +298,7 @@ def bench_tf_agents(specs, transitions, seconds):
       sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(),
       rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
   server = reverb.Server([table])
+  stack.callback(server.stop)
   replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
       agent.collect_data_spec, sequence_length=2, table_name=TABLE, local_server=server)
   observer = reverb_utils.ReverbAddTrajectoryObserver(
@@ -263,97 +310,37 @@ def bench_tf_agents(specs, transitions, seconds):
       observer(tf.nest.map_structure(lambda x, e=env: x[e], traj))
     observer.reset(write_cached_steps=False)
   observer.close()
-  items = replay_buffer.py_client.server_info()[TABLE].current_size
-  note = f'{items} items of 1 transition'
+  note = f'{replay_buffer.py_client.server_info()[TABLE].current_size} items of 1 transition'
 
   def dataset_fn():
     return replay_buffer.as_dataset(sample_batch_size=FLAGS.batch_size,
                                     num_steps=2).prefetch(50)
 
-  results = {}
-  root_dir = tempfile.mkdtemp(prefix='tfa_learner_bench_')
-  try:
-    if 'tf-agents' in FLAGS.paths:
-      dataset = dataset_fn()
-      learner = tfa_learner.Learner(
-          root_dir, agent.train_step_counter, agent,
-          experience_dataset_fn=lambda: dataset, checkpoint_interval=0,
-          summary_interval=0)
-      for k in _iteration_counts():
-        name = f'tf-agents K={k}'
-        results[name] = time_learner(name, learner, agent.train_step_counter, k,
-                                     seconds, note)
-        _report(results[name])
-      del learner, dataset
-    if 'input' in FLAGS.paths:
-      name = 'tf-agents as_dataset'
-      results[name] = time_iterator(name, dataset_fn(), seconds,
-                                    f'batches of {FLAGS.batch_size}; {note}')
-      _report(results[name], 'batches')
-  finally:
-    gc.collect()
-    server.stop()
-    shutil.rmtree(root_dir, ignore_errors=True)
-  return results
-
-
-# -- ceiling ------------------------------------------------------------------------
-
-
-def bench_ceiling(specs, transitions, seconds):
-  """`agent.train` looped in one tf.function on a fixed in-memory batch."""
-  agent = make_dqn_agent(*specs)
-  batch = FLAGS.batch_size
-  # The [batch, 2] Trajectory of the first two vector steps (step t -> t+1 per env),
-  # laid out as the replay datasets deliver it.
-  t0, t1 = transitions[0], transitions[1]
-  pair = lambda a, b: tf.constant(np.stack([a, b], axis=1)[:batch])
-  experience = trajectory_lib.Trajectory(
-      step_type=pair(t0[0].step_type, t1[0].step_type),
-      observation=pair(t0[0].observation, t1[0].observation),
-      action=pair(t0[1].action, t1[1].action),
-      policy_info=(),
-      next_step_type=pair(t0[2].step_type, t1[2].step_type),
-      reward=pair(t0[2].reward, t1[2].reward),
-      discount=pair(t0[2].discount, t1[2].discount))
-  if FLAGS.num_envs < batch:  # not enough envs for one batch from two steps: tile
-    reps = -(-batch // FLAGS.num_envs)
-    experience = tf.nest.map_structure(
-        lambda x: tf.tile(x, [reps] + [1] * (x.shape.rank - 1))[:batch], experience)
-
-  @tf.function(autograph=False)
-  def train_loop(iterations):
-    first = agent.train(experience).loss
-
-    def body(i, unused_loss):
-      return i + 1, agent.train(experience).loss
-
-    return tf.while_loop(lambda i, _: i < iterations, body, (tf.constant(1), first))[1]
-
-  k = tf.constant(FLAGS.iterations)
-  train_loop(k)  # warm-up
-  step = agent.train_step_counter
-  start_step, calls = int(step.numpy()), 0
-  start = time.perf_counter()
-  while time.perf_counter() - start < seconds:
-    train_loop(k)
-    calls += 1
-  elapsed = time.perf_counter() - start
-  result = Result(f'ceiling K={FLAGS.iterations}', int(step.numpy()) - start_step,
-                  elapsed, calls, 'agent.train on one fixed in-memory batch')
-  _report(result)
-  return {result.name: result}
+  measurements = []
+  if 'tf-agents' in FLAGS.paths:
+    root_dir = tempfile.mkdtemp(prefix='tfa_learner_bench_')
+    stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+    dataset = dataset_fn()
+    learner = tfa_learner.Learner(
+        root_dir, agent.train_step_counter, agent,
+        experience_dataset_fn=lambda: dataset, checkpoint_interval=0,
+        summary_interval=0)
+    measurements += [learner_measurement(f'tf-agents K={k}', learner,
+                                         agent.train_step_counter, k, note)
+                     for k in _iteration_counts()]
+  if 'input' in FLAGS.paths:
+    measurements.append(input_measurement('tf-agents as_dataset', dataset_fn(), note))
+  return measurements
 
 
 # -- report -------------------------------------------------------------------------
 
 
-def _iteration_counts():
-  return [FLAGS.iterations] + ([FLAGS.small_iterations] if FLAGS.small_iterations else [])
-
-
-def _report(r: Result, unit='train steps') -> None:
-  print(f'  measured {r.name}: {r.rate:,.0f} {unit}/s over {r.seconds:.1f} s', flush=True)
+def _spread(m: Measurement) -> str:
+  rates = m.rates()
+  if len(rates) < 2:
+    return ''
+  return f'{min(rates):,.0f}-{max(rates):,.0f}'
 
 
 def _ratio_line(label, num, den, target):
@@ -365,7 +352,12 @@ def _ratio_line(label, num, den, target):
     shown, target_text = f'{ratio:.2f}x', f'{target:g}x'
   else:
     shown, target_text = f'{ratio:.1%}', f'{target:.0%}'
-  return f'{label:<30} {shown:<10} target >= {target_text:<4} {verdict}'
+  per_round = ''
+  if len(num.rounds) > 1 and len(num.rounds) == len(den.rounds):
+    ratios = [a / b for a, b in zip(num.rates(), den.rates())]
+    fmt = (lambda x: f'{x:.2f}x') if target >= 1 else (lambda x: f'{x:.0%}')
+    per_round = f'  (per round: {", ".join(fmt(r) for r in ratios)})'
+  return f'{label:<30} {shown:<10} target >= {target_text:<4} {verdict}{per_round}'
 
 
 def _load() -> str:
@@ -383,56 +375,63 @@ def main(argv):
                          f'--batch_size={FLAGS.batch_size} (tfrl items hold num_envs rows).')
   print(f'Learner throughput, DQN QNetwork fc(100) on {ENV_ID} data: batch '
         f'{FLAGS.batch_size}, {FLAGS.fill_steps} x {FLAGS.num_envs} transitions per table, '
-        f'K={_iteration_counts()} steps per run call, {FLAGS.seconds:g} s per measurement, '
-        f'{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
+        f'K={_iteration_counts()} steps per run call, {FLAGS.rounds} rounds of '
+        f'{FLAGS.seconds:g} s per path, {os.cpu_count()} CPUs, '
+        f'GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
         f'tf {tf.__version__}, dm-reverb {metadata.version("dm-reverb")}, '
         f'tf-agents {metadata.version("tf-agents")}', flush=True)
   print(f'  load average at start (1, 5, 15 min): {_load()}', flush=True)
 
-  time_step_spec, action_spec, transitions = collect_experience(
-      FLAGS.num_envs, FLAGS.fill_steps)
-  specs = (tensor_spec.from_spec(time_step_spec), tensor_spec.from_spec(action_spec))
-
-  results = {}
-  # The ceiling runs right before tfrl: on a shared machine the load drifts, and the
-  # two terms of the tfrl / ceiling ratio are best measured close together.
-  if 'ceiling' in FLAGS.paths:
-    results.update(bench_ceiling(specs, transitions, FLAGS.seconds))
-  if 'tfrl' in FLAGS.paths or 'input' in FLAGS.paths:
-    results.update(bench_tfrl(specs, transitions, FLAGS.seconds))
-  if 'tf-agents' in FLAGS.paths or 'input' in FLAGS.paths:
-    results.update(bench_tf_agents(specs, transitions, FLAGS.seconds))
+  *specs, transitions = collect_experience(FLAGS.num_envs, FLAGS.fill_steps)
+  with contextlib.ExitStack() as stack:
+    # Ceiling first and tfrl right after: the two terms of the tfrl / ceiling ratio
+    # are measured close together while the machine's load drifts.
+    measurements = []
+    if 'ceiling' in FLAGS.paths:
+      measurements += setup_ceiling(specs, transitions, stack)
+    if 'tfrl' in FLAGS.paths or 'input' in FLAGS.paths:
+      measurements += setup_tfrl(specs, transitions, stack)
+    if 'tf-agents' in FLAGS.paths or 'input' in FLAGS.paths:
+      measurements += setup_tf_agents(specs, transitions, stack)
+    # Input pipelines last in each round, after the Learners they diagnose.
+    measurements.sort(key=lambda m: m.unit == 'batches')
+    for r in range(FLAGS.rounds):
+      for m in measurements:
+        m.time(FLAGS.seconds)
+        print(f'  round {r + 1}: {m.name:<22} {m.rates()[-1]:>9,.0f} {m.unit}/s '
+              f'(load {os.getloadavg()[0]:.2f})', flush=True)
   print(f'  load average at end (1, 5, 15 min): {_load()}')
 
-  trained = [r for r in results.values() if r.calls]
+  results = {m.name: m for m in measurements}
+  trained = [m for m in measurements if m.unit == 'train steps']
   if trained:
     print()
-    print(f'{"path":<22} {"steps/s":>9} {"ms/call":>9} {"seconds":>8}  note')
-    for r in trained:
-      print(f'{r.name:<22} {r.rate:>9,.0f} {r.ms_per_call:>9.1f} {r.seconds:>8.1f}  {r.note}')
-  inputs = [r for r in results.values() if not r.calls]
+    print(f'{"path":<22} {"steps/s":>9} {"rounds":>13} {"ms/call":>9}  note')
+    for m in trained:
+      print(f'{m.name:<22} {m.rate:>9,.0f} {_spread(m):>13} {m.ms_per_call:>9.1f}  {m.note}')
+  inputs = [m for m in measurements if m.unit == 'batches']
   if inputs:
     print()
-    print(f'{"input pipeline alone":<22} {"batches/s":>9} {"":>9} {"seconds":>8}  note')
-    for r in inputs:
-      print(f'{r.name:<22} {r.rate:>9,.0f} {"":>9} {r.seconds:>8.1f}  {r.note}')
+    print(f'{"input pipeline alone":<22} {"batches/s":>9} {"rounds":>13} {"":>9}  note')
+    for m in inputs:
+      print(f'{m.name:<22} {m.rate:>9,.0f} {_spread(m):>13} {"":>9}  '
+            f'batches of {FLAGS.batch_size}; {m.note}')
   print()
   k, small = FLAGS.iterations, FLAGS.small_iterations
-  tfrl_r = results.get(f'tfrl K={k}')
-  print(_ratio_line(f'tfrl / tf-agents (K={k})', tfrl_r, results.get(f'tf-agents K={k}'),
+  tfrl_m = results.get(f'tfrl K={k}')
+  print(_ratio_line(f'tfrl / tf-agents (K={k})', tfrl_m, results.get(f'tf-agents K={k}'),
                     TARGET_VS_PEER))
-  print(_ratio_line(f'tfrl / ceiling (K={k})', tfrl_r, results.get(f'ceiling K={k}'),
+  print(_ratio_line(f'tfrl / ceiling (K={k})', tfrl_m, results.get(f'ceiling K={k}'),
                     TARGET_VS_CEILING))
   if small and f'tfrl K={small}' in results and f'tf-agents K={small}' in results:
     ratio = results[f'tfrl K={small}'].rate / results[f'tf-agents K={small}'].rate
     print(f'{f"tfrl / tf-agents (K={small})":<30} {f"{ratio:.2f}x":<10} (diagnostic)')
-  if small and tfrl_r is not None and f'tfrl K={small}' in results:
-    r_small = results[f'tfrl K={small}']
-    # t(K) = overhead + K / rate: two K values give the fixed cost of one run call.
-    per_step = (tfrl_r.seconds / tfrl_r.steps)
-    overhead_ms = 1e3 * (r_small.seconds / r_small.calls - small * per_step)
+  if small and tfrl_m is not None and f'tfrl K={small}' in results:
+    m_small = results[f'tfrl K={small}']
+    # time per call = fixed cost + K x time per step: two K give the fixed cost.
+    overhead_ms = m_small.ms_per_call - small * 1e3 / tfrl_m.rate
     print(f'{"tfrl Learner.run fixed cost":<30} ~{overhead_ms:.1f} ms per call '
-          f'(K={small} runs at {r_small.rate / tfrl_r.rate:.0%} of K={k}) (diagnostic)')
+          f'(K={small} runs at {m_small.rate / tfrl_m.rate:.0%} of K={k}) (diagnostic)')
 
 
 if __name__ == '__main__':

@@ -38,3 +38,29 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   except (ValueError, KeyError) as e:
     raise ConfigError(f'Bad gin configuration ({", ".join(files) or "no files"}; '
                       f'bindings {list(gin_bindings)}): {e}') from e
+
+
+def define_common_flags() -> None:
+  """Defines --root_dir, --gin_file and --gin_bindings (once per process)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if 'root_dir' in flags.FLAGS:
+    return
+  flags.DEFINE_string('root_dir', None, 'The job directory: checkpoints, summaries, '
+                      'policies, logs.')
+  flags.DEFINE_multi_string('gin_file', [], 'gin files (repeatable; later ones win); a '
+                            'bare name is looked up in learners/configs.')
+  flags.DEFINE_multi_string('gin_bindings', [],
+                            "gin bindings (repeatable), e.g. 'Experiment.seed = 1'.")
+
+
+def parse_from_flags() -> None:
+  """Parses the gin files and bindings given on the command line.
+
+  Raises:
+    SystemExit: with the ConfigError's message, so programs fail fast and clearly.
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+  except ConfigError as e:
+    raise SystemExit(f'error: {e}') from e

@@ -12,6 +12,7 @@ import gin
 import tensorflow as tf
 
 import tfrl.envs
+from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl.agents import dqn
 
@@ -117,3 +118,22 @@ class Experiment:
                                  experience_spec=agent.collect_data_spec)
 
     return dataset_fn
+
+  def pushed_variables(self, agent, train_step: tf.Variable) -> dict:
+    """What the learner pushes and actors pull: the collect policy's variables and step."""
+    return {'policy': agent.collect_policy.variables(), 'train_step': train_step}
+
+  def tables(self, agent, train_step: tf.Variable) -> list:
+    """Every table a separate reverb_server serves: experience and variables."""
+    signature = replay.VariableContainer.signature(self.pushed_variables(agent, train_step))
+    return [self.replay_table(agent), replay.variables_table(signature)]
+
+  def build_agent(self, strategy: Optional[tf.distribute.Strategy] = None):
+    """Builds (env specs, train_step, agent) for a program that only needs the agent."""
+    env = self.make_env(num_envs=self.envs_per_item)
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+      train_step = learner_lib.new_train_step()
+      agent = self.make_agent(env, train_step)
+    env.close()
+    return train_step, agent

@@ -52,7 +52,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
   eval_env = exp.make_eval_env()
   strategy_obj = distribute.get_strategy(strategy)
   with strategy_obj.scope():
-    train_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='train_step')
+    train_step = learner_lib.new_train_step()
     agent = exp.make_agent(env, train_step)
   # One process alternates collection and training, so the table has no ratio limiter
   # (it could block the learner while the actor is idle): the ratio is fixed by
@@ -180,9 +180,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('root_dir', None, 'Where checkpoints, summaries and policies go.')
-flags.DEFINE_multi_string('gin_file', [], 'gin files (repeatable; later ones win).')
-flags.DEFINE_multi_string('gin_bindings', [], "gin bindings, e.g. 'Experiment.seed=1'.")
+config.define_common_flags()
 
 
 def main(argv):

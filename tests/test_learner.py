@@ -1,4 +1,5 @@
 """Tests for tfrl.learner.Learner and tfrl.distribute on fixed in-memory and Reverb data."""
+import glob
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from tfrl import actors
 from tfrl import distribute
 from tfrl import envs
 from tfrl import replay
+from tfrl import triggers
 from tfrl.agents import dqn as dqn_lib
 from tfrl.learner import Learner
 
@@ -259,6 +261,41 @@ def test_run_trains_like_agent_train_and_calls_triggers_with_the_step(tmp_path):
   assert_all_close(agent_variables(agent), agent_variables(reference))
 
 
+def summary_steps(directory):
+  """tag -> sorted steps of the scalar summaries in the event files under `directory`."""
+  steps = {}
+  for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*')):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        steps.setdefault(value.tag, []).append(event.step)
+  return {tag: sorted(s) for tag, s in steps.items()}
+
+
+@pytest.mark.parametrize('summary_interval, expected_steps', [(2, [0, 2, 4]), (0, [])])
+def test_summaries_follow_summary_interval_and_include_triggers(summary_interval,
+                                                                 expected_steps, tmp_path):
+  rows = fixed_rows(6 * BATCH)
+  agent, train_step = make_agent()
+  steps_per_sec = triggers.StepsPerSecondLogTrigger(train_step, interval=2,
+                                                    log_to_terminal=False)
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    experience_dataset_fn=rows_dataset_fn(rows),
+                    summary_interval=summary_interval, triggers=[steps_per_sec])
+
+  learner.run(iterations=2)
+  learner.run(iterations=3)
+  learner.train_summary_writer.flush()
+
+  steps = summary_steps(os.path.join(str(tmp_path), 'train'))
+  # The agent's loss summaries carry the step they trained at (0..4): every 2nd one.
+  assert steps.get('Losses/total_loss', []) == expected_steps
+  # Triggers run inside the Learner's summary context: steps/sec lands there too (at
+  # train step 2, which the interval records; 5 is not a multiple of 2).
+  assert np.isfinite(steps_per_sec.last_rate)
+  assert steps.get('train_steps_per_sec', []) == expected_steps[1:2]
+
+
 def test_run_with_explicit_iterator_and_without_any_raises(tmp_path):
   rows = fixed_rows(2 * BATCH)
   agent, train_step = make_agent()
@@ -426,10 +463,19 @@ def cartpole_replay(module_reverb_server_factory):
   return server, signature, agent, train_step
 
 
-def sample_priorities(client, table, num_samples):
-  """key -> priority of the items that `num_samples` draws from `table` hit."""
-  return {int(s.info.key): float(s.info.priority)
-          for s in client.sample(table, num_samples=num_samples, emit_timesteps=False)}
+def sample_priorities(client, table, num_samples, until_seen=()):
+  """key -> priority of the items that draws from `table` hit.
+
+  Draws `num_samples` items, and more (up to 10 times as many) until every key in
+  `until_seen` was drawn.
+  """
+  priorities = {}
+  for _ in range(10):
+    for sample in client.sample(table, num_samples=num_samples, emit_timesteps=False):
+      priorities[int(sample.info.key)] = float(sample.info.priority)
+    if set(until_seen) <= set(priorities):
+      break
+  return priorities
 
 
 def test_dqn_trains_from_actor_filled_reverb_table(cartpole_replay, tmp_path):
@@ -473,12 +519,13 @@ def test_after_step_fn_writes_priorities_back_to_the_table(cartpole_replay, tmp_
   learner.run(iterations=4)
 
   assert int(calls.numpy()) == 4
-  priorities = sample_priorities(server.client, 'replay', 1000)
+  keys = last_keys.numpy().view(np.uint64)
+  unique_keys = set(int(k) for k in keys)
+  priorities = sample_priorities(server.client, 'replay', 500, until_seen=unique_keys)
   assert any(p != 1.0 for p in priorities.values())
   # The last step's items got the largest |TD error| + 0.1 of their rows.
-  keys = last_keys.numpy().view(np.uint64)
-  for key in set(keys.tolist()):
-    expected = last_priorities.numpy()[keys == key].max()
+  for key in unique_keys:
+    expected = last_priorities.numpy()[keys == np.uint64(key)].max()
     assert priorities[int(key)] == pytest.approx(expected, rel=1e-6)
     assert expected != 1.0
 

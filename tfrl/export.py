@@ -212,6 +212,12 @@ class ExportedPolicy:
     self.path = path
     self._module = tf.saved_model.load(path)
     self._checkpoint = tf.train.Checkpoint(policy=self._module)
+    specs = tensor_spec.from_pbtxt_file(os.path.join(path, POLICY_SPECS_PBTXT))
+    collect = specs['collect_data_spec']
+    self.time_step_spec = ts.TimeStep(collect.step_type, collect.reward, collect.discount,
+                                      collect.observation)
+    self.action_spec = collect.action
+    self.policy_state_spec = specs['policy_state_spec']
 
   def action(self, time_step: ts.TimeStep, policy_state: Any = ()):
     """Returns the PolicyStep for a batched `time_step`."""

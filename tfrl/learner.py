@@ -33,6 +33,13 @@ def _call_dataset_fn(dataset_fn: Callable, context: tf.distribute.InputContext):
   return dataset_fn(context) if takes_context else dataset_fn()
 
 
+def new_train_step() -> tf.Variable:
+  """An int64 train step variable that every replica may increment (create it under the
+  strategy's scope)."""
+  return tf.Variable(0, dtype=tf.int64, trainable=False, name='train_step',
+                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
 class Learner(tf.Module):
   """Owns the training loop, checkpoints and summaries of one agent."""
 
@@ -60,7 +67,9 @@ class Learner(tf.Module):
       root_dir: checkpoints go to `root_dir/train/checkpoints`, summaries to
         `root_dir/train` (or `summary_root_dir/train`).
       train_step: the int64 step variable the agent increments (its
-        `train_step_counter`), created under the strategy's scope.
+        `train_step_counter`), created under the strategy's scope; under a multi-replica
+        strategy create it with `aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA`
+        (see `new_train_step`).
       agent: any `tf_agents.agents.TFAgent`.
       experience_dataset_fn: returns the per-replica `tf.data.Dataset` of samples
         (`(experience, info)`, Reverb v2 samples, or bare experience); may take a
@@ -234,17 +243,20 @@ class Learner(tf.Module):
     with self.train_summary_writer.as_default(), tf.summary.record_if(record):
       loss_info = self._compiled_train(
           tf.constant(iterations, tf.int32), iterator, parallel_iterations)
-    step = self.train_step_numpy
-    for trigger in self.triggers:
-      trigger(step)
+      # Inside the summary context (as in tf-agents): triggers' summaries land here too.
+      step = self.train_step_numpy
+      for trigger in self.triggers:
+        trigger(step)
     return loss_info
 
   def _loss(self, sample: Any, reduce_op: tf.distribute.ReduceOp):
     experience, _ = self._split_sample(sample)
     if self._use_kwargs_in_agent_train:
-      loss_info = self.strategy.run(self._agent.loss, kwargs=experience)
+      loss_info = self.strategy.run(self._agent.loss, kwargs=experience,
+                                    options=self._strategy_run_options)
     else:
-      loss_info = self.strategy.run(self._agent.loss, args=(experience,))
+      loss_info = self.strategy.run(self._agent.loss, args=(experience,),
+                                    options=self._strategy_run_options)
     return self._reduce(loss_info, reduce_op)
 
   def loss(self, experience_and_sample_info: Any = None,

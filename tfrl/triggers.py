@@ -63,7 +63,7 @@ class PolicySavedModelTrigger(IntervalTrigger):
   steps a variables-only checkpoint goes to
   `root_dir/policies/checkpoints/policy_checkpoint_<step>`, which any of the three
   exports applies with `update_from_checkpoint` (the layout tf-agents' loader reads).
-  All writes are atomic. `save_final()` re-exports the SavedModels with the current
+  All writes are atomic. `save_saved_models()` re-exports the SavedModels with the current
   variables (what a finished job ships).
   """
 

@@ -2,7 +2,7 @@
 from tfrl.replay.dataset import (SpecMismatchError, check_table_signature, infer_layout,
                                  make_dataset, valid_mask)
 from tfrl.replay.priorities import PriorityUpdater, update_priorities
-from tfrl.replay.server import (ReplayServer, ReplayServerUnreachableError,
+from tfrl.replay.server import (ReplayServer, ReplayServerUnreachableError, inserted_items,
                                 wait_for_server)
 from tfrl.replay.tables import (VARIABLES_TABLE, prioritized_table, queue_table,
                                 rate_limiter, uniform_table, variables_table)

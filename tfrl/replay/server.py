@@ -132,3 +132,10 @@ class ReplayServer:
 
   def __exit__(self, *unused_exc):
     self.stop()
+
+
+def inserted_items(address: str, table_name: str,
+                   timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> int:
+  """How many items the table has taken in since the server (re)started."""
+  info = wait_for_server(address, timeout_s)[table_name]
+  return int(info.rate_limiter_info.insert_stats.completed)

@@ -1,6 +1,7 @@
 """`VariableContainer`: policy variables from the learner to actors through Reverb."""
+import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 import reverb
@@ -50,11 +51,17 @@ class VariableContainer:
       writer.create_item(self._table, 1.0,
                          tf.nest.map_structure(lambda c: c[-1], writer.history))
 
-  def pull(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S) -> Any:
+  def pull(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
+           stop_event: Optional[threading.Event] = None) -> Any:
     """Returns the newest pushed values as numpy arrays (same structure as variables).
 
+    Args:
+      timeout_s: how long to wait for a first push.
+      stop_event: when set while waiting, gives up at once (raises).
+
     Raises:
-      VariablesNotPushedError: the table stayed empty for `timeout_s`.
+      VariablesNotPushedError: the table stayed empty for `timeout_s` (or the wait was
+        stopped).
     """
     deadline = time.monotonic() + timeout_s
     delay = 0.05
@@ -62,18 +69,22 @@ class VariableContainer:
       info = server_lib.wait_for_server(self._address, max(1.0, deadline - time.monotonic()))
       if info[self._table].current_size > 0:
         break
-      if time.monotonic() >= deadline:
+      if time.monotonic() >= deadline or (stop_event is not None and stop_event.is_set()):
         raise VariablesNotPushedError(
             f'No variables in table {self._table!r} at {self._address} after '
             f'{timeout_s:.0f} s: is the learner (train program) running and pushing?')
-      time.sleep(delay)
+      if stop_event is not None:
+        stop_event.wait(delay)
+      else:
+        time.sleep(delay)
       delay = min(1.0, delay * 2)
     sample = next(self._client.sample(self._table, num_samples=1, emit_timesteps=False,
                                       unpack_as_table_signature=True))
     return tf.nest.pack_sequence_as(self._variables,
                                     [np.asarray(x) for x in tf.nest.flatten(sample.data)])
 
-  def update(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S) -> None:
-    """Assigns the newest pushed values to this side's variables."""
-    values = self.pull(timeout_s)
+  def update(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
+             stop_event: Optional[threading.Event] = None) -> None:
+    """Assigns the newest pushed values to this side's variables (see `pull`)."""
+    values = self.pull(timeout_s, stop_event)
     tf.nest.map_structure(lambda v, x: v.assign(x), self._variables, values)

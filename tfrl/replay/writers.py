@@ -30,6 +30,7 @@ so a learner can mask across an unroll.
 import abc
 from typing import Any, Optional, Sequence, Union
 
+from absl import logging
 import numpy as np
 import reverb
 import tensorflow as tf
@@ -41,7 +42,9 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 _LAST = ts.StepType.LAST
 EXPERIENCE = 'experience'
 POLICY_VERSION = 'policy_version'
-DEFAULT_FLUSH_TIMEOUT_MS = 60_000
+DEFAULT_FLUSH_TIMEOUT_MS = 600_000
+DEFAULT_MAX_IN_FLIGHT_ITEMS = 32
+_THROTTLE_SLICE_MS = 10_000
 
 
 def _plain_spec(spec: Any) -> Any:
@@ -58,7 +61,8 @@ class BatchedWriter(abc.ABC):
                num_keep_alive_refs: int,
                envs_per_item: Optional[int] = None,
                priority: float = 1.0,
-               flush_timeout_ms: int = DEFAULT_FLUSH_TIMEOUT_MS):
+               flush_timeout_ms: int = DEFAULT_FLUSH_TIMEOUT_MS,
+               max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS):
     """Args:
       client: a `reverb.Client` (e.g. `ReplayServer.client`).
       table_names: one table name, or several that each get every item (e.g. CLEAR's
@@ -67,7 +71,11 @@ class BatchedWriter(abc.ABC):
       envs_per_item: G, how many envs share an item; None means all of them. Must
         divide the number of envs.
       priority: the priority of new items (prioritized tables update it later).
-      flush_timeout_ms: how long `flush` waits for the server before raising.
+      flush_timeout_ms: how long `flush` (and a write held back by the table's rate
+        limiter) waits for the server before raising.
+      max_in_flight_items: items that may be sent but not yet confirmed; past that a
+        write waits, so a rate-limited table slows the actor down instead of letting
+        unconfirmed items pile up in memory.
     """
     self._client = client
     self._tables = [table_names] if isinstance(table_names, str) else list(table_names)
@@ -77,6 +85,7 @@ class BatchedWriter(abc.ABC):
     self._envs_per_item = envs_per_item
     self._priority = float(priority)
     self._flush_timeout_ms = flush_timeout_ms
+    self._max_in_flight_items = max_in_flight_items
     self._writer = None
     self._num_envs = None
 
@@ -114,6 +123,28 @@ class BatchedWriter(abc.ABC):
     for table in self._tables:
       self._writer.create_item(table, self._priority, item)
 
+  def _throttle(self) -> None:
+    """Waits while more than `max_in_flight_items` items are unconfirmed.
+
+    Raises:
+      reverb.errors.DeadlineExceededError: still waiting after `flush_timeout_ms`.
+    """
+    waited_ms = 0
+    while True:
+      try:
+        self._writer.flush(block_until_num_items=self._max_in_flight_items,
+                           timeout_ms=_THROTTLE_SLICE_MS)
+        return
+      except reverb.errors.DeadlineExceededError:
+        waited_ms += _THROTTLE_SLICE_MS
+        if waited_ms >= self._flush_timeout_ms:
+          raise reverb.errors.DeadlineExceededError(
+              f'Items for {self._tables} were not accepted within '
+              f'{waited_ms / 1000:.0f} s: the server is gone, or its rate limiter is '
+              'holding inserts because the learner stopped sampling.')
+        logging.info('Writer waiting %.0f s so far for %s to accept items (rate limiter '
+                     'or server).', waited_ms / 1000, self._tables)
+
   @abc.abstractmethod
   def write(self, time_step: ts.TimeStep, policy_step: policy_step_lib.PolicyStep,
             next_time_step: ts.TimeStep, policy_version: int = 0) -> None:
@@ -137,6 +168,20 @@ class BatchedWriter(abc.ABC):
     """
     if self._writer is not None:
       self._writer.flush(timeout_ms=timeout_ms or self._flush_timeout_ms)
+
+  def abandon(self) -> None:
+    """Drops the Reverb writer and partial state without flushing (the server is gone).
+
+    The next `write` opens a new Reverb writer on the same client, which reconnects
+    once the server is back. Items not yet sent are lost.
+    """
+    if self._writer is not None:
+      try:
+        self._writer.close()
+      except Exception:  # pylint: disable=broad-except
+        pass  # Closing a writer whose stream already failed may raise; nothing to save.
+      self._writer = None
+    self.reset()
 
   def close(self) -> None:
     """Flushes and releases the Reverb writer."""
@@ -210,6 +255,7 @@ class NStepTransitionWriter(BatchedWriter):
     self._append(self._split(transition, num_groups))
     for g in range(num_groups):
       self._create_items(g, lambda column: column[-1])
+    self._throttle()
 
   def _oldest_transition(self) -> dict:
     """The n-step transition that starts at the oldest step of the window."""
@@ -304,6 +350,7 @@ class SequenceWriter(BatchedWriter):
     if self._steps >= self._length and (self._steps - self._length) % self._stride == 0:
       for g in range(num_groups):
         self._create_items(g, lambda column: column[-self._length:])
+      self._throttle()
 
 
 class EpisodeWriter(BatchedWriter):
@@ -356,3 +403,5 @@ class EpisodeWriter(BatchedWriter):
       length = int(self._lengths[env])
       self._create_items(int(env), lambda column: column[-length:])
       self._lengths[env] = 0
+    if done.any():
+      self._throttle()

@@ -1,0 +1,159 @@
+r"""The eval program: follows a trainer and plays greedy episodes every K train steps.
+
+    python -m learners.eval --root_dir=runs/job --reverb_address=host:8000 \
+      --gin_file=dqn_cartpole.gin
+    python -m learners.eval --root_dir=runs/job --gin_file=dqn_cartpole.gin \
+      --saved_model_dir=runs/job/policies/greedy_policy      # one exported policy, once
+
+Following a trainer, it pulls the policy variables from the server's variables table and
+evaluates whenever the train step has advanced --eval_interval (default
+Experiment.eval_interval) since the last evaluation. Each evaluation is appended to
+root_dir/eval/results.csv and results.json as (train_step, env_steps, return) and written
+as TensorBoard summaries to root_dir/eval. It exits 0 once the train step budget is
+evaluated, or once Experiment.target_return is reached and confirmed by a second
+evaluation (what `launch` stops on).
+"""
+import csv
+import json
+import os
+import threading
+import time
+from typing import Any, Dict
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from learners import config
+from learners import process
+from learners.experiment import Experiment
+from learners.experiment import REPLAY_TABLE
+from tfrl import actors
+from tfrl import export
+from tfrl import replay
+
+config.define_common_flags()
+flags.DEFINE_string('reverb_address', 'localhost:8000', 'host:port of the Reverb server.')
+flags.DEFINE_string('saved_model_dir', None,
+                    'Evaluate this exported policy once instead of following a trainer.')
+flags.DEFINE_integer('eval_interval', None, 'Train steps between evaluations.')
+flags.DEFINE_float('poll_interval_s', 1.0, 'Seconds between looks at the train step.')
+flags.DEFINE_float('variables_timeout_s', 600.0,
+                   'How long to wait for the trainer\'s variables before giving up.')
+FLAGS = flags.FLAGS
+EVAL_DIR = 'eval'
+RESULTS_CSV = 'results.csv'
+RESULTS_JSON = 'results.json'
+
+
+class ResultsLog:
+  """Appends evaluations to results.csv / results.json and TensorBoard summaries."""
+
+  def __init__(self, root_dir: str):
+    self.directory = os.path.join(root_dir, EVAL_DIR)
+    os.makedirs(self.directory, exist_ok=True)
+    self._json_path = os.path.join(self.directory, RESULTS_JSON)
+    self.rows = []
+    if os.path.exists(self._json_path):
+      with open(self._json_path) as f:
+        self.rows = json.load(f)
+    self._writer = tf.summary.create_file_writer(self.directory)
+
+  def add(self, row: Dict[str, Any]) -> None:
+    self.rows.append(row)
+    tmp = self._json_path + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump(self.rows, f, indent=1)
+    os.replace(tmp, self._json_path)  # readers (the launcher) never see half a file
+    csv_path = os.path.join(self.directory, RESULTS_CSV)
+    new_file = not os.path.exists(csv_path)
+    with open(csv_path, 'a', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=sorted(row))
+      if new_file:
+        writer.writeheader()
+      writer.writerow(row)
+    with self._writer.as_default():
+      tf.summary.scalar('eval/AverageReturn', row['return'], step=row['train_step'])
+
+
+def evaluate_saved_model(path: str) -> Dict[str, Any]:
+  """Evaluates an exported policy once on the Experiment's eval env."""
+  experiment = Experiment()
+  policy = export.load_policy(path)
+  evaluator = actors.Evaluator(experiment.make_eval_env(), policy,
+                               experiment.num_eval_episodes, seed=experiment.seed + 10_000)
+  result = evaluator.run()
+  logging.info('SavedModel %s (train step %d): average return %.1f over %d episodes.',
+               path, policy.get_train_step(), result['AverageReturn'],
+               result['NumberOfEpisodes'])
+  return result
+
+
+def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str, Any]:
+  """Evaluates the trainer's policy as it trains; returns the last result row."""
+  experiment = Experiment()
+  interval = FLAGS.eval_interval or experiment.eval_interval
+  train_step, agent = experiment.build_agent()
+  replay.wait_for_server(address)
+  variables = replay.VariableContainer(address,
+                                       experiment.pushed_variables(agent, train_step))
+  evaluator = actors.Evaluator(experiment.make_eval_env(), agent.policy,
+                               experiment.num_eval_episodes, seed=experiment.seed + 10_000)
+  log = ResultsLog(root_dir)
+  last_step = log.rows[-1]['train_step'] if log.rows else -interval
+  row = log.rows[-1] if log.rows else {}
+  while not stop_event.is_set():
+    try:
+      variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+    except replay.VariablesNotPushedError:
+      if stop_event.is_set():
+        break
+      raise
+    step = int(train_step.numpy())
+    final = step >= experiment.num_train_steps
+    if step - last_step < interval and not final:
+      stop_event.wait(FLAGS.poll_interval_s)
+      continue
+    last_step = step
+    result = evaluator.run()
+    target, confirmation = experiment.target_return, float('nan')
+    if target is not None and result['AverageReturn'] >= target:
+      confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
+    reached = target is not None and confirmation >= target
+    env_steps = replay.inserted_items(address, REPLAY_TABLE) * experiment.envs_per_item
+    row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
+           'confirmation': confirmation, 'reached_target': reached, 'time': time.time()}
+    log.add(row)
+    logging.info('eval | train step %d | env steps %d | return %.1f', step, env_steps,
+                 result['AverageReturn'])
+    if reached:
+      logging.info('Target return %.1f reached and confirmed (%.1f) at train step %d.',
+                   target, confirmation, step)
+      return row
+    if final:
+      return row
+  return row
+
+
+def main(argv):
+  del argv
+  config.parse_from_flags()
+  if FLAGS.saved_model_dir:
+    evaluate_saved_model(FLAGS.saved_model_dir)
+    return
+  try:
+    process.run_until_signal(
+        lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event),
+        'evaluator')
+  except (replay.ReplayServerUnreachableError, replay.VariablesNotPushedError) as e:
+    raise SystemExit(f'error: {e}') from e
+
+
+def run_main():
+  flags.mark_flag_as_required('root_dir')
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_main()

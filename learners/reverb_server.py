@@ -1,0 +1,66 @@
+r"""The Reverb server program: experience and variables tables for one job.
+
+    python -m learners.reverb_server --root_dir=runs/job --port=8000 \
+      --gin_file=dqn_cartpole.gin
+
+Tables come from the job's `Experiment` (the same .gin the other programs read), so
+collectors, trainer and server agree on item signatures. Contents are checkpointed to
+root_dir/reverb every --checkpoint_interval_s seconds and on SIGTERM/SIGINT; a restarted
+server loads the latest checkpoint. Reverb 0.14 listens on all interfaces without
+authentication (logged at start): keep it on a private network.
+"""
+import os
+import signal
+import threading
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from learners import config
+from learners.experiment import Experiment
+from tfrl import replay
+
+config.define_common_flags()
+flags.DEFINE_integer('port', 8000, 'Port to serve on (all interfaces).')
+flags.DEFINE_float('checkpoint_interval_s', 300.0,
+                   'Seconds between Reverb checkpoints (<= 0: only at shutdown).')
+FLAGS = flags.FLAGS
+REVERB_DIR = 'reverb'
+
+
+def serve(root_dir: str, port: int, checkpoint_interval_s: float,
+          stop_event: threading.Event) -> None:
+  """Serves until `stop_event` is set, checkpointing periodically and at the end."""
+  experiment = Experiment()
+  train_step, agent = experiment.build_agent()
+  checkpoint_dir = os.path.join(root_dir, REVERB_DIR)
+  server = replay.ReplayServer(experiment.tables(agent, train_step), port=port,
+                               checkpoint_dir=checkpoint_dir)
+  info = server.table_info()
+  logging.info('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
+               port, {name: t.current_size for name, t in info.items()})
+  try:
+    while not stop_event.wait(checkpoint_interval_s if checkpoint_interval_s > 0 else None):
+      logging.info('Reverb checkpoint: %s', server.checkpoint())
+  finally:
+    logging.info('Stopping: final Reverb checkpoint %s', server.checkpoint())
+    server.stop()
+
+
+def main(argv):
+  del argv
+  config.parse_from_flags()
+  stop_event = threading.Event()
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda *unused: stop_event.set())
+  serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event)
+
+
+def run_main():
+  flags.mark_flag_as_required('root_dir')
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_main()
