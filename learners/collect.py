@@ -23,7 +23,6 @@ from tf_agents.policies import random_tf_policy
 from learners import config
 from learners import process
 from learners.experiment import Experiment
-from learners.experiment import REPLAY_TABLE
 from tfrl import actors
 from tfrl import replay
 
@@ -72,7 +71,8 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
   replay.wait_for_server(address)
   env = experiment.make_env(num_envs=num_envs, seed=experiment.seed + 1000 * task_id)
   train_step, agent = experiment.build_agent()
-  replay.check_table_signature(address, REPLAY_TABLE, experiment.item_signature(agent))
+  replay.check_table_signature(address, experiment.experience_table,
+                              experiment.item_signature(agent))
   client = replay.ReplayServer.connect(address).client
   writer = experiment.make_writer(client)
   variables = replay.VariableContainer(address,

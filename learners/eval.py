@@ -28,7 +28,6 @@ import tensorflow as tf
 from learners import config
 from learners import process
 from learners.experiment import Experiment
-from learners.experiment import REPLAY_TABLE
 from tfrl import actors
 from tfrl import export
 from tfrl import replay
@@ -121,7 +120,8 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
     if target is not None and result['AverageReturn'] >= target:
       confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
     reached = target is not None and confirmation >= target
-    env_steps = replay.inserted_items(address, REPLAY_TABLE) * experiment.envs_per_item
+    env_steps = (replay.inserted_items(address, experiment.experience_table) *
+                 experiment.env_steps_per_item)
     row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
            'confirmation': confirmation, 'reached_target': reached, 'time': time.time()}
     log.add(row)

@@ -2,11 +2,17 @@
 
 `train_eval` (one process) and the separate `reverb_server`, `collect`, `train` and
 `eval` programs read the same .gin file, which binds `Experiment.*` and the agent
-builder. Building specs, tables and writers here is what keeps a collector's items and
-the server's tables in agreement.
+builder. Building specs, tables, writers and datasets here is what keeps a collector's
+items and the server's tables in agreement.
+
+Two data layouts cover the algorithms:
+- 'transition' (DQN, SAC): n-step transitions in a uniform or prioritized replay table.
+- 'sequence' (IMPALA, APPO, CLEAR): unrolls of unroll_length + 1 steps in a FIFO queue
+  (each sampled once); CLEAR also writes them to a replay table and mixes
+  `replay_fraction` of each batch from it.
 """
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -15,8 +21,13 @@ import tfrl.envs
 from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl.agents import dqn
+from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
 
 REPLAY_TABLE = 'replay'
+QUEUE_TABLE = 'queue'
+LAYOUTS = ('transition', 'sequence')
+TABLE_KINDS = ('uniform', 'prioritized')
+TRAIN_KWARGS = ('policy_version', 'replay_mask')
 
 
 @gin.configurable
@@ -29,20 +40,31 @@ class Experiment:
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
     gamma: the discount, shared by the agent and the n-step writer.
-    n_step: steps per transition.
+    data_layout: 'transition' or 'sequence' (see the module docstring).
+    n_step: steps per transition ('transition').
+    unroll_length: transitions per unroll ('sequence'; items hold one more step).
     num_envs: parallel envs per collector.
-    replay_capacity: replay size in transitions.
-    batch_size: transitions per train step (a multiple or a divisor of num_envs).
-    samples_per_insert: with separate programs, the Reverb rate limiter's target ratio
-      of sampled to inserted transitions (None: no limiter). One process fixes the ratio
-      with collect/train steps per iteration instead.
+    replay_capacity: replay size in rows (transitions or unrolls).
+    replay_table: 'uniform' or 'prioritized' (prioritized: importance weights go to
+      `agent.train(weights=)` and |TD errors| come back as priorities).
+    priority_exponent: alpha of prioritized replay.
+    importance_sampling_exponent: beta of prioritized replay.
+    queue_capacity: the on-policy queue's size in rows ('sequence').
+    replay_fraction: CLEAR's share of each batch sampled from the replay table.
+    train_kwargs: extra `agent.train` arguments fed from the data: 'policy_version'
+      (APPO's lag masking), 'replay_mask' (CLEAR's cloning).
+    batch_size: rows per train step (a multiple or a divisor of num_envs).
+    samples_per_insert: with separate programs, the replay table's target ratio of
+      sampled to inserted rows (None: no limiter). One process fixes the ratio with
+      collect/train steps per iteration instead.
     initial_collect_steps: env steps of random actions before training starts.
     collect_steps_per_iteration: (one process) vector steps collected per iteration.
-    train_steps_per_iteration: train steps per `Learner.run` call.
+    train_steps_per_iteration: train steps per `Learner.run` call ('sequence' in one
+      process: as many as the queue holds batches for, up to this).
     num_train_steps: the train step budget.
     eval_interval: train steps between evaluations.
     num_eval_episodes: episodes per evaluation.
-    target_return: (one process) stop once a confirmed evaluation reaches it.
+    target_return: stop once a confirmed evaluation reaches it.
     checkpoint_interval: train steps between learner checkpoints.
     policy_checkpoint_interval: train steps between variables-only policy checkpoints.
     summary_interval: train steps between training summaries.
@@ -51,9 +73,17 @@ class Experiment:
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
+  data_layout: str = 'transition'
   n_step: int = 1
+  unroll_length: int = 16
   num_envs: int = 16
   replay_capacity: int = 100_000
+  replay_table: str = 'uniform'
+  priority_exponent: float = 0.6
+  importance_sampling_exponent: float = 0.4
+  queue_capacity: int = 4096
+  replay_fraction: float = 0.0
+  train_kwargs: Sequence[str] = ()
   batch_size: int = 64
   samples_per_insert: Optional[float] = None
   initial_collect_steps: int = 1_000
@@ -67,6 +97,22 @@ class Experiment:
   policy_checkpoint_interval: int = 10_000
   summary_interval: int = 1_000
 
+  def __post_init__(self):
+    if self.data_layout not in LAYOUTS:
+      raise ValueError(f'data_layout must be one of {LAYOUTS}, got {self.data_layout!r}.')
+    if self.replay_table not in TABLE_KINDS:
+      raise ValueError(f'replay_table must be one of {TABLE_KINDS}, got '
+                       f'{self.replay_table!r}.')
+    unknown = set(self.train_kwargs) - set(TRAIN_KWARGS)
+    if unknown:
+      raise ValueError(f'Unknown train_kwargs {sorted(unknown)}; known: {TRAIN_KWARGS}.')
+
+  # -- Shapes ---------------------------------------------------------------------
+
+  @property
+  def is_sequence(self) -> bool:
+    return self.data_layout == 'sequence'
+
   @property
   def envs_per_item(self) -> int:
     """Envs packed into one Reverb item: all of them unless the batch is smaller."""
@@ -75,6 +121,38 @@ class Experiment:
       raise ValueError(f'batch_size={self.batch_size} must be a multiple or a divisor of '
                        f'num_envs={self.num_envs}.')
     return per_item
+
+  @property
+  def experience_table(self) -> str:
+    """The table every item goes to (and whose inserts count env steps)."""
+    return QUEUE_TABLE if self.is_sequence else REPLAY_TABLE
+
+  @property
+  def env_steps_per_item(self) -> int:
+    return self.envs_per_item * (self.unroll_length if self.is_sequence else 1)
+
+  @property
+  def uses_replay_table(self) -> bool:
+    return not self.is_sequence or self.replay_fraction > 0
+
+  def item_signature(self, agent) -> Any:
+    if self.is_sequence:
+      return replay.SequenceWriter.item_signature(
+          agent.collect_data_spec, self.unroll_length + 1, self.envs_per_item)
+    return replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
+                                                       self.envs_per_item)
+
+  def items_per_batch(self, rows: Optional[int] = None) -> int:
+    return max(1, (rows or self.batch_size) // self.envs_per_item)
+
+  def replay_rows(self, batch_size: int) -> int:
+    """Rows of a batch mixed in from CLEAR's replay table (0 unless 'sequence')."""
+    if not self.is_sequence:
+      return 0
+    rows = int(round(batch_size * self.replay_fraction / self.envs_per_item))
+    return rows * self.envs_per_item
+
+  # -- Builders -------------------------------------------------------------------
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None):
     return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
@@ -88,36 +166,33 @@ class Experiment:
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,
                          gamma=self.gamma)
 
-  def item_signature(self, agent) -> Any:
-    return replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
-                                                       self.envs_per_item)
+  def build_agent(self, strategy: Optional[tf.distribute.Strategy] = None):
+    """Builds (train_step, agent) for a program that needs the agent, not the env."""
+    env = self.make_env(num_envs=self.envs_per_item)
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+      train_step = learner_lib.new_train_step()
+      agent = self.make_agent(env, train_step)
+    env.close()
+    return train_step, agent
 
-  def min_items_to_sample(self) -> int:
-    return max(1, self.batch_size // self.envs_per_item)
-
-  def replay_table(self, agent):
-    """The experience table: uniform replay with the configured rate limiting."""
-    min_items = self.min_items_to_sample()
-    return replay.uniform_table(
-        REPLAY_TABLE, max(self.replay_capacity // self.envs_per_item, min_items),
-        self.item_signature(agent), min_size_to_sample=min_items,
-        samples_per_insert=self.samples_per_insert)
-
-  def make_writer(self, client):
-    return replay.NStepTransitionWriter(client, REPLAY_TABLE, n=self.n_step,
-                                        discount=self.gamma,
-                                        envs_per_item=self.envs_per_item)
-
-  def dataset_fn(self, server_address: str, agent):
-    """The Learner's per-replica dataset function for `server_address`."""
+  def experience_tables(self, agent, samples_per_insert: Optional[float] = None) -> List:
+    """The queue and/or replay tables for this layout."""
     signature = self.item_signature(agent)
-
-    def dataset_fn(context: tf.distribute.InputContext):
-      per_replica = context.get_per_replica_batch_size(self.batch_size)
-      return replay.make_dataset(server_address, REPLAY_TABLE, signature, per_replica,
-                                 experience_spec=agent.collect_data_spec)
-
-    return dataset_fn
+    min_items = self.items_per_batch()
+    tables = []
+    if self.is_sequence:
+      tables.append(replay.queue_table(
+          QUEUE_TABLE, max(self.queue_capacity // self.envs_per_item, min_items), signature))
+    if self.uses_replay_table:
+      capacity = max(self.replay_capacity // self.envs_per_item, min_items)
+      limiter = dict(min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
+      if self.replay_table == 'prioritized':
+        tables.append(replay.prioritized_table(REPLAY_TABLE, capacity, signature,
+                                               self.priority_exponent, **limiter))
+      else:
+        tables.append(replay.uniform_table(REPLAY_TABLE, capacity, signature, **limiter))
+    return tables
 
   def pushed_variables(self, agent, train_step: tf.Variable) -> dict:
     """What the learner pushes and actors pull: the collect policy's variables and step."""
@@ -126,14 +201,79 @@ class Experiment:
   def tables(self, agent, train_step: tf.Variable) -> list:
     """Every table a separate reverb_server serves: experience and variables."""
     signature = replay.VariableContainer.signature(self.pushed_variables(agent, train_step))
-    return [self.replay_table(agent), replay.variables_table(signature)]
+    return (self.experience_tables(agent, self.samples_per_insert) +
+            [replay.variables_table(signature)])
 
-  def build_agent(self, strategy: Optional[tf.distribute.Strategy] = None):
-    """Builds (env specs, train_step, agent) for a program that only needs the agent."""
-    env = self.make_env(num_envs=self.envs_per_item)
-    strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope():
-      train_step = learner_lib.new_train_step()
-      agent = self.make_agent(env, train_step)
-    env.close()
-    return train_step, agent
+  def make_writer(self, client):
+    tables = [self.experience_table] + (
+        [REPLAY_TABLE] if self.is_sequence and self.uses_replay_table else [])
+    if self.is_sequence:
+      return replay.SequenceWriter(client, tables, length=self.unroll_length + 1,
+                                   stride=self.unroll_length,
+                                   envs_per_item=self.envs_per_item)
+    return replay.NStepTransitionWriter(client, tables, n=self.n_step, discount=self.gamma,
+                                        envs_per_item=self.envs_per_item)
+
+  # -- Learner inputs -------------------------------------------------------------
+
+  def dataset_fn(self, server_address: str, agent):
+    """The Learner's per-replica dataset of `(train kwargs, info)` samples.
+
+    The kwargs always hold 'experience'; with prioritized replay 'weights' (importance
+    weights); and what `train_kwargs` asks for. Build the Learner with
+    `use_kwargs_in_agent_train=True`.
+    """
+    signature = self.item_signature(agent)
+    spec = agent.collect_data_spec
+
+    def tagged(table, rows, is_replay):
+      dataset = replay.make_dataset(server_address, table, signature, rows,
+                                    experience_spec=spec)
+      return dataset.map(lambda exp, info: (exp, dict(
+          info, replay_mask=tf.fill([rows], float(is_replay)))))
+
+    def dataset_fn(context: tf.distribute.InputContext):
+      rows = context.get_per_replica_batch_size(self.batch_size)
+      replay_rows = self.replay_rows(rows)
+      parts = [tagged(self.experience_table, rows - replay_rows, False)]
+      if replay_rows:
+        parts.append(tagged(REPLAY_TABLE, replay_rows, True))
+      dataset = parts[0] if len(parts) == 1 else tf.data.Dataset.zip(tuple(parts)).map(
+          lambda *samples: tf.nest.map_structure(lambda *x: tf.concat(x, 0), *samples))
+      return dataset.map(self._to_train_kwargs)
+
+    return dataset_fn
+
+  def _to_train_kwargs(self, experience, info):
+    kwargs = {'experience': experience}
+    if self.replay_table == 'prioritized' and self.uses_replay_table:
+      weights = tf.pow(tf.cast(info['table_size'], tf.float32) *
+                       tf.cast(info['probability'], tf.float32),
+                       -self.importance_sampling_exponent)
+      kwargs['weights'] = weights / tf.reduce_max(weights)
+    for name in self.train_kwargs:
+      kwargs[name] = info[name]
+    return kwargs, info
+
+  def after_train_step_fn(self, server_address: str) -> Optional[Callable]:
+    """Writes |TD error| back as priorities (prioritized replay), else None."""
+    if self.replay_table != 'prioritized' or not self.uses_replay_table:
+      return None
+    updater = replay.PriorityUpdater(server_address, REPLAY_TABLE)
+
+    def update_priorities(sample, loss_info):
+      _, info = sample
+      updater(info['key'], tf.abs(loss_info.extra.td_error) + 1e-6)
+
+    return update_priorities
+
+  def make_learner(self, root_dir: str, server_address: str, agent, train_step,
+                   strategy=None, **kwargs) -> learner_lib.Learner:
+    """A Learner fed from `server_address` with this experiment's data and settings."""
+    return learner_lib.Learner(
+        root_dir, train_step, agent,
+        experience_dataset_fn=self.dataset_fn(server_address, agent),
+        after_train_strategy_step_fn=self.after_train_step_fn(server_address),
+        checkpoint_interval=self.checkpoint_interval,
+        summary_interval=self.summary_interval, use_kwargs_in_agent_train=True,
+        strategy=strategy, **kwargs)

@@ -28,7 +28,6 @@ import reverb
 
 from learners import config
 from learners.experiment import Experiment
-from learners.experiment import REPLAY_TABLE
 from tfrl import replay
 
 config.define_common_flags()
@@ -169,10 +168,12 @@ class Launcher:
 
   def _counters(self):
     try:
-      items = replay.inserted_items(self.address, REPLAY_TABLE, timeout_s=2)
+      items = replay.inserted_items(self.address, self._experiment.experience_table,
+                                    timeout_s=2)
       sample = next(reverb.Client(self.address).sample(
           'variables', num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
-      return items * self._experiment.envs_per_item, int(sample.data['train_step'])
+      return (items * self._experiment.env_steps_per_item,
+              int(sample.data['train_step']))
     except Exception:  # pylint: disable=broad-except
       return None, None  # server busy or not pushed yet: the next status will tell
 

@@ -24,9 +24,7 @@ import tensorflow as tf
 from learners import config
 from learners import process
 from learners.experiment import Experiment
-from learners.experiment import REPLAY_TABLE
 from tfrl import distribute
-from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl import triggers
 
@@ -57,7 +55,8 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   job_dir = root_dir if is_chief else os.path.join(root_dir, f'worker_{task_id}')
   train_step, agent = experiment.build_agent(strategy)
   replay.wait_for_server(address)
-  replay.check_table_signature(address, REPLAY_TABLE, experiment.item_signature(agent))
+  replay.check_table_signature(address, experiment.experience_table,
+                              experiment.item_signature(agent))
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   learner_triggers, policy_trigger = [], None
@@ -65,11 +64,8 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
     policy_trigger = triggers.PolicySavedModelTrigger(
         root_dir, agent, train_step, experiment.policy_checkpoint_interval)
     learner_triggers = [policy_trigger]
-  learner = learner_lib.Learner(
-      job_dir, train_step, agent,
-      experience_dataset_fn=experiment.dataset_fn(address, agent),
-      triggers=learner_triggers, checkpoint_interval=experiment.checkpoint_interval,
-      summary_interval=experiment.summary_interval, strategy=strategy)
+  learner = experiment.make_learner(job_dir, address, agent, train_step, strategy,
+                                    triggers=learner_triggers)
   if is_chief:
     variables.push()
   start_step, start_time, last_log = learner.train_step_numpy, time.monotonic(), 0.0

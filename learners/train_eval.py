@@ -57,8 +57,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
   # One process alternates collection and training, so the table has no ratio limiter
   # (it could block the learner while the actor is idle): the ratio is fixed by
   # collect/train steps per iteration instead.
-  server = replay.ReplayServer([dataclasses.replace(exp, samples_per_insert=None)
-                                .replay_table(agent)])
+  server = replay.ReplayServer(exp.experience_tables(agent, samples_per_insert=None))
   writer = exp.make_writer(server.client)
   collect_actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step,
                                summary_dir=os.path.join(root_dir, 'collect'))
@@ -69,18 +68,18 @@ def train_eval(root_dir: str, strategy: str = 'default',
   policy_trigger = triggers.PolicySavedModelTrigger(
       root_dir, agent, train_step, exp.policy_checkpoint_interval,
       metadata={'env_steps': env_steps_var, 'eval_return': eval_return_var})
-  learner = learner_lib.Learner(
-      root_dir, train_step, agent, experience_dataset_fn=exp.dataset_fn(server.address, agent),
-      triggers=[policy_trigger], checkpoint_interval=exp.checkpoint_interval,
-      summary_interval=exp.summary_interval, strategy=strategy_obj)
+  learner = exp.make_learner(root_dir, server.address, agent, train_step, strategy_obj,
+                             triggers=[policy_trigger])
   eval_writer = tf.summary.create_file_writer(os.path.join(root_dir, 'eval'))
 
-  # Fill the table with random-action experience before the first train step.
+  # Off-policy: fill the table with random-action experience before the first train
+  # step. (On-policy unrolls need the behaviour policy's logits: no random warm-up.)
   random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
       env.time_step_spec(), env.action_spec()), [writer])
-  random_actor.run(max(exp.initial_collect_steps // exp.num_envs,
-                       exp.n_step + exp.min_items_to_sample()))
-  collect_actor.reset()  # random_actor moved the env: start clean episodes
+  if not exp.is_sequence:
+    random_actor.run(max(exp.initial_collect_steps // exp.num_envs,
+                         exp.n_step + exp.items_per_batch()))
+    collect_actor.reset()  # random_actor moved the env: start clean episodes
 
   history, result = [], {'AverageReturn': float('nan')}
   collect_clock, train_clock = _Clock(), _Clock()
@@ -93,8 +92,11 @@ def train_eval(root_dir: str, strategy: str = 'default',
   while learner.train_step_numpy < exp.num_train_steps:
     with collect_clock:
       collect_actor.run(exp.collect_steps_per_iteration)
+    iterations = _train_steps_available(exp, server)
+    if not iterations:
+      continue
     with train_clock:
-      learner.run(iterations=exp.train_steps_per_iteration)
+      learner.run(iterations=iterations)
     step = learner.train_step_numpy
     if step < next_eval and step < exp.num_train_steps:
       continue
@@ -138,6 +140,19 @@ def train_eval(root_dir: str, strategy: str = 'default',
       'train_seconds': train_seconds,
       'history': history,
   }
+
+
+def _train_steps_available(exp: Experiment, server: replay.ReplayServer) -> int:
+  """Train steps to run now: fixed for replay; for a queue, the full batches it holds.
+
+  Sampling an empty queue would block this one-process loop forever (collection waits
+  for training), so on-policy training only takes what has been collected.
+  """
+  if not exp.is_sequence:
+    return exp.train_steps_per_iteration
+  fresh_rows = exp.batch_size - exp.replay_rows(exp.batch_size)
+  queued = server.table_info()[exp.experience_table].current_size
+  return min(exp.train_steps_per_iteration, queued // exp.items_per_batch(fresh_rows))
 
 
 class _Clock:

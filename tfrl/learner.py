@@ -27,7 +27,9 @@ class _ReverbSampleLike(collections.namedtuple('_ReverbSampleLike', ['info', 'da
 def _call_dataset_fn(dataset_fn: Callable, context: tf.distribute.InputContext):
   """Calls `dataset_fn()` or `dataset_fn(input_context)`, whichever it takes."""
   try:
-    takes_context = bool(inspect.signature(dataset_fn).parameters)
+    positional = [p for p in inspect.signature(dataset_fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    takes_context = bool(positional)
   except (TypeError, ValueError):
     takes_context = False
   return dataset_fn(context) if takes_context else dataset_fn()

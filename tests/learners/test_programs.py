@@ -1,0 +1,402 @@
+"""The separate programs (reverb_server, collect, train, eval, launch) as real processes.
+
+Every program runs as `python -m learners.<program>` in a subprocess with its output in a
+log file; the `programs` fixture stops (SIGTERM, then SIGKILL) whatever a test leaves
+running, so no test orphans a process. Settings are small through --gin_bindings.
+"""
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import portpicker
+import psutil
+import pytest
+import tensorflow as tf
+
+from tfrl import replay
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GIN = '--gin_file=dqn_cartpole.gin'
+# Small job: 16 envs in one item, 4 items per batch of 64, no rate limiter (so no side
+# blocks the other when a process is stopped or killed).
+SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
+         'Experiment.initial_collect_steps=64', 'Experiment.samples_per_insert=None',
+         'Experiment.train_steps_per_iteration=16', 'Experiment.checkpoint_interval=32',
+         'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
+         'Experiment.num_eval_episodes=2']
+START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
+
+
+def _env(**extra: str) -> Dict[str, str]:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  env.pop('TF_CONFIG', None)
+  env.update(extra)
+  return env
+
+
+def _gin_args(bindings: Sequence[str]) -> List[str]:
+  return [GIN] + [f'--gin_bindings={b}' for b in bindings]
+
+
+class Programs:
+  """Starts learners.* programs as subprocesses logging to files; stops them all."""
+
+  def __init__(self, root_dir: str):
+    self.root_dir = root_dir
+    self.log_dir = os.path.join(root_dir, 'test_logs')
+    os.makedirs(self.log_dir, exist_ok=True)
+    self.processes: Dict[str, subprocess.Popen] = {}
+    self._files = []
+
+  def start(self, name: str, program: str, *args: str,
+            env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    assert name not in self.processes, name
+    out = open(os.path.join(self.log_dir, f'{name}.out'), 'w')
+    log = open(self.log_path(name), 'w')
+    self._files += [out, log]
+    self.processes[name] = subprocess.Popen(
+        [sys.executable, '-u', '-m', f'learners.{program}', *args], cwd=REPO,
+        env=env or _env(), stdout=out, stderr=log)
+    return self.processes[name]
+
+  def log_path(self, name: str) -> str:
+    """The program's stderr (absl logs and error messages)."""
+    return os.path.join(self.log_dir, f'{name}.log')
+
+  def log(self, name: str) -> str:
+    with open(self.log_path(name), errors='replace') as f:
+      return f.read()
+
+  def tail(self, name: str, lines: int = 40) -> str:
+    return '\n'.join(self.log(name).splitlines()[-lines:])
+
+  def check_alive(self, *names: str) -> None:
+    """Fails the test, with the log's tail, if one of `names` has exited."""
+    for name in names:
+      code = self.processes[name].poll()
+      if code is not None:
+        pytest.fail(f'{name} exited with code {code} unexpectedly:\n{self.tail(name)}')
+
+  def wait(self, name: str, timeout_s: float) -> int:
+    try:
+      return self.processes[name].wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      pytest.fail(f'{name} did not exit within {timeout_s:.0f} s:\n{self.tail(name)}')
+
+  def stop(self, name: str, grace_s: float = 30.0) -> Optional[int]:
+    process = self.processes[name]
+    if process.poll() is None:
+      process.send_signal(signal.SIGTERM)
+      try:
+        process.wait(timeout=grace_s)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+    return process.returncode
+
+  def close(self) -> None:
+    alive = [p for p in self.processes.values() if p.poll() is None]
+    for process in alive:
+      process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for process in alive:
+      try:
+        process.wait(timeout=max(0.1, deadline - time.monotonic()))
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+    for f in self._files:
+      f.close()
+
+  def start_server(self, name: str, port: int, bindings: Sequence[str], *extra: str
+                  ) -> str:
+    """Starts a reverb_server and returns its address once it answers."""
+    self.start(name, 'reverb_server', f'--root_dir={self.root_dir}', f'--port={port}',
+               *_gin_args(bindings), *extra)
+    address = f'localhost:{port}'
+    wait_until(lambda: _answers(address), START_TIMEOUT_S, f'{name} answering', self,
+               [name])
+    return address
+
+
+@pytest.fixture
+def programs(tmp_path):
+  progs = Programs(str(tmp_path))
+  try:
+    yield progs
+  finally:
+    progs.close()
+
+
+def _answers(address: str) -> bool:
+  try:
+    replay.wait_for_server(address, timeout_s=1)
+    return True
+  except replay.ReplayServerUnreachableError:
+    return False
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
+               progs: Programs, watch: Sequence[str] = (), poll_s: float = 0.5) -> None:
+  """Polls `condition` until true; fails on timeout or if a watched program exits."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    if condition():
+      return
+    progs.check_alive(*watch)
+    if time.monotonic() > deadline:
+      tails = '\n'.join(f'--- {n}:\n{progs.tail(n)}' for n in watch)
+      pytest.fail(f'Timed out after {timeout_s:.0f} s waiting for {what}.\n{tails}')
+    time.sleep(poll_s)
+
+
+def _checkpoint_step(checkpoint_dir: str) -> int:
+  """The train step of the latest checkpoint in `checkpoint_dir` (-1: none)."""
+  latest = tf.train.latest_checkpoint(checkpoint_dir)
+  return int(latest.rsplit('-', 1)[1]) if latest else -1
+
+
+def _replay_info(address: str):
+  return replay.wait_for_server(address, timeout_s=10)['replay']
+
+
+def _train_steps_logged(log: str) -> List[int]:
+  return [int(s) for s in re.findall(r'train step (\d+) \|', log)]
+
+
+# -- 1. The whole job through the launcher ---------------------------------------------
+
+
+def _job_processes(root_dir: str) -> List[psutil.Process]:
+  """Processes (other than this one) whose command line mentions `root_dir`."""
+  found = []
+  for process in psutil.process_iter(['pid', 'cmdline']):
+    if process.info['pid'] == os.getpid():
+      continue
+    if any(root_dir in arg for arg in (process.info['cmdline'] or ())):
+      found.append(process)
+  return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_launch_reaches_475_and_leaves_no_process(tmp_path):
+  root = str(tmp_path / 'launch_job')
+  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}', GIN,
+             '--num_collectors=2', '--timeout_s=600', '--status_interval_s=30']
+  launcher = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+  try:
+    stdout, stderr = launcher.communicate(timeout=1200)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.communicate(timeout=60)
+    leftovers = _job_processes(root)
+    for process in leftovers:  # started by this test (through the launcher)
+      process.kill()
+    psutil.wait_procs(leftovers, timeout=30)
+  assert launcher.returncode == 0, stderr[-5000:]
+  assert not leftovers, [p.info['cmdline'] for p in leftovers]
+  with open(os.path.join(root, 'eval', 'results.json')) as f:
+    results = json.load(f)
+  assert results, 'no evaluation was recorded'
+  assert results[-1]['return'] >= 475.0, results[-1]
+  assert results[-1]['reached_target'] is True, results[-1]
+  assert 'reached target: True' in stdout, stdout
+  for name in ('reverb_server', 'train', 'collect_0', 'collect_1', 'eval'):
+    path = os.path.join(root, 'logs', f'{name}.log')
+    assert os.path.getsize(path) > 0, path
+
+
+# -- 2. Multi-worker training ------------------------------------------------------------
+
+
+def test_multi_worker_trainers_stay_in_sync(programs):
+  root = programs.root_dir
+  bindings = SMALL + ['Experiment.num_train_steps=48']
+  server_port, port_0, port_1 = (portpicker.pick_unused_port() for _ in range(3))
+  address = programs.start_server('reverb_server', server_port, bindings)
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  programs.start('collect', 'collect', *common)
+  cluster = {'worker': [f'localhost:{port_0}', f'localhost:{port_1}']}
+  for index in (0, 1):
+    tf_config = json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
+    programs.start(f'train_{index}', 'train', *common, '--strategy=multi_worker',
+                   env=_env(TF_CONFIG=tf_config))
+  for index in (0, 1):
+    code = programs.wait(f'train_{index}', timeout_s=420)
+    assert code == 0, programs.tail(f'train_{index}')
+  programs.check_alive('collect', 'reverb_server')
+
+  chief_dir = os.path.join(root, 'train', 'checkpoints')
+  worker_dir = os.path.join(root, 'worker_1', 'train', 'checkpoints')
+  assert _checkpoint_step(chief_dir) == 48
+  assert _checkpoint_step(worker_dir) == 48
+  chief = tf.train.load_checkpoint(tf.train.latest_checkpoint(chief_dir))
+  worker = tf.train.load_checkpoint(tf.train.latest_checkpoint(worker_dir))
+  keys = sorted(k for k in chief.get_variable_to_shape_map() if 'agent/' in k)
+  assert keys == sorted(k for k in worker.get_variable_to_shape_map() if 'agent/' in k)
+  assert any('_q_network' in k for k in keys), keys
+  for key in keys:
+    np.testing.assert_allclose(chief.get_tensor(key), worker.get_tensor(key), rtol=1e-6,
+                               err_msg=key)
+  for reader in (chief, worker):
+    assert reader.get_tensor('train_step/.ATTRIBUTES/VARIABLE_VALUE') == 48
+  # They trained (in step): the Q-network moved away from the step-32 checkpoint.
+  kernel = 'agent/_q_network/_q_value_layer/kernel/.ATTRIBUTES/VARIABLE_VALUE'
+  at_32 = tf.train.load_checkpoint(os.path.join(chief_dir, 'ckpt-32'))
+  assert not np.allclose(at_32.get_tensor(kernel), chief.get_tensor(kernel))
+  # Only the chief exports policies.
+  assert os.path.isdir(os.path.join(root, 'policies', 'greedy_policy'))
+  assert not os.path.exists(os.path.join(root, 'worker_1', 'policies'))
+
+
+# -- 3. A trainer killed with SIGKILL resumes from its checkpoint ------------------------
+
+
+def test_killed_trainer_resumes_from_latest_checkpoint(programs):
+  root = programs.root_dir
+  bindings = SMALL + ['Experiment.num_train_steps=1000000']
+  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), bindings)
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  programs.start('collect', 'collect', *common)
+  programs.start('train', 'train', *common, '--log_interval_s=0')
+  checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
+  wait_until(lambda: _checkpoint_step(checkpoint_dir) >= 64, 300,
+             'a checkpoint at train step >= 64', programs, ['reverb_server', 'collect',
+                                                           'train'])
+  programs.processes['train'].kill()
+  assert programs.wait('train', timeout_s=30) == -signal.SIGKILL
+  step = _checkpoint_step(checkpoint_dir)
+  assert step >= 64 and step % 32 == 0, step
+
+  programs.start('train_restarted', 'train', *common, '--log_interval_s=0')
+  wait_until(lambda: _checkpoint_step(checkpoint_dir) > step, 300,
+             f'a checkpoint past train step {step}', programs,
+             ['reverb_server', 'collect', 'train_restarted'])
+  log = programs.log('train_restarted')
+  assert re.search(rf'Restored \S+ckpt-{step} at train step {step}\.', log), log[-3000:]
+  assert f'from train step {step} to' in log
+  logged = _train_steps_logged(log)
+  assert logged and min(logged) > step, logged
+  later = _checkpoint_step(checkpoint_dir)
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
+  assert reader.get_tensor('train_step/.ATTRIBUTES/VARIABLE_VALUE') == later > step
+
+
+# -- 4. Collectors survive a Reverb server restart ---------------------------------------
+
+
+def _reverb_checkpoints(root: str) -> List[str]:
+  return sorted(glob.glob(os.path.join(root, 'reverb', '*', 'DONE')))
+
+
+def test_collector_survives_server_restart_and_data_is_restored(programs):
+  root = programs.root_dir
+  bindings = SMALL + ['Experiment.num_train_steps=32']
+  port = portpicker.pick_unused_port()
+  address = programs.start_server('reverb_server', port, bindings,
+                                  '--checkpoint_interval_s=2')
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  programs.start('collect', 'collect', *common, '--log_interval_s=1')
+  # The trainer pushes the variables the collector waits for, trains 32 steps, exits.
+  programs.start('train', 'train', *common)
+  assert programs.wait('train', timeout_s=300) == 0, programs.tail('train')
+  wait_until(lambda: _replay_info(address).current_size > 0 and _reverb_checkpoints(root),
+             60, 'replay items and a Reverb checkpoint', programs,
+             ['reverb_server', 'collect'])
+  collector_pid = programs.processes['collect'].pid
+
+  assert programs.stop('reverb_server') == 0, programs.tail('reverb_server')
+  assert 'final Reverb checkpoint' in programs.log('reverb_server')
+  checkpointed = _reverb_checkpoints(root)
+  programs.check_alive('collect')
+
+  programs.start_server('reverb_server_restarted', port, bindings,
+                        '--checkpoint_interval_s=2')
+  info = replay.wait_for_server(address, timeout_s=10)
+  # The contents came back from the checkpoint: the variables (nobody pushes any more)
+  # and more replay items than were inserted since the restart.
+  assert info['variables'].current_size == 1
+  restored = info['replay'].current_size
+  assert restored > info['replay'].rate_limiter_info.insert_stats.completed, info['replay']
+  assert re.search(r"sizes after restore: \{'replay': [1-9]",
+                   programs.log('reverb_server_restarted')), checkpointed
+
+  # The same collector process reconnects and inserts again.
+  wait_until(lambda: 'is back; collecting again' in programs.log('collect'), 180,
+             'the collector to reconnect', programs, ['reverb_server_restarted', 'collect'])
+  inserted = replay.inserted_items(address, 'replay', timeout_s=10)
+  wait_until(lambda: replay.inserted_items(address, 'replay', timeout_s=10) > inserted + 2,
+             120, 'new inserts from the collector', programs,
+             ['reverb_server_restarted', 'collect'])
+  assert programs.processes['collect'].pid == collector_pid
+  programs.check_alive('collect')
+  assert 'Lost the Reverb server' in programs.log('collect')
+
+
+# -- 5. Bad input fails fast with a message that names it --------------------------------
+
+
+def test_unreachable_server_fails_within_seconds(programs):
+  root = programs.root_dir
+  address = f'localhost:{portpicker.pick_unused_port()}'
+  start = time.monotonic()
+  for program in ('collect', 'train', 'eval'):
+    programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',
+                   *_gin_args(SMALL))
+  for program in ('collect', 'train', 'eval'):
+    code = programs.wait(program, timeout_s=150)
+    log = programs.log(program)
+    assert code != 0, log[-3000:]
+    assert f"No Reverb server answered at '{address}' within 20 s" in log, log[-3000:]
+  # Import and set-up of three TF programs at once on 2 cores, plus the 20 s timeout.
+  assert time.monotonic() - start < 120
+
+
+def test_spec_mismatch_between_server_and_programs_fails_fast(programs):
+  root = programs.root_dir
+  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), SMALL)
+  common = [f'--root_dir={root}', f'--reverb_address={address}']
+  start = time.monotonic()
+  # 8 envs: items of 8 envs instead of the server's 16.
+  programs.start('collect', 'collect', *common,
+                 *_gin_args(SMALL + ['Experiment.num_envs=8']))
+  # Another environment: 6 observations instead of 4.
+  programs.start('train', 'train', *common,
+                 *_gin_args(SMALL + ['Experiment.env_name="Acrobot-v1"']))
+  for name in ('collect', 'train'):
+    code = programs.wait(name, timeout_s=150)
+    log = programs.log(name)
+    assert code != 0, log[-3000:]
+    assert f"error: Table 'replay' on {address} does not match this program" in log, \
+        log[-3000:]
+  assert time.monotonic() - start < 120
+  assert re.search(r'the table has \w+\[16, ', programs.log('collect'))
+  assert re.search(r'observation: the table has float32\[16, 2, 4\], this program expects '
+                   r'float32\[16, 2, 6\]', programs.log('train')), programs.log('train')
+  programs.check_alive('reverb_server')
+
+
+PROGRAMS = ('reverb_server', 'collect', 'train', 'eval', 'launch')
+
+
+def test_missing_gin_file_fails_fast_in_every_program(programs):
+  start = time.monotonic()
+  for program in PROGRAMS:  # at once: each one's time is mostly TensorFlow's import
+    programs.start(program, program, f'--root_dir={programs.root_dir}',
+                   '--gin_file=no_such_config.gin')
+  for program in PROGRAMS:
+    code = programs.wait(program, timeout_s=150)
+    log = programs.log(program)
+    assert code != 0, log[-3000:]
+    assert "gin file 'no_such_config.gin' not found" in log, log[-3000:]
+  assert time.monotonic() - start < 120

@@ -1,0 +1,268 @@
+"""IMPALA (V-trace actor-critic), with CLEAR cloning and APPO's clipped surrogate.
+
+One agent, three algorithms, chosen by configuration:
+
+- IMPALA (Espeholt et al. 2018, arXiv:1802.01561): policy gradient on V-trace
+  advantages, a value baseline regressed to V-trace targets, an entropy bonus.
+- CLEAR (Rolnick et al. 2019, arXiv:1811.11682): IMPALA on batches that mix fresh
+  unrolls with replayed ones; on the replayed rows (`replay_mask`), policy cloning
+  KL(mu || pi) and value cloning ||V - V_replay||^2 keep the agent close to what it did.
+- APPO (asynchronous PPO, as in Sample Factory): PPO's clipped surrogate on V-trace
+  advantages, with rows dropped whose policy lag (train_step - policy_version) exceeds
+  `max_policy_lag`.
+
+Training data are unrolls of T+1 steps, batch-major `[B, T+1]` Trajectories from a
+`SequenceWriter(length=T+1, stride=T)`; step t's transition is (x_t, a_t, r_t, x_{t+1}),
+and the value of x_T bootstraps the unroll. Steps whose step type is LAST are episode
+boundaries (the transition LAST -> FIRST is no experience): they get rho = c = 0 (so
+the V-trace target at them is V itself and nothing crosses into the next episode) and
+zero loss weight.
+"""
+import collections
+from typing import Optional, Sequence
+
+import gin
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.policies import greedy_policy
+from tf_agents.trajectories import time_step as ts
+
+from tfrl.agents import actor_critic_policy
+from tfrl.losses import cloning
+from tfrl.losses import vtrace
+from tfrl.networks import actor_critic
+
+ImpalaLossInfo = collections.namedtuple('ImpalaLossInfo', [
+    'policy_loss', 'baseline_loss', 'entropy_loss', 'policy_cloning_loss',
+    'value_cloning_loss', 'gradient_norm', 'fraction_dropped'])
+
+REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
+POLICY_LOSSES = ('vtrace', 'ppo')
+
+
+def clip_rewards(rewards, mode: str):
+  """IMPALA's reward clipping: none, to [-1, 1], or a squashed asymmetric form."""
+  if mode == 'none':
+    return rewards
+  if mode == 'abs_one':
+    return tf.clip_by_value(rewards, -1.0, 1.0)
+  if mode == 'soft_asymmetric':
+    squeezed = tf.tanh(rewards / 5.0)
+    return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+  raise ValueError(f'reward_clipping must be one of {REWARD_CLIPPING}, got {mode!r}.')
+
+
+@gin.configurable
+class ImpalaAgent(tf_agent.TFAgent):
+  """V-trace actor-critic over an `ActorCriticNetwork` (IMPALA / CLEAR / APPO)."""
+
+  def __init__(self, time_step_spec, action_spec, network, optimizer,
+               train_step_counter: tf.Variable,
+               gamma: float = 0.99,
+               baseline_cost: float = 0.5,
+               entropy_cost: float = 0.01,
+               reward_clipping: str = 'none',
+               gradient_clipping: Optional[float] = 40.0,
+               clip_rho_threshold: float = 1.0,
+               clip_pg_rho_threshold: float = 1.0,
+               lambda_: float = 1.0,
+               positive_advantages_only: bool = False,
+               policy_loss: str = 'vtrace',
+               ppo_clip_ratio: float = 0.2,
+               normalize_advantages: bool = False,
+               max_policy_lag: Optional[int] = None,
+               policy_cloning_cost: float = 0.0,
+               value_cloning_cost: float = 0.0,
+               name: str = 'ImpalaAgent'):
+    """Args:
+      time_step_spec, action_spec: the environment's specs.
+      network: an `ActorCriticNetwork`.
+      optimizer: a Keras optimizer.
+      train_step_counter: incremented once per train step.
+      gamma: the discount.
+      baseline_cost, entropy_cost: weights of the value and entropy losses.
+      reward_clipping: 'none' | 'abs_one' | 'soft_asymmetric'.
+      gradient_clipping: clip the global gradient norm to this (None: no clipping).
+      clip_rho_threshold, clip_pg_rho_threshold, lambda_: V-trace's rho_bar,
+        pg rho_bar and lambda.
+      positive_advantages_only: use only steps with a positive advantage in the policy
+        loss (a self-imitation style variant).
+      policy_loss: 'vtrace' (IMPALA's policy gradient) or 'ppo' (APPO's clipped
+        surrogate on V-trace advantages).
+      ppo_clip_ratio: epsilon of the clipped surrogate.
+      normalize_advantages: standardize the policy-gradient advantages per batch.
+      max_policy_lag: drop rows whose train_step - policy_version exceeds this.
+      policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights (applied to
+        replayed rows only).
+      name: agent name.
+
+    Raises:
+      ValueError: an unknown reward_clipping or policy_loss.
+    """
+    if reward_clipping not in REWARD_CLIPPING:
+      raise ValueError(f'reward_clipping must be one of {REWARD_CLIPPING}, '
+                       f'got {reward_clipping!r}.')
+    if policy_loss not in POLICY_LOSSES:
+      raise ValueError(f'policy_loss must be one of {POLICY_LOSSES}, got {policy_loss!r}.')
+    tf.Module.__init__(self, name=name)
+    actor_critic.create_variables(network, time_step_spec.observation)
+    self._network = network
+    self._optimizer = optimizer
+    self._gamma = gamma
+    self._baseline_cost = baseline_cost
+    self._entropy_cost = entropy_cost
+    self._reward_clipping = reward_clipping
+    self._gradient_clipping = gradient_clipping
+    self._clip_rho_threshold = clip_rho_threshold
+    self._clip_pg_rho_threshold = clip_pg_rho_threshold
+    self._lambda = lambda_
+    self._positive_advantages_only = positive_advantages_only
+    self._policy_loss = policy_loss
+    self._ppo_clip_ratio = ppo_clip_ratio
+    self._normalize_advantages = normalize_advantages
+    self._max_policy_lag = max_policy_lag
+    self._policy_cloning_cost = policy_cloning_cost
+    self._value_cloning_cost = value_cloning_cost
+    collect = actor_critic_policy.ActorCriticPolicy(time_step_spec, action_spec, network)
+    super().__init__(time_step_spec, action_spec,
+                     policy=greedy_policy.GreedyPolicy(collect), collect_policy=collect,
+                     train_sequence_length=None, train_step_counter=train_step_counter)
+
+  def _initialize(self):
+    return tf.no_op()
+
+  def _train(self, experience, weights=None, replay_mask=None, policy_version=None):
+    with tf.GradientTape() as tape:
+      loss_info = self._loss(experience, weights, replay_mask, policy_version,
+                             training=True)
+    variables = self._network.trainable_variables
+    gradients = tape.gradient(loss_info.loss, variables)
+    if self._gradient_clipping:
+      gradients, norm = tf.clip_by_global_norm(gradients, self._gradient_clipping)
+    else:
+      norm = tf.linalg.global_norm(gradients)
+    self._optimizer.apply_gradients(zip(gradients, variables))
+    self.train_step_counter.assign_add(1)
+    tf.summary.scalar('losses/gradient_norm', norm, step=self.train_step_counter)
+    return tf_agent.LossInfo(loss_info.loss, loss_info.extra._replace(gradient_norm=norm))
+
+  def _loss(self, experience, weights=None, replay_mask=None, policy_version=None,
+            training=False):
+    """Computes the loss on `[B, T+1]` unrolls (see the module docstring).
+
+    Args:
+      experience: a batch-major Trajectory of unrolls.
+      weights: optional [B] row weights.
+      replay_mask: optional [B], 1.0 for replayed rows (CLEAR's cloning applies there).
+      policy_version: optional [B, T+1] train step of the acting policy per step.
+      training: unused (no dropout or batch norm).
+
+    Returns:
+      LossInfo(total loss, ImpalaLossInfo).
+    """
+    del training
+    time_major = tf.nest.map_structure(
+        lambda x: tf.transpose(x, [1, 0] + list(range(2, x.shape.rank))), experience)
+    (logits, values), _ = self._network(time_major.observation)  # [T+1, B, A], [T+1, B]
+    steps = tf.shape(values)[0] - 1
+    step_type = time_major.step_type[:-1]
+    valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
+    if weights is not None:
+      valid *= tf.cast(weights, tf.float32)[None, :]
+    fraction_dropped = tf.constant(0.0)
+    if policy_version is not None:
+      valid, fraction_dropped = self._mask_stale(valid, policy_version)
+    rewards = clip_rewards(time_major.reward[:-1], self._reward_clipping)
+    discounts = self._gamma * time_major.discount[:-1] * valid
+    behaviour_logits = time_major.policy_info[actor_critic_policy.LOGITS][:-1]
+    target_logits = logits[:-1]
+    actions = time_major.action[:-1]
+    target_log_probs = vtrace.action_log_probs(target_logits, actions)
+    behaviour_log_probs = vtrace.action_log_probs(behaviour_logits, actions)
+    # Boundary steps: rho = c = 0, so their V-trace target is V itself.
+    log_rhos = tf.where(valid > 0, target_log_probs - behaviour_log_probs, -1e9)
+    returns = vtrace.from_importance_weights(
+        log_rhos, discounts, rewards, values[:-1], values[-1],
+        self._clip_rho_threshold, self._clip_pg_rho_threshold, self._lambda)
+    advantages = returns.pg_advantages
+    if self._normalize_advantages:
+      mean, variance = tf.nn.weighted_moments(advantages, [0, 1], valid)
+      advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
+    policy_weight = valid
+    if self._positive_advantages_only:
+      policy_weight *= tf.cast(advantages > 0, tf.float32)
+    normalizer = tf.maximum(tf.reduce_sum(valid), 1.0)
+    if self._policy_loss == 'ppo':
+      ratio = tf.exp(target_log_probs - behaviour_log_probs)
+      clipped = tf.clip_by_value(ratio, 1 - self._ppo_clip_ratio, 1 + self._ppo_clip_ratio)
+      surrogate = tf.minimum(ratio * advantages, clipped * advantages)
+      policy_loss = -tf.reduce_sum(policy_weight * surrogate) / normalizer
+    else:
+      policy_loss = -tf.reduce_sum(policy_weight * target_log_probs * advantages) / normalizer
+    baseline_loss = 0.5 * tf.reduce_sum(valid * tf.square(returns.vs - values[:-1])) / normalizer
+    entropy = -tf.reduce_sum(tf.nn.softmax(target_logits) *
+                             tf.nn.log_softmax(target_logits), axis=-1)
+    entropy_loss = -tf.reduce_sum(valid * entropy) / normalizer
+    policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
+    if replay_mask is not None:
+      replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
+      replay_normalizer = tf.maximum(tf.reduce_sum(replayed), 1.0)
+      policy_cloning_loss = tf.reduce_sum(replayed * cloning.policy_cloning_loss(
+          behaviour_logits, target_logits)) / replay_normalizer
+      value_cloning_loss = tf.reduce_sum(replayed * cloning.value_cloning_loss(
+          values[:-1], time_major.policy_info[actor_critic_policy.VALUE][:-1])
+                                         ) / replay_normalizer
+    total = (policy_loss + self._baseline_cost * baseline_loss +
+             self._entropy_cost * entropy_loss +
+             self._policy_cloning_cost * policy_cloning_loss +
+             self._value_cloning_cost * value_cloning_loss)
+    step = self.train_step_counter
+    for name, value in (('policy_loss', policy_loss), ('baseline_loss', baseline_loss),
+                        ('entropy_loss', entropy_loss),
+                        ('policy_cloning_loss', policy_cloning_loss),
+                        ('value_cloning_loss', value_cloning_loss),
+                        ('total_loss', total), ('fraction_dropped', fraction_dropped)):
+      tf.summary.scalar(f'losses/{name}', value, step=step)
+    del steps
+    return tf_agent.LossInfo(total, ImpalaLossInfo(
+        policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
+        tf.constant(0.0), fraction_dropped))
+
+  def _mask_stale(self, valid, policy_version):
+    """Zeroes rows whose policy lag exceeds max_policy_lag; summarizes the lags."""
+    versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
+    lag = tf.cast(self.train_step_counter - versions, tf.float32)
+    step = self.train_step_counter
+    tf.summary.scalar('policy_lag/version_diff_min', tf.reduce_min(lag), step=step)
+    tf.summary.scalar('policy_lag/version_diff_avg', tf.reduce_mean(lag), step=step)
+    tf.summary.scalar('policy_lag/version_diff_max', tf.reduce_max(lag), step=step)
+    if self._max_policy_lag is None:
+      return valid, tf.constant(0.0)
+    fresh = tf.cast(lag <= float(self._max_policy_lag), tf.float32)
+    dropped = 1.0 - tf.reduce_sum(valid * fresh) / tf.maximum(tf.reduce_sum(valid), 1.0)
+    return valid * fresh, dropped
+
+
+@gin.configurable
+def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
+                        gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
+                        learning_rate: float = 1e-3, **kwargs) -> ImpalaAgent:
+  """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
+
+  Args:
+    time_step_spec, action_spec: the environment's specs.
+    train_step: the learner's step variable.
+    gamma: the discount.
+    fc_layer_params: hidden layers of the shared torso.
+    learning_rate: Adam's learning rate.
+    **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
+      CLEAR, ...).
+
+  Returns:
+    The agent.
+  """
+  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
+                                            fc_layer_params)
+  return ImpalaAgent(time_step_spec, action_spec, network,
+                     tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
+                     **kwargs)

@@ -1,0 +1,4 @@
+"""Pure loss and return functions (time-major [T, B]); they import nothing of tfrl."""
+from tfrl.losses import cloning
+from tfrl.losses import returns
+from tfrl.losses import vtrace

@@ -1,0 +1,24 @@
+"""CLEAR's behavioural cloning losses on replayed experience.
+
+Rolnick et al. 2019, "Experience Replay for Continual Learning", arXiv:1811.11682:
+on replayed steps, keep the current policy close to the stored behaviour policy and the
+current value close to the stored value, which protects what was learned before.
+"""
+import tensorflow as tf
+
+
+def policy_cloning_loss(behaviour_logits, target_logits):
+  """KL(mu || pi) per step for categorical policies, `[..., A]` logits -> `[...]`.
+
+  The behaviour policy mu is a fixed target (no gradient); gradients reach pi.
+  """
+  behaviour_logits = tf.stop_gradient(behaviour_logits)
+  behaviour_log_probs = tf.nn.log_softmax(behaviour_logits)
+  target_log_probs = tf.nn.log_softmax(target_logits)
+  return tf.reduce_sum(tf.exp(behaviour_log_probs) *
+                       (behaviour_log_probs - target_log_probs), axis=-1)
+
+
+def value_cloning_loss(values, replayed_values):
+  """||V(x) - V_replay(x)||^2 per step; the stored values are a fixed target."""
+  return tf.square(values - tf.stop_gradient(replayed_values))
