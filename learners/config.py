@@ -33,6 +33,8 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   """
   files = [resolve_gin_file(f) for f in gin_files]
   gin.clear_config()
+  if CONFIG_DIR not in gin.config._LOCATION_PREFIXES:  # pylint: disable=protected-access
+    gin.add_config_file_search_path(CONFIG_DIR)  # for `include 'dqn_cartpole.gin'`
   try:
     gin.parse_config_files_and_bindings(files, list(gin_bindings))
   except (ValueError, KeyError) as e:

@@ -22,6 +22,8 @@ from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl.agents import dqn
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
+from tfrl.agents import ppo  # pylint: disable=unused-import
+from tfrl.agents import sac  # pylint: disable=unused-import
 
 REPLAY_TABLE = 'replay'
 QUEUE_TABLE = 'queue'
@@ -42,6 +44,8 @@ class Experiment:
     gamma: the discount, shared by the agent and the n-step writer.
     data_layout: 'transition' or 'sequence' (see the module docstring).
     n_step: steps per transition ('transition').
+    steps_per_item: consecutive vector steps whose transitions share one Reverb item
+      ('transition'); raise it when num_envs is small so items stay large.
     unroll_length: transitions per unroll ('sequence'; items hold one more step).
     num_envs: parallel envs per collector.
     replay_capacity: replay size in rows (transitions or unrolls).
@@ -75,6 +79,7 @@ class Experiment:
   gamma: float = 0.99
   data_layout: str = 'transition'
   n_step: int = 1
+  steps_per_item: int = 1
   unroll_length: int = 16
   num_envs: int = 16
   replay_capacity: int = 100_000
@@ -123,13 +128,22 @@ class Experiment:
     return per_item
 
   @property
+  def rows_per_item(self) -> int:
+    """Rows (transitions or unrolls) in one Reverb item."""
+    rows = self.envs_per_item * (1 if self.is_sequence else self.steps_per_item)
+    if self.batch_size % rows:
+      raise ValueError(f'batch_size={self.batch_size} must be a multiple of the '
+                       f'{rows} rows per item (envs_per_item x steps_per_item).')
+    return rows
+
+  @property
   def experience_table(self) -> str:
     """The table every item goes to (and whose inserts count env steps)."""
     return QUEUE_TABLE if self.is_sequence else REPLAY_TABLE
 
   @property
   def env_steps_per_item(self) -> int:
-    return self.envs_per_item * (self.unroll_length if self.is_sequence else 1)
+    return self.rows_per_item * (self.unroll_length if self.is_sequence else 1)
 
   @property
   def uses_replay_table(self) -> bool:
@@ -140,10 +154,10 @@ class Experiment:
       return replay.SequenceWriter.item_signature(
           agent.collect_data_spec, self.unroll_length + 1, self.envs_per_item)
     return replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
-                                                       self.envs_per_item)
+                                                       self.rows_per_item)
 
   def items_per_batch(self, rows: Optional[int] = None) -> int:
-    return max(1, (rows or self.batch_size) // self.envs_per_item)
+    return max(1, (rows or self.batch_size) // self.rows_per_item)
 
   def replay_rows(self, batch_size: int) -> int:
     """Rows of a batch mixed in from CLEAR's replay table (0 unless 'sequence')."""
@@ -185,7 +199,7 @@ class Experiment:
       tables.append(replay.queue_table(
           QUEUE_TABLE, max(self.queue_capacity // self.envs_per_item, min_items), signature))
     if self.uses_replay_table:
-      capacity = max(self.replay_capacity // self.envs_per_item, min_items)
+      capacity = max(self.replay_capacity // self.rows_per_item, min_items)
       limiter = dict(min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
       if self.replay_table == 'prioritized':
         tables.append(replay.prioritized_table(REPLAY_TABLE, capacity, signature,
@@ -212,6 +226,7 @@ class Experiment:
                                    stride=self.unroll_length,
                                    envs_per_item=self.envs_per_item)
     return replay.NStepTransitionWriter(client, tables, n=self.n_step, discount=self.gamma,
+                                        steps_per_item=self.steps_per_item,
                                         envs_per_item=self.envs_per_item)
 
   # -- Learner inputs -------------------------------------------------------------
@@ -246,11 +261,15 @@ class Experiment:
 
   def _to_train_kwargs(self, experience, info):
     kwargs = {'experience': experience}
-    if self.replay_table == 'prioritized' and self.uses_replay_table:
-      weights = tf.pow(tf.cast(info['table_size'], tf.float32) *
-                       tf.cast(info['probability'], tf.float32),
-                       -self.importance_sampling_exponent)
-      kwargs['weights'] = weights / tf.reduce_max(weights)
+    if not self.is_sequence:
+      # Boundary rows (LAST -> FIRST) are no experience: weight 0. (DqnAgent masks them
+      # itself; SacAgent and others do not.)
+      kwargs['weights'] = replay.valid_mask(experience)
+      if self.replay_table == 'prioritized':
+        weights = tf.pow(tf.cast(info['table_size'], tf.float32) *
+                         tf.cast(info['probability'], tf.float32),
+                         -self.importance_sampling_exponent)
+        kwargs['weights'] *= weights / tf.reduce_max(weights)
     for name in self.train_kwargs:
       kwargs[name] = info[name]
     return kwargs, info

@@ -102,16 +102,10 @@ class Programs:
     return process.returncode
 
   def close(self) -> None:
-    alive = [p for p in self.processes.values() if p.poll() is None]
-    for process in alive:
-      process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    for process in alive:
-      try:
-        process.wait(timeout=max(0.1, deadline - time.monotonic()))
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
+    """Stops every program still running, the last started first (collectors and
+    trainers before the server they talk to, so they stop cleanly)."""
+    for name in reversed(list(self.processes)):
+      self.stop(name)
     for f in self._files:
       f.close()
 
@@ -314,22 +308,24 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
              60, 'replay items and a Reverb checkpoint', programs,
              ['reverb_server', 'collect'])
   collector_pid = programs.processes['collect'].pid
+  size_before = _replay_info(address).current_size
 
   assert programs.stop('reverb_server') == 0, programs.tail('reverb_server')
   assert 'final Reverb checkpoint' in programs.log('reverb_server')
-  checkpointed = _reverb_checkpoints(root)
   programs.check_alive('collect')
 
   programs.start_server('reverb_server_restarted', port, bindings,
                         '--checkpoint_interval_s=2')
   info = replay.wait_for_server(address, timeout_s=10)
-  # The contents came back from the checkpoint: the variables (nobody pushes any more)
-  # and more replay items than were inserted since the restart.
+  # The contents came back from the checkpoint. Nobody pushes variables or samples any
+  # more (the trainer is done), so the variables, the items the trainer sampled and the
+  # sample count can only come from it; and nothing was evicted.
   assert info['variables'].current_size == 1
-  restored = info['replay'].current_size
-  assert restored > info['replay'].rate_limiter_info.insert_stats.completed, info['replay']
+  assert info['replay'].current_size >= size_before > 0
+  assert info['replay'].num_unique_samples > 0
+  assert info['replay'].rate_limiter_info.sample_stats.completed > 0
   assert re.search(r"sizes after restore: \{'replay': [1-9]",
-                   programs.log('reverb_server_restarted')), checkpointed
+                   programs.log('reverb_server_restarted'))
 
   # The same collector process reconnects and inserts again.
   wait_until(lambda: 'is back; collecting again' in programs.log('collect'), 180,
@@ -354,12 +350,12 @@ def test_unreachable_server_fails_within_seconds(programs):
     programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',
                    *_gin_args(SMALL))
   for program in ('collect', 'train', 'eval'):
-    code = programs.wait(program, timeout_s=150)
+    code = programs.wait(program, timeout_s=90)
     log = programs.log(program)
     assert code != 0, log[-3000:]
     assert f"No Reverb server answered at '{address}' within 20 s" in log, log[-3000:]
   # Import and set-up of three TF programs at once on 2 cores, plus the 20 s timeout.
-  assert time.monotonic() - start < 120
+  assert time.monotonic() - start < 90
 
 
 def test_spec_mismatch_between_server_and_programs_fails_fast(programs):

@@ -51,7 +51,7 @@ def n_step_returns(rewards, discounts, values, bootstrap_value, n):
 
 
 def generalized_advantage_estimation(rewards, discounts, values, bootstrap_value,
-                                     lambda_=0.95):
+                                     lambda_=0.95, valid=None):
   """GAE(lambda) advantages and the matching value targets (advantages + values).
 
   A_t = sum_k (prod_{j<k} lambda d_{t+j}) delta_{t+k},
@@ -60,6 +60,10 @@ def generalized_advantage_estimation(rewards, discounts, values, bootstrap_value
   Args:
     rewards, discounts, values, bootstrap_value: see `n_step_returns`.
     lambda_: the GAE lambda.
+    valid: optional [T, B] 0/1 mask of steps that are experience. A step with 0 (an
+      episode boundary LAST -> FIRST) gets delta 0, and its discount must be 0 too, so
+      nothing flows across it; V(x_t) of such a step still bootstraps the step before
+      (a truncated episode's last value).
 
   Returns:
     (advantages [T, B], returns [T, B]), without gradients.
@@ -70,6 +74,8 @@ def generalized_advantage_estimation(rewards, discounts, values, bootstrap_value
   bootstrap_value = tf.stop_gradient(tf.convert_to_tensor(bootstrap_value, tf.float32))
   next_values = tf.concat([values[1:], bootstrap_value[None]], axis=0)
   deltas = rewards + discounts * next_values - values
+  if valid is not None:
+    deltas *= tf.cast(valid, tf.float32)
   advantages = tf.scan(lambda acc, x: x[0] + lambda_ * x[1] * acc, (deltas, discounts),
                        initializer=tf.zeros_like(bootstrap_value), reverse=True)
   return tf.stop_gradient(advantages), tf.stop_gradient(advantages + values)

@@ -213,46 +213,64 @@ class NStepTransitionWriter(BatchedWriter):
   episode (d = 0) does not bootstrap, a truncated one (d = 1) does. Rows are written
   n - 1 steps after they start; rows that start on a boundary step keep step_type LAST
   at index 0 and must be masked.
+
+  An item holds the rows of G envs (`envs_per_item`) from K consecutive steps
+  (`steps_per_item`), G * K rows in all: with few envs, K > 1 keeps items large enough
+  for Reverb's per-item costs, at K - 1 steps of extra delay.
   """
 
   LAYOUT = 'transition'
 
   def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
-               n: int = 1, discount: float = 1.0, **kwargs):
+               n: int = 1, discount: float = 1.0, steps_per_item: int = 1, **kwargs):
     """Args:
       client, table_names: see `BatchedWriter`.
       n: the number of steps of a transition.
       discount: gamma, used to sum rewards over the n steps.
-      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms` (see BatchedWriter).
+      steps_per_item: K, consecutive steps whose rows share an item.
+      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`, `max_in_flight_items`
+        (see BatchedWriter).
     """
-    if n < 1:
-      raise ValueError(f'n must be >= 1, got {n}.')
+    if n < 1 or steps_per_item < 1:
+      raise ValueError(f'n and steps_per_item must be >= 1, got {n} and {steps_per_item}.')
     super().__init__(client, table_names, num_keep_alive_refs=1, **kwargs)
     self._n = n
     self._gamma = float(discount)
     self._powers = (self._gamma ** np.arange(n, dtype=np.float64))[:, None]
+    self._steps_per_item = steps_per_item
     self._window = []
+    self._pending = []
 
   @staticmethod
-  def item_signature(collect_data_spec: Any, envs_per_item: int) -> dict:
-    """The table signature for items of `envs_per_item` transitions."""
+  def item_signature(collect_data_spec: Any, rows_per_item: int) -> dict:
+    """The table signature for items of `rows_per_item` (= G * K) transitions."""
     return {
         EXPERIENCE: tensor_spec.add_outer_dims_nest(
-            _plain_spec(collect_data_spec), (envs_per_item, 2)),
-        POLICY_VERSION: tf.TensorSpec((envs_per_item,), tf.int64),
+            _plain_spec(collect_data_spec), (rows_per_item, 2)),
+        POLICY_VERSION: tf.TensorSpec((rows_per_item,), tf.int64),
     }
 
   def reset(self) -> None:
     self._window = []
+    self._pending = []
 
   def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
     num_groups = self._groups(np.shape(time_step.step_type)[0])
     self._window.append((time_step, policy_step, next_time_step, policy_version))
     if len(self._window) < self._n:
       return
-    transition = self._oldest_transition()
+    self._pending.append(self._split(self._oldest_transition(), num_groups))
     self._window.pop(0)
-    self._append(self._split(transition, num_groups))
+    if len(self._pending) < self._steps_per_item:
+      return
+    if self._steps_per_item == 1:
+      groups = self._pending[0]
+    else:  # each group's rows of the K steps, step-major
+      groups = tuple(tf.nest.map_structure(lambda *rows: np.concatenate(rows, axis=0),
+                                           *[step[g] for step in self._pending])
+                     for g in range(num_groups))
+    self._pending = []
+    self._append(groups)
     for g in range(num_groups):
       self._create_items(g, lambda column: column[-1])
     self._throttle()

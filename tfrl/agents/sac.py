@@ -1,0 +1,60 @@
+"""SAC from tf-agents, for continuous (Box) actions, configured for tfrl's transitions.
+
+Items are n-step transitions as 2-step Trajectories (see `tfrl.agents.dqn`); with
+n = 1 they are exactly what SacAgent trains on. Boundary rows get weight 0 from the
+dataset (`Experiment` passes `weights`), which SacAgent honours.
+"""
+from typing import Sequence
+
+import gin
+import tensorflow as tf
+from tf_agents.agents.ddpg import critic_network
+from tf_agents.agents.sac import sac_agent
+from tf_agents.agents.sac import tanh_normal_projection_network
+from tf_agents.networks import actor_distribution_network
+
+
+@gin.configurable
+def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
+                     gamma: float = 0.99,
+                     actor_fc_layer_params: Sequence[int] = (256, 256),
+                     critic_joint_fc_layer_params: Sequence[int] = (256, 256),
+                     actor_learning_rate: float = 3e-4,
+                     critic_learning_rate: float = 3e-4,
+                     alpha_learning_rate: float = 3e-4,
+                     target_update_tau: float = 0.005,
+                     target_update_period: int = 1,
+                     reward_scale_factor: float = 1.0) -> sac_agent.SacAgent:
+  """Returns an initialized SacAgent with tanh-squashed Gaussian actor.
+
+  Args:
+    time_step_spec, action_spec: the environment's specs (Box actions).
+    train_step: the learner's step variable.
+    gamma: the discount.
+    actor_fc_layer_params, critic_joint_fc_layer_params: hidden layer sizes.
+    actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam's rates.
+    target_update_tau, target_update_period: soft target updates.
+    reward_scale_factor: multiplies rewards.
+
+  Returns:
+    The agent.
+  """
+  observation_spec = time_step_spec.observation
+  actor = actor_distribution_network.ActorDistributionNetwork(
+      observation_spec, action_spec, fc_layer_params=tuple(actor_fc_layer_params),
+      continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
+  critic = critic_network.CriticNetwork(
+      (observation_spec, action_spec), observation_fc_layer_params=None,
+      action_fc_layer_params=None,
+      joint_fc_layer_params=tuple(critic_joint_fc_layer_params),
+      kernel_initializer='glorot_uniform', last_kernel_initializer='glorot_uniform')
+  agent = sac_agent.SacAgent(
+      time_step_spec, action_spec, actor_network=actor, critic_network=critic,
+      actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),
+      critic_optimizer=tf.keras.optimizers.Adam(critic_learning_rate),
+      alpha_optimizer=tf.keras.optimizers.Adam(alpha_learning_rate),
+      target_update_tau=target_update_tau, target_update_period=target_update_period,
+      td_errors_loss_fn=tf.math.squared_difference, gamma=gamma,
+      reward_scale_factor=reward_scale_factor, train_step_counter=train_step)
+  agent.initialize()
+  return agent
