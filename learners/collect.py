@@ -17,6 +17,7 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
+import reverb
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
@@ -35,6 +36,10 @@ flags.DEFINE_integer('variable_update_period', 50,
                      'Vector steps between pulls of the policy variables.')
 flags.DEFINE_float('variables_timeout_s', 600.0,
                    'How long to wait for the trainer to push variables.')
+flags.DEFINE_float('write_timeout_s', 600.0,
+                   'How long a write may wait for the server to take items (a server '
+                   'that is gone, or a rate limiter holding inserts) before the collector '
+                   'treats the server as lost and reconnects (at least 10 s).')
 flags.DEFINE_float('reconnect_timeout_s', 600.0,
                    'How long to keep retrying an unreachable server before giving up.')
 flags.DEFINE_integer('max_env_steps', 0, 'Stop after this many env steps (0: never).')
@@ -42,9 +47,11 @@ flags.DEFINE_float('log_interval_s', 10.0, 'Seconds between progress lines.')
 FLAGS = flags.FLAGS
 
 # Errors that mean "the server is gone or not answering", from Reverb and from our pulls.
+# (reverb.errors.DeadlineExceededError is what a writer raises when the server stopped
+# taking items; it derives from none of the others.)
 _SERVER_ERRORS = (replay.ReplayServerUnreachableError, ConnectionError, RuntimeError,
-                  tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                  tf.errors.CancelledError)
+                  reverb.errors.DeadlineExceededError, tf.errors.UnavailableError,
+                  tf.errors.DeadlineExceededError, tf.errors.CancelledError)
 
 
 def _wait_for_server_with_backoff(address: str, timeout_s: float,
@@ -74,7 +81,8 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
   replay.check_table_signature(address, experiment.experience_table,
                               experiment.item_signature(agent))
   client = replay.ReplayServer.connect(address).client
-  writer = experiment.make_writer(client)
+  writer = experiment.make_writer(client,
+                                  flush_timeout_ms=int(FLAGS.write_timeout_s * 1000))
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)

@@ -218,16 +218,17 @@ class Experiment:
     return (self.experience_tables(agent, self.samples_per_insert) +
             [replay.variables_table(signature)])
 
-  def make_writer(self, client):
+  def make_writer(self, client, **kwargs):
+    """The experience writer; `kwargs` go to it (e.g. `flush_timeout_ms`)."""
     tables = [self.experience_table] + (
         [REPLAY_TABLE] if self.is_sequence and self.uses_replay_table else [])
     if self.is_sequence:
       return replay.SequenceWriter(client, tables, length=self.unroll_length + 1,
                                    stride=self.unroll_length,
-                                   envs_per_item=self.envs_per_item)
+                                   envs_per_item=self.envs_per_item, **kwargs)
     return replay.NStepTransitionWriter(client, tables, n=self.n_step, discount=self.gamma,
                                         steps_per_item=self.steps_per_item,
-                                        envs_per_item=self.envs_per_item)
+                                        envs_per_item=self.envs_per_item, **kwargs)
 
   # -- Learner inputs -------------------------------------------------------------
 
