@@ -33,8 +33,11 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   """
   files = [resolve_gin_file(f) for f in gin_files]
   gin.clear_config()
-  if CONFIG_DIR not in gin.config._LOCATION_PREFIXES:  # pylint: disable=protected-access
-    gin.add_config_file_search_path(CONFIG_DIR)  # for `include 'dqn_cartpole.gin'`
+  # `include 'dqn_cartpole.gin'` in a config means the bundled file. Searched first,
+  # so gin does not log a "Path not found" error for the cwd-relative try.
+  prefixes = gin.config._LOCATION_PREFIXES  # pylint: disable=protected-access
+  if CONFIG_DIR not in prefixes:
+    prefixes.insert(0, CONFIG_DIR)
   try:
     gin.parse_config_files_and_bindings(files, list(gin_bindings))
   except (ValueError, KeyError) as e:

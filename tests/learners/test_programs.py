@@ -357,12 +357,13 @@ def test_unreachable_server_fails_within_seconds(programs):
     programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',
                    *_gin_args(SMALL))
   for program in ('collect', 'train', 'eval'):
-    code = programs.wait(program, timeout_s=90)
+    code = programs.wait(program, timeout_s=120)
     log = programs.log(program)
     assert code != 0, log[-3000:]
     assert f"No Reverb server answered at '{address}' within 20 s" in log, log[-3000:]
-  # Import and set-up of three TF programs at once on 2 cores, plus the 20 s timeout.
-  assert time.monotonic() - start < 90
+  # The 20 s connect timeout plus the import and set-up of three TF programs at once
+  # (~30-50 s on a loaded 2-core machine): bounded, far from the 600 s waits elsewhere.
+  assert time.monotonic() - start < 120
 
 
 def test_spec_mismatch_between_server_and_programs_fails_fast(programs):
@@ -383,7 +384,8 @@ def test_spec_mismatch_between_server_and_programs_fails_fast(programs):
     assert f"error: Table 'replay' on {address} does not match this program" in log, \
         log[-3000:]
   assert time.monotonic() - start < 120
-  assert re.search(r'the table has \w+\[16, ', programs.log('collect'))
+  assert ('experience/step_type: the table has int32[16, 2], this program expects '
+          'int32[8, 2]') in programs.log('collect'), programs.log('collect')
   assert re.search(r'observation: the table has float32\[16, 2, 4\], this program expects '
                    r'float32\[16, 2, 6\]', programs.log('train')), programs.log('train')
   programs.check_alive('reverb_server')

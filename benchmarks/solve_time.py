@@ -1,0 +1,377 @@
+"""Time to solve: tfrl's train_eval vs Stable-Baselines3 (RL-Zoo settings), seed by seed.
+
+For each algorithm and seed, runs tfrl's one-process program as a subprocess,
+
+    .venv/bin/python -m learners.train_eval --root_dir=<tmp> \
+        --gin_file=learners/configs/<config>.gin --gin_bindings=Experiment.seed=<seed>
+
+and, for DQN, PPO and SAC, the peer `benchmarks/peers/sb3_solve.py` with the same seed
+in the peer's own virtual environment (benchmarks/peers/.venv, created here from
+benchmarks/peers/requirements.txt when missing: stable-baselines3 2.9.2, torch 2.13.0
+CPU). It then prints, per algorithm, each seed's seconds / env steps / solved on both
+sides, the medians, and the ratio of medians with PASS/MISS against the target.
+
+How each side counts (like for like):
+  tfrl  `train_seconds` from `train_eval`: wall clock from the first train step (after the
+        agent, the Reverb server and the random warm-up of `initial_collect_steps` env
+        steps) to the end of the evaluation that confirmed the target, evaluations
+        INCLUDED; env steps include the random warm-up. Parsed from the program's line
+        'Trained to step N (E env steps) in S s; last eval return R.'; exit status 0
+        means the target was reached on one evaluation of 10 episodes and confirmed on a
+        second one. Evaluation cadence is the gin file's `eval_interval`.
+  SB3   wall clock from the start of `model.learn` (after the model is built) to the end
+        of the evaluation that reached the threshold, evaluations INCLUDED; 10
+        deterministic episodes every 5,000 env steps (SAC: 1,000), one eval env as in
+        RL-Zoo's EvalCallback, no confirmation run (see sb3_solve.py).
+  Neither side counts process start-up (imports, TF/torch initialisation, graph building
+  before the first step); the "proc s" column gives each subprocess's whole wall clock as
+  a diagnostic.
+
+Medians are over all seeds, an unsolved seed counting as never solved (infinite time),
+so a median is finite only when more than half of the seeds solved. Target (from the
+issue): tfrl reaches the threshold on every seed, and its median wall clock is at or
+below SB3's. IMPALA, CLEAR, APPO and prioritized DQN have no SB3 peer: tfrl's figures
+only. Each run is capped (`--max_seconds` of training, 8 minutes, plus `--startup_seconds`
+for the process to start); the 1-minute load average is recorded before and after every
+run, since the machine may be shared. The script always exits 0 (it is a measurement).
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/solve_time.py
+    .venv/bin/python benchmarks/solve_time.py --algos=ppo --seeds=0
+    .venv/bin/python benchmarks/solve_time.py --algos=impala,appo --skip_peer
+
+Results are recorded in benchmarks/RESULTS.md.
+"""
+import dataclasses
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+from absl import app
+from absl import flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(REPO, 'benchmarks', 'peers')
+PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
+PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
+STAMP = 'requirements.installed'  # inside the venv: the requirements it was built from
+
+# algo -> (gin config, env, threshold, SB3 peer algo or None)
+ALGOS = {
+    'dqn': ('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
+    'ppo': ('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
+    'sac': ('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
+    'dqn_per': ('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
+    'impala': ('impala_cartpole', 'CartPole-v1', 475.0, None),
+    'clear': ('clear_cartpole', 'CartPole-v1', 475.0, None),
+    'appo': ('appo_cartpole', 'CartPole-v1', 475.0, None),
+}
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list('algos', list(ALGOS), f'Subset of {",".join(ALGOS)}.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (Experiment.seed; SB3 seed).')
+flags.DEFINE_bool('skip_peer', False, 'Run tfrl only (no SB3, no peer venv).')
+flags.DEFINE_float('max_seconds', 480.0, 'Training time cap per run (s).')
+flags.DEFINE_float('startup_seconds', 120.0,
+                   'Allowance on top of max_seconds for process start-up before a run '
+                   'is killed.')
+flags.DEFINE_string('tfrl_python', os.path.join(REPO, '.venv', 'bin', 'python'),
+                    "tfrl's interpreter.")
+flags.DEFINE_string('peer_venv', os.path.join(PEERS, '.venv'),
+                    "The SB3 peer's virtual environment (created when missing).")
+flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line here.')
+
+
+@dataclasses.dataclass
+class Run:
+  """One side's run on one seed."""
+  side: str
+  algo: str
+  seed: int
+  solved: bool = False
+  seconds: Optional[float] = None      # training clock (see module docstring)
+  env_steps: Optional[int] = None
+  eval_return: Optional[float] = None
+  evals: Optional[int] = None
+  process_seconds: float = 0.0
+  load_start: float = 0.0
+  load_end: float = 0.0
+  note: str = ''
+  extra: dict = dataclasses.field(default_factory=dict)
+
+
+def _load1() -> float:
+  return os.getloadavg()[0]
+
+
+def _loads() -> str:
+  return ', '.join(f'{x:.2f}' for x in os.getloadavg())
+
+
+def _run_process(cmd: List[str], timeout: float, env=None):
+  """Runs cmd in its own process group; returns (rc or None on timeout, out, err, s)."""
+  with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, env=env,
+                            start_new_session=True)
+    try:
+      rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)  # this run's own process group only
+      proc.wait()
+      rc = None
+    seconds = time.perf_counter() - start
+    out.seek(0)
+    err.seek(0)
+    return rc, out.read(), err.read(), seconds
+
+
+# -- The peer's venv --------------------------------------------------------------------
+
+
+def peer_python() -> str:
+  return os.path.join(FLAGS.peer_venv, 'bin', 'python')
+
+
+def ensure_peer_venv() -> None:
+  """Creates the peer venv from requirements.txt if missing (or if the file changed)."""
+  with open(PEER_REQUIREMENTS) as f:
+    requirements = f.read()
+  stamp = os.path.join(FLAGS.peer_venv, STAMP)
+  if os.path.exists(peer_python()) and os.path.exists(stamp):
+    with open(stamp) as f:
+      if f.read() == requirements:
+        return
+  if not os.path.exists(peer_python()):
+    print(f'Creating the peer venv {FLAGS.peer_venv} ...', flush=True)
+    # The peer needs the same Python as tfrl (cp311 wheels); `-m venv` from inside a venv
+    # builds on its base interpreter.
+    subprocess.run([sys.executable, '-m', 'venv', FLAGS.peer_venv], check=True)
+  print(f'Installing {os.path.relpath(PEER_REQUIREMENTS, REPO)} into it ...', flush=True)
+  subprocess.run([peer_python(), '-m', 'pip', 'install', '-qq', '-r',
+                  PEER_REQUIREMENTS], check=True)
+  with open(stamp, 'w') as f:
+    f.write(requirements)
+
+
+def peer_versions() -> str:
+  rc, out, err, _ = _run_process(
+      [peer_python(), '-c', 'import stable_baselines3, torch, gymnasium; '
+       'print(f"stable-baselines3 {stable_baselines3.__version__}, torch '
+       '{torch.__version__}, gymnasium {gymnasium.__version__}")'], timeout=120)
+  return out.strip() if rc == 0 else f'unknown ({err.strip()[-200:]})'
+
+
+# -- tfrl -------------------------------------------------------------------------------
+
+_FINAL = re.compile(r'Trained to step (\d+) \((\d+) env steps\) in ([0-9.]+) s; '
+                    r'last eval return (\S+)\.')
+_EVAL = re.compile(r'train step\s+(\d+) \| env steps\s+(\d+) \| eval return\s+(\S+) \|'
+                   r'.*\|\s*([0-9.]+) s')
+
+
+def run_tfrl(algo: str, seed: int) -> Run:
+  gin_name, _, _, _ = ALGOS[algo]
+  gin_file = os.path.join('learners', 'configs', gin_name + '.gin')
+  root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
+  cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
+         f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed={seed}']
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  run = Run('tfrl', algo, seed, load_start=_load1())
+  try:
+    rc, out, err, run.process_seconds = _run_process(
+        cmd, FLAGS.max_seconds + FLAGS.startup_seconds, env=env)
+  finally:
+    shutil.rmtree(root_dir, ignore_errors=True)
+  run.load_end = _load1()
+  evals = _EVAL.findall(err)
+  run.evals = len(evals)
+  final = _FINAL.search(out)
+  if final:
+    run.env_steps = int(final.group(2))
+    run.seconds = float(final.group(3))
+    run.eval_return = float(final.group(4))
+    run.extra['train_steps'] = int(final.group(1))
+  elif evals:  # killed or crashed: the last progress line
+    step, env_steps, ret, seconds = evals[-1]
+    run.env_steps, run.seconds, run.eval_return = int(env_steps), float(seconds), float(ret)
+  run.solved = rc == 0 and final is not None
+  if rc is None:
+    run.note = f'killed at the cap ({FLAGS.max_seconds + FLAGS.startup_seconds:.0f} s)'
+  elif rc != 0:
+    tail = [l for l in (err.strip().splitlines() or ['']) if l.strip()][-1:] or ['']
+    run.note = (f'not solved: {tail[0][:150]}' if final else
+                f'failed (exit {rc}): {tail[0][:150]}')
+  return run
+
+
+# -- SB3 --------------------------------------------------------------------------------
+
+
+def run_peer(algo: str, seed: int) -> Run:
+  peer_algo = ALGOS[algo][3]
+  cmd = [peer_python(), PEER_SCRIPT, f'--algo={peer_algo}', f'--seed={seed}',
+         f'--max_seconds={FLAGS.max_seconds}']
+  run = Run('SB3', algo, seed, load_start=_load1())
+  rc, out, err, run.process_seconds = _run_process(
+      cmd, FLAGS.max_seconds + FLAGS.startup_seconds)
+  run.load_end = _load1()
+  result = None
+  for line in out.splitlines():
+    if line.startswith('{'):
+      result = json.loads(line)
+  if result is None:
+    tail = [l for l in err.strip().splitlines() if l.strip()][-1:] or ['']
+    run.note = ('killed at the cap' if rc is None else
+                f'failed (exit {rc}): {tail[0][:150]}')
+    return run
+  run.solved = bool(result['solved'])
+  run.seconds = result['seconds']
+  run.env_steps = result['env_steps']
+  run.eval_return = result['eval_return']
+  run.evals = result['evals']
+  run.extra = {k: result[k] for k in ('eval_seconds', 'seconds_excluding_eval',
+                                      'stopped_by', 'versions', 'torch_threads')}
+  if not run.solved:
+    run.note = f'not solved (stopped by {result["stopped_by"]})'
+  return run
+
+
+# -- Report -----------------------------------------------------------------------------
+
+
+def median_seconds(runs: List[Run]) -> float:
+  """Median time to solve; an unsolved seed counts as infinite."""
+  return statistics.median([r.seconds if r.solved else math.inf for r in runs])
+
+
+def _fmt_s(x: Optional[float]) -> str:
+  if x is None:
+    return '-'
+  return 'unsolved' if math.isinf(x) else f'{x:.1f}'
+
+
+def _fmt_steps(x: Optional[int]) -> str:
+  return '-' if x is None else f'{x:,}'
+
+
+def _row(run: Optional[Run]) -> str:
+  if run is None:
+    return ''
+  solved = 'yes' if run.solved else 'NO'
+  return (f'{_fmt_s(run.seconds):>8} {_fmt_steps(run.env_steps):>10} {solved:>6} '
+          f'{run.evals if run.evals is not None else "-":>5} '
+          f'{run.process_seconds:7.1f} {run.load_start:5.2f}->{run.load_end:<5.2f}')
+
+
+def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
+  gin_name, env_id, threshold, peer = ALGOS[algo]
+  lines = [f'{algo} on {env_id} (threshold {threshold:g}): tfrl learners/configs/'
+           f'{gin_name}.gin' + (f' vs SB3 {peer.upper()} (RL-Zoo)' if peer else
+                                ' (no SB3 peer)')]
+  head = f'{"s":>8} {"env steps":>10} {"solved":>6} {"evals":>5} {"proc s":>7} {"load 1m":>12}'
+  lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
+  by_seed = {r.seed: r for r in peer_runs}
+  for run in tfrl_runs:
+    line = f'{run.seed:<6}      {_row(run)}'
+    if peer_runs:
+      line += f'  |     {_row(by_seed.get(run.seed))}'
+    lines.append(line)
+  for run in tfrl_runs + peer_runs:
+    if run.note:
+      lines.append(f'  note: {run.side} seed {run.seed}: {run.note}')
+  for run in peer_runs:
+    if 'eval_seconds' in run.extra:
+      lines.append(f'  SB3 seed {run.seed}: {run.extra["eval_seconds"]:.1f} s of the '
+                   f'{_fmt_s(run.seconds)} s in evaluation')
+  tfrl_median = median_seconds(tfrl_runs)
+  solved = sum(r.solved for r in tfrl_runs)
+  median_line = (f'median       tfrl {_fmt_s(tfrl_median)} s '
+                 f'({solved}/{len(tfrl_runs)} seeds solved)')
+  if peer_runs:
+    peer_median = median_seconds(peer_runs)
+    peer_solved = sum(r.solved for r in peer_runs)
+    median_line += (f'  | SB3 {_fmt_s(peer_median)} s '
+                    f'({peer_solved}/{len(peer_runs)} seeds solved)')
+    lines.append(median_line)
+    if math.isinf(tfrl_median) or math.isinf(peer_median):
+      ratio = 'n/a'
+    else:
+      ratio = f'{tfrl_median / peer_median:.2f}x'
+    ok = solved == len(tfrl_runs) and tfrl_median <= peer_median
+    lines.append(f'tfrl median / SB3 median = {ratio}   target: tfrl solves every seed '
+                 f'and median <= SB3\'s   {"PASS" if ok else "MISS"}')
+  else:
+    lines.append(median_line)
+  return lines
+
+
+def main(argv):
+  del argv
+  unknown = set(FLAGS.algos) - set(ALGOS)
+  if unknown:
+    sys.exit(f'error: unknown --algos {sorted(unknown)}; known: {",".join(ALGOS)}')
+  seeds = [int(s) for s in FLAGS.seeds]
+  with_peer = not FLAGS.skip_peer and any(ALGOS[a][3] for a in FLAGS.algos)
+  if with_peer:
+    ensure_peer_venv()
+  git = subprocess.run(['git', 'describe', '--always', '--dirty'], cwd=REPO,
+                       capture_output=True, text=True).stdout.strip()
+  header = [
+      f'Time to solve: algos={",".join(FLAGS.algos)} seeds={",".join(map(str, seeds))}, '
+      f'{os.cpu_count()} CPUs, cap {FLAGS.max_seconds:g} s of training per run',
+      f'  date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
+      f'tfrl at {git}',
+  ]
+  if with_peer:
+    header.append(f'  peer venv: {peer_versions()}')
+  header.append(f'  load average at start (1, 5, 15 min): {_loads()}')
+  for line in header:
+    print(line, flush=True)
+  json_out = open(FLAGS.json_out, 'a') if FLAGS.json_out else None
+  tables = []
+  for algo in FLAGS.algos:
+    tfrl_runs, peer_runs = [], []
+    for seed in seeds:
+      # Alternate which side goes first, so a change in the machine's load over time
+      # does not always fall on the same side.
+      order = ['tfrl', 'SB3'] if seed % 2 == 0 else ['SB3', 'tfrl']
+      for side in order:
+        if side == 'tfrl':
+          run = run_tfrl(algo, seed)
+          tfrl_runs.append(run)
+        elif with_peer and ALGOS[algo][3]:
+          run = run_peer(algo, seed)
+          peer_runs.append(run)
+        else:
+          continue
+        print(f'  {algo} seed {seed} {run.side}: solved={run.solved} '
+              f'seconds={_fmt_s(run.seconds)} env_steps={_fmt_steps(run.env_steps)} '
+              f'evals={run.evals} proc={run.process_seconds:.1f} s '
+              f'load {run.load_start:.2f}->{run.load_end:.2f}'
+              + (f' ({run.note})' if run.note else ''), flush=True)
+        if json_out:
+          json_out.write(json.dumps(dataclasses.asdict(run)) + '\n')
+          json_out.flush()
+    tables.append(report(algo, tfrl_runs, peer_runs))
+  print(f'  load average at end (1, 5, 15 min): {_loads()}')
+  for table in tables:
+    print()
+    print('\n'.join(table))
+  if json_out:
+    json_out.close()
+
+
+if __name__ == '__main__':
+  app.run(main)
