@@ -14,7 +14,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -34,13 +34,17 @@ from learners.experiment import Experiment
 
 @gin.configurable
 def train_eval(root_dir: str, strategy: str = 'default',
-               experiment: Optional[Experiment] = None) -> Dict[str, Any]:
+               experiment: Optional[Experiment] = None,
+               on_evaluation: Optional[Callable[[Dict[str, Any]], None]] = None
+               ) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
     root_dir: where checkpoints, summaries and policies go.
     strategy: 'default' | 'mirrored' | 'multi_worker' | 'tpu' (see tfrl.distribute).
     experiment: the settings (default: `Experiment()` as bound in gin).
+    on_evaluation: called after each evaluation with its history row (train_step,
+      env_steps, eval_return, seconds), e.g. to drive a notebook's progress bar.
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
@@ -108,6 +112,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
     history.append({'train_step': step, 'env_steps': env_steps,
                     'eval_return': result['AverageReturn'],
                     'seconds': time.perf_counter() - train_start})
+    if on_evaluation is not None:
+      on_evaluation(history[-1])
     with eval_writer.as_default():
       tf.summary.scalar('eval/AverageReturn', result['AverageReturn'], step=step)
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', result['AverageReturn'],
@@ -174,6 +180,7 @@ class _Clock:
 
 
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
+        on_evaluation: Optional[Callable[[Dict[str, Any]], None]] = None,
         **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
@@ -181,6 +188,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
+    on_evaluation: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -191,7 +199,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   """
   config.parse(gin_files, gin_bindings)
   experiment = dataclasses.replace(Experiment(), **overrides)
-  return train_eval(root_dir, experiment=experiment)
+  return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation)
 
 
 FLAGS = flags.FLAGS

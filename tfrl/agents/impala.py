@@ -173,7 +173,8 @@ class ImpalaAgent(tf_agent.TFAgent):
     if policy_version is not None:
       valid, fraction_dropped = self._mask_stale(valid, policy_version)
     rewards = clip_rewards(time_major.reward[:-1], self._reward_clipping)
-    discounts = self._gamma * time_major.discount[:-1] * valid
+    # Row weights weight the loss; only their zeros (masked steps) cut the returns.
+    discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
     behaviour_logits = time_major.policy_info[actor_critic_policy.LOGITS][:-1]
     target_logits = logits[:-1]
     actions = time_major.action[:-1]

@@ -1,0 +1,353 @@
+"""Tests for tfrl.agents.ppo.PpoAgent against independent numpy GAE and PPO losses.
+
+Unrolls are batch-major [B, T+1] Trajectories matching `agent.collect_data_spec` for
+CartPole; the behaviour logits and values in policy_info are PPO's old log-probs and
+old values. Rows (B = 4):
+  row 0: FIRST MID MID MID MID MID MID      no boundary
+  row 1: MID MID LAST FIRST MID MID MID     terminated: discount[1] = 0
+  row 2: MID MID MID MID LAST FIRST MID     truncated: discount stays 1
+  row 3: MID MID MID MID MID MID MID        no boundary
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from tfrl import envs
+from tfrl import learner as learner_lib
+from tfrl.agents import ppo
+from tfrl.networks import actor_critic
+
+FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
+T = 6
+GAMMA, LAMBDA = 0.9, 0.8
+HIDDEN = (16,)
+
+STEP_TYPES = [[FIRST, MID, MID, MID, MID, MID, MID],
+              [MID, MID, LAST, FIRST, MID, MID, MID],
+              [MID, MID, MID, MID, LAST, FIRST, MID],
+              [MID, MID, MID, MID, MID, MID, MID]]
+DISCOUNTS = [[1, 1, 1, 1, 1, 1, 1],
+             [1, 0, 1, 1, 1, 1, 1],
+             [1, 1, 1, 1, 1, 1, 1],
+             [1, 1, 1, 1, 1, 1, 1]]
+TERM_ROW, TERM_LAST = 1, 2
+TRUNC_ROW, TRUNC_LAST = 2, 4
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+  tf.keras.utils.set_random_seed(0)
+
+
+@pytest.fixture(scope='module')
+def specs():
+  env = envs.make('CartPole-v1', num_envs=1)
+  try:
+    return env.time_step_spec(), env.action_spec()
+  finally:
+    env.close()
+
+
+def make_unrolls(seed=0):
+  step_type = np.asarray(STEP_TYPES, np.int32)
+  rows, length = step_type.shape
+  rng = np.random.RandomState(seed)
+  next_step_type = np.concatenate([step_type[:, 1:], np.full((rows, 1), MID)], 1)
+  return trajectory.Trajectory(
+      step_type=step_type,
+      observation=rng.randn(rows, length, 4).astype(np.float32),
+      action=rng.randint(0, 2, (rows, length)).astype(np.int64),
+      policy_info={'logits': rng.randn(rows, length, 2).astype(np.float32),
+                   'value': rng.randn(rows, length).astype(np.float32)},
+      next_step_type=next_step_type.astype(np.int32),
+      reward=rng.randn(rows, length).astype(np.float32),
+      discount=np.asarray(DISCOUNTS, np.float32))
+
+
+def tensors(traj):
+  return tf.nest.map_structure(tf.constant, traj)
+
+
+def replace(traj, **fields):
+  return tf.nest.map_structure(np.copy, traj)._replace(**fields)
+
+
+def make_agent(specs, optimizer=None, **kwargs):
+  time_step_spec, action_spec = specs
+  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec, HIDDEN)
+  kwargs.setdefault('gamma', GAMMA)
+  kwargs.setdefault('lambda_', LAMBDA)
+  return ppo.PpoAgent(time_step_spec, action_spec, network,
+                      optimizer or tf.keras.optimizers.SGD(0.1),
+                      learner_lib.new_train_step(), **kwargs)
+
+
+# -- Numpy references ---------------------------------------------------------------
+
+def log_softmax(logits):
+  logits = np.asarray(logits, np.float64)
+  shifted = logits - logits.max(-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def action_log_prob(logits, actions):
+  return np.take_along_axis(log_softmax(logits), actions[..., None], -1)[..., 0]
+
+
+def gae_reference(traj, gamma=GAMMA, lambda_=LAMBDA):
+  """GAE on the stored values, batch-major [B, T]: at LAST steps delta = 0 and the
+  discount is 0; V(x_LAST) still bootstraps the step before (truncation)."""
+  valid = (traj.step_type[:, :-1] != LAST).astype(np.float64)
+  values = traj.policy_info['value'].astype(np.float64)
+  rewards = traj.reward[:, :-1].astype(np.float64)
+  discounts = gamma * traj.discount[:, :-1] * valid
+  advantages = np.zeros_like(rewards)
+  acc = np.zeros(rewards.shape[0])
+  for t in reversed(range(rewards.shape[1])):
+    delta = valid[:, t] * (rewards[:, t] + discounts[:, t] * values[:, t + 1] - values[:, t])
+    acc = delta + lambda_ * discounts[:, t] * acc
+    advantages[:, t] = acc
+  return advantages, advantages + values[:, :-1], valid
+
+
+def ppo_loss_reference(agent, traj, clip_ratio=0.2, value_clip=0.2, value_cost=0.5,
+                       entropy_cost=0.0, normalize_advantages=True):
+  advantages, targets, valid = gae_reference(traj)
+  (logits, values), _ = agent._network(tf.constant(traj.observation[:, :-1]))
+  logits, values = logits.numpy().astype(np.float64), values.numpy().astype(np.float64)
+  normalizer = valid.sum()
+  if normalize_advantages:
+    mean = (valid * advantages).sum() / normalizer
+    std = np.sqrt((valid * (advantages - mean) ** 2).sum() / normalizer)
+    advantages = (advantages - mean) / (std + 1e-8)
+  actions = traj.action[:, :-1]
+  log_ratio = (action_log_prob(logits, actions) -
+               action_log_prob(traj.policy_info['logits'][:, :-1], actions))
+  ratio = np.exp(log_ratio)
+  surrogate = np.minimum(ratio * advantages,
+                         np.clip(ratio, 1 - clip_ratio, 1 + clip_ratio) * advantages)
+  policy_loss = -(valid * surrogate).sum() / normalizer
+  old_values = traj.policy_info['value'][:, :-1].astype(np.float64)
+  error = (values - targets) ** 2
+  if value_clip is not None:
+    clipped = old_values + np.clip(values - old_values, -value_clip, value_clip)
+    error = np.maximum(error, (clipped - targets) ** 2)
+  value_loss = 0.5 * (valid * error).sum() / normalizer
+  log_probs = log_softmax(logits)
+  entropy = (valid * -(np.exp(log_probs) * log_probs).sum(-1)).sum() / normalizer
+  return {'policy_loss': policy_loss, 'value_loss': value_loss, 'entropy': entropy,
+          'total': policy_loss + value_cost * value_loss - entropy_cost * entropy,
+          'approx_kl': (valid * ((ratio - 1) - log_ratio)).sum() / normalizer,
+          'clip_fraction': (valid * (np.abs(ratio - 1) > clip_ratio)).sum() / normalizer,
+          'ratio': ratio, 'valid': valid, 'advantages': advantages}
+
+
+# -- GAE preparation ----------------------------------------------------------------
+
+def test_prepare_matches_numpy_gae(specs):
+  agent = make_agent(specs)
+  traj = make_unrolls()
+  data = agent._prepare(tensors(traj))
+  advantages, targets, valid = gae_reference(traj)
+  np.testing.assert_allclose(data['advantage'].numpy().T, advantages, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(data['value_target'].numpy().T, targets, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(data['value_target'].numpy() - data['advantage'].numpy(),
+                             traj.policy_info['value'][:, :-1].T, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(data['valid'].numpy().T, valid)
+  np.testing.assert_allclose(
+      data['old_log_prob'].numpy().T,
+      action_log_prob(traj.policy_info['logits'][:, :-1], traj.action[:, :-1]), rtol=1e-5)
+  np.testing.assert_array_equal(data['old_value'].numpy().T,
+                                traj.policy_info['value'][:, :-1])
+  np.testing.assert_array_equal(data['observation'].numpy(),
+                                traj.observation[:, :-1].transpose(1, 0, 2))
+  # Boundary steps have advantage 0.
+  assert advantages[TERM_ROW, TERM_LAST] == 0 and advantages[TRUNC_ROW, TRUNC_LAST] == 0
+
+
+def test_prepare_boundary_rule(specs):
+  agent = make_agent(specs)
+  traj = make_unrolls()
+  base = agent._prepare(tensors(traj))['advantage'].numpy().T
+
+  def advantages_with(**changes):
+    return agent._prepare(tensors(replace(traj, **changes)))['advantage'].numpy().T
+
+  # The reward of a LAST step (its LAST -> FIRST "transition") changes nothing.
+  reward = traj.reward.copy()
+  reward[TERM_ROW, TERM_LAST] += 50.0
+  reward[TRUNC_ROW, TRUNC_LAST] += 50.0
+  np.testing.assert_array_equal(advantages_with(reward=reward), base)
+
+  def with_value(row, step, delta):
+    value = traj.policy_info['value'].copy()
+    value[row, step] += delta
+    return advantages_with(policy_info={'logits': traj.policy_info['logits'],
+                                        'value': value})
+
+  # Terminated: the LAST step's stored value bootstraps nothing.
+  np.testing.assert_array_equal(with_value(TERM_ROW, TERM_LAST, 5.0), base)
+  # Truncated: it bootstraps the step before (and, through GAE, the earlier ones) ...
+  changed = with_value(TRUNC_ROW, TRUNC_LAST, 5.0)
+  np.testing.assert_allclose(changed[TRUNC_ROW, TRUNC_LAST - 1] - base[TRUNC_ROW, TRUNC_LAST - 1],
+                             GAMMA * 5.0, rtol=1e-5)
+  np.testing.assert_allclose(changed[TRUNC_ROW, 0] - base[TRUNC_ROW, 0],
+                             GAMMA * 5.0 * (GAMMA * LAMBDA) ** (TRUNC_LAST - 1), rtol=1e-4)
+  # ... but nothing from the next episode crosses the boundary.
+  changed = with_value(TRUNC_ROW, TRUNC_LAST + 1, 5.0)
+  np.testing.assert_array_equal(changed[TRUNC_ROW, :TRUNC_LAST + 1],
+                                base[TRUNC_ROW, :TRUNC_LAST + 1])
+  assert np.abs(changed[TRUNC_ROW, TRUNC_LAST + 1:] -
+                base[TRUNC_ROW, TRUNC_LAST + 1:]).max() > 1.0
+
+
+# -- Loss ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize('config', [
+    {},
+    {'normalize_advantages': False, 'value_clip': None, 'entropy_cost': 0.01,
+     'clip_ratio': 0.1},
+], ids=['default', 'no_normalization_no_value_clip'])
+def test_loss_matches_numpy(specs, config):
+  agent = make_agent(specs, **config)
+  traj = make_unrolls()
+  ref = ppo_loss_reference(agent, traj, **config)
+  # Random behaviour logits: some ratios are outside the clip range, some inside.
+  clip_ratio = config.get('clip_ratio', 0.2)
+  outside = np.abs(ref['ratio'] - 1) > clip_ratio
+  assert outside[ref['valid'] > 0].any() and (~outside)[ref['valid'] > 0].any()
+  loss_info = agent.loss(tensors(traj))
+  extra = loss_info.extra
+  for name in ('policy_loss', 'value_loss', 'entropy', 'approx_kl', 'clip_fraction'):
+    np.testing.assert_allclose(getattr(extra, name).numpy(), ref[name], rtol=1e-4,
+                               atol=1e-6, err_msg=name)
+  np.testing.assert_allclose(loss_info.loss.numpy(), ref['total'], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize('sign', [1.0, -1.0], ids=['positive', 'negative'])
+def test_clipped_surrogate_has_no_gradient_beyond_the_clip(specs, sign):
+  """Positive advantages with ratio > 1 + eps (negative: ratio < 1 - eps) are clipped:
+  the policy loss is -mean(clip(ratio) * A) and its gradient is zero."""
+  agent = make_agent(specs, normalize_advantages=False)
+  traj = make_unrolls()
+  # Stored values 0 and rewards of one sign: every valid advantage has that sign.
+  rewards = sign * (1.0 + np.abs(traj.reward))
+  (current, _), _ = agent._network(tf.constant(traj.observation))
+  current = current.numpy()
+  # Behaviour logits: the taken action unlikely (ratio >> 1) or likely (ratio << 1).
+  taken = np.eye(2, dtype=np.float32)[traj.action]
+  far = np.where(taken > 0, -3.0 * sign, 3.0 * sign).astype(np.float32)
+  zero_values = np.zeros_like(traj.policy_info['value'])
+  clipped = replace(traj, reward=rewards.astype(np.float32),
+                    policy_info={'logits': far, 'value': zero_values})
+  ref = ppo_loss_reference(agent, clipped, normalize_advantages=False)
+  valid = ref['valid'] > 0
+  assert np.all(sign * ref['advantages'][valid] > 0)
+  if sign > 0:
+    assert np.all(ref['ratio'][valid] > 1.2)
+  else:
+    assert np.all(ref['ratio'][valid] < 0.8)
+  variables = agent._network.trainable_variables
+  with tf.GradientTape() as tape:
+    policy_loss = agent.loss(tensors(clipped)).extra.policy_loss
+  expected = -(ref['valid'] * (1 + sign * 0.2) * ref['advantages']).sum() / valid.sum()
+  np.testing.assert_allclose(policy_loss.numpy(), expected, rtol=1e-5)
+  for gradient in tape.gradient(policy_loss, variables):
+    assert gradient is None or not np.any(gradient.numpy())
+  # Control: behaviour = current policy (ratio 1), the same advantages have a gradient.
+  on_policy = replace(clipped, policy_info={'logits': current, 'value': zero_values})
+  with tf.GradientTape() as tape:
+    policy_loss = agent.loss(tensors(on_policy)).extra.policy_loss
+  np.testing.assert_allclose(policy_loss.numpy(),
+                             -(ref['valid'] * ref['advantages']).sum() / valid.sum(),
+                             rtol=1e-5)
+  norm = tf.linalg.global_norm(
+      [g for g in tape.gradient(policy_loss, variables) if g is not None])
+  assert float(norm) > 1e-3
+
+
+# -- Training -----------------------------------------------------------------------
+
+def test_train_applies_epochs_times_minibatches_steps(specs):
+  time_step_spec, action_spec = specs
+  train_step = learner_lib.new_train_step()
+  agent = ppo.create_ppo_agent(time_step_spec, action_spec, train_step,
+                               fc_layer_params=HIDDEN, num_epochs=3, num_minibatches=2)
+  traj = make_unrolls()
+  before = [v.numpy() for v in agent._network.trainable_variables]
+  iterations = int(agent._optimizer.iterations.numpy())
+  loss_info = agent.train(tensors(traj))
+  assert int(agent._optimizer.iterations.numpy()) - iterations == 6
+  assert int(train_step.numpy()) == 1
+  assert isinstance(loss_info.extra, ppo.PpoLossInfo)
+  assert np.all(np.isfinite([float(loss_info.loss)] + [float(x) for x in loss_info.extra]))
+  assert all(np.abs(new.numpy() - old).max() > 0
+             for old, new in zip(before, agent._network.trainable_variables))
+  agent.train(tensors(traj))
+  assert int(agent._optimizer.iterations.numpy()) - iterations == 12
+  assert int(train_step.numpy()) == 2
+
+
+def test_each_epoch_partitions_the_rows_into_minibatches(specs):
+  agent = make_agent(specs, num_epochs=3, num_minibatches=2)
+  traj = make_unrolls()
+  seen = []
+  minibatch_loss = agent._minibatch_loss
+
+  def spy(batch):
+    # Row identity: the first observation's first feature (distinct per row).
+    first = batch['observation'].numpy()[0, :, 0]
+    rows = [int(np.flatnonzero(traj.observation[:, 0, 0] == x)[0]) for x in first]
+    # The rest of the minibatch comes from the same rows.
+    np.testing.assert_array_equal(batch['valid'].numpy(),
+                                  (traj.step_type[rows, :-1] != LAST).T)
+    np.testing.assert_array_equal(batch['action'].numpy(), traj.action[rows, :-1].T)
+    seen.append(sorted(rows))
+    return minibatch_loss(batch)
+
+  agent._minibatch_loss = spy
+  agent.train(tensors(traj))
+  assert len(seen) == 6
+  for epoch in range(3):
+    first, second = seen[2 * epoch], seen[2 * epoch + 1]
+    assert len(first) == len(second) == 2
+    assert sorted(first + second) == [0, 1, 2, 3]
+
+
+def test_single_minibatch_train_is_one_gradient_step(specs):
+  learning_rate = 0.1
+  agent = make_agent(specs, optimizer=tf.keras.optimizers.SGD(learning_rate),
+                     num_epochs=1, num_minibatches=1, gradient_clipping=None)
+  traj = make_unrolls()
+  variables = agent._network.trainable_variables
+  with tf.GradientTape() as tape:
+    expected = agent.loss(tensors(traj))
+  gradients = [g.numpy() for g in tape.gradient(expected.loss, variables)]
+  before = [v.numpy() for v in variables]
+  loss_info = agent.train(tensors(traj))
+  np.testing.assert_allclose(loss_info.loss.numpy(), expected.loss.numpy(), rtol=1e-5)
+  for old, new, gradient in zip(before, variables, gradients):
+    np.testing.assert_allclose(new.numpy() - old, -learning_rate * gradient, rtol=1e-3,
+                               atol=1e-7)
+
+
+def test_trains_under_learner(specs, tmp_path):
+  time_step_spec, action_spec = specs
+  train_step = learner_lib.new_train_step()
+  agent = ppo.create_ppo_agent(time_step_spec, action_spec, train_step,
+                               fc_layer_params=HIDDEN, num_epochs=2, num_minibatches=2)
+  traj = tensors(make_unrolls())
+  before = [v.numpy() for v in agent._network.trainable_variables]
+  learner = learner_lib.Learner(
+      str(tmp_path), train_step, agent,
+      experience_dataset_fn=lambda: tf.data.Dataset.from_tensors(
+          {'experience': traj}).map(lambda x: (x, ())).repeat(),
+      use_kwargs_in_agent_train=True, checkpoint_interval=0, summary_interval=0)
+  loss_info = learner.run(iterations=3)
+  assert learner.train_step_numpy == 3
+  assert int(agent._optimizer.iterations.numpy()) == 3 * 2 * 2
+  assert np.all(np.isfinite([float(loss_info.loss)] + [float(x) for x in loss_info.extra]))
+  assert all(np.abs(new.numpy() - old).max() > 0
+             for old, new in zip(before, agent._network.trainable_variables))
