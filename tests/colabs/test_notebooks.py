@@ -1,0 +1,101 @@
+"""Executes every notebook in colabs/ (small settings) and checks its key result."""
+import os
+import re
+
+import nbclient
+import nbformat
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLABS = os.path.join(REPO, 'colabs')
+
+
+def execute(name, parameters, tmp_path):
+  """Runs colabs/<name> with `parameters` injected after its parameters cell.
+
+  Returns:
+    All text the notebook printed, and the executed notebook.
+
+  Raises:
+    nbclient.exceptions.CellExecutionError: a cell failed (the message shows which).
+  """
+  notebook = nbformat.read(os.path.join(COLABS, name), as_version=4)
+  index = next(i for i, cell in enumerate(notebook.cells)
+               if 'parameters' in cell.metadata.get('tags', []))
+  parameters = dict(parameters, ROOT_DIR=str(tmp_path / 'run'))
+  injected = '\n'.join(f'{key} = {value!r}' for key, value in parameters.items())
+  notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(injected))
+  client = nbclient.NotebookClient(notebook, timeout=900, kernel_name='python3',
+                                   resources={'metadata': {'path': REPO}})
+  client.execute()
+  text = []
+  for cell in notebook.cells:
+    for output in cell.get('outputs', []):
+      if output.get('output_type') == 'stream':
+        text.append(output['text'])
+  return ''.join(text), notebook
+
+
+def _has_image(notebook):
+  return any('image/png' in output.get('data', {})
+             for cell in notebook.cells for output in cell.get('outputs', []))
+
+
+def _number(pattern, text):
+  match = re.search(pattern, text)
+  assert match, f'{pattern!r} not printed:\n{text[-3000:]}'
+  return float(match.group(1))
+
+
+def test_every_notebook_has_a_test():
+  tested = {'quickstart.ipynb', 'distributed.ipynb', 'impala_clear.ipynb',
+            'serving.ipynb'}
+  assert set(f for f in os.listdir(COLABS) if f.endswith('.ipynb')) == tested
+
+
+def test_committed_notebooks_carry_outputs_of_a_full_run():
+  for name in os.listdir(COLABS):
+    if name.endswith('.ipynb'):
+      notebook = nbformat.read(os.path.join(COLABS, name), as_version=4)
+      code = [c for c in notebook.cells if c.cell_type == 'code']
+      assert all(c.get('execution_count') for c in code), f'{name} has unexecuted cells'
+      assert _has_image(notebook) or name == 'serving.ipynb', f'{name} has no plots'
+
+
+@pytest.mark.slow
+def test_quickstart(tmp_path):
+  text, notebook = execute('quickstart.ipynb', dict(
+      NUM_TRAIN_STEPS=2048, TARGET_RETURN=None, EXPECTED_MIN_RETURN=50.0), tmp_path)
+  assert _number(r'FINAL_EVAL_RETURN = (-?[\d.]+)', text) >= 50.0
+  assert 'Reloaded policy, one rendered episode' in text
+  assert _has_image(notebook)
+
+
+@pytest.mark.slow
+def test_distributed(tmp_path):
+  text, _ = execute('distributed.ipynb', dict(
+      GIN_BINDINGS=['Experiment.num_train_steps = 1024', 'Experiment.eval_interval = 512'],
+      STATUS_INTERVAL_S=2, TIMEOUT_S=600, EXPECTED_MIN_RETURN=30.0), tmp_path)
+  assert _number(r'FINAL_EVAL_RETURN = (-?[\d.]+)', text) >= 30.0
+  assert _number(r'ORPHANS = (\d+)', text) == 0
+
+
+@pytest.mark.slow
+def test_impala_clear(tmp_path):
+  text, _ = execute('impala_clear.ipynb', dict(
+      NUM_TRAIN_STEPS=300, TARGET_RETURN=None, EXPECTED_MIN_RETURN=0.0), tmp_path)
+  assert _number(r'IMPALA_FINAL_RETURN = (-?[\d.]+)', text) > 0
+  assert _number(r'CLEAR_FINAL_RETURN = (-?[\d.]+)', text) > 0
+  tags = re.search(r'SUMMARY_TAGS = (.*)', text).group(1)
+  for term in ('policy_loss', 'baseline_loss', 'policy_cloning_loss', 'value_cloning_loss'):
+    assert f'losses/{term}' in tags
+
+
+@pytest.mark.slow
+def test_serving(tmp_path):
+  text, _ = execute('serving.ipynb', dict(
+      FIRST_TRAIN_STEPS=256, MORE_TRAIN_STEPS=512, NUM_CALLS=50), tmp_path)
+  match = re.search(r'REFRESHED_FROM = (\d+) TO = (\d+)', text)
+  assert match and int(match.group(2)) > int(match.group(1)), text[-2000:]
+  assert _number(r'LATENCY_MS_BATCH_1 = ([\d.]+)', text) > 0
+  assert _number(r'LATENCY_MS_BATCH_64 = ([\d.]+)', text) > 0
