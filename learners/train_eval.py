@@ -132,6 +132,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
         break
   train_seconds = time.perf_counter() - train_start
   learner.save_checkpoint()
+  learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
   paths = policy_trigger.save_saved_models()
   writer.close()
   server.stop()
