@@ -1,4 +1,5 @@
 """Tests for tfrl.learner.Learner and tfrl.distribute on fixed in-memory and Reverb data."""
+import collections
 import glob
 import json
 import logging
@@ -550,3 +551,30 @@ def test_mirrored_strategy_on_two_cpus_matches_default_strategy(mirrored_run):
   assert_all_close(mirrored['variables'], default['variables'])
   # Training moved the weights, so equal variables are not equal starting points.
   assert not np.allclose(default['variables'][0], default['initial'][0])
+
+
+def test_summaries_inside_the_compiled_loop_keep_their_tags(tmp_path):
+  """Steps run inside the tf.while_loop write the same tags as the first step."""
+  from tf_agents.specs import tensor_spec as spec_lib  # pylint: disable=g-import-not-at-top
+  import tfrl.envs  # pylint: disable=g-import-not-at-top
+  from tfrl.agents.impala import create_impala_agent  # pylint: disable=g-import-not-at-top
+  from tfrl.learner import Learner, new_train_step  # pylint: disable=g-import-not-at-top
+  env = tfrl.envs.make('CartPole-v1', num_envs=1, seed=0)
+  train_step = new_train_step()
+  agent = create_impala_agent(env.time_step_spec(), env.action_spec(), train_step)
+  data = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+                               spec_lib.add_outer_dims_nest(agent.collect_data_spec, (2, 3)))
+  learner = Learner(
+      str(tmp_path), train_step, agent,
+      lambda: tf.data.Dataset.from_tensors(({'experience': data}, ())).repeat(),
+      use_kwargs_in_agent_train=True, checkpoint_interval=0, summary_interval=10)
+  learner.run(25)
+  learner.run(25)
+  learner.train_summary_writer.flush()
+  steps = collections.defaultdict(list)
+  for path in glob.glob(str(tmp_path / 'train' / 'events*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        steps[value.tag].append(event.step)
+  assert sorted(steps['losses/policy_loss']) == [0, 10, 20, 30, 40]
+  assert not [tag for tag in steps if tag.startswith('while')]

@@ -213,7 +213,10 @@ class Learner(tf.Module):
     first = self.single_train_step(iterator)
 
     def body(i, unused_loss):
-      return i + 1, self.single_train_step(iterator)
+      # The loop's "while/" name scope would prefix every summary tag written inside
+      # it; reset it so summaries keep the same tags as outside the loop.
+      with tf.compat.v1.name_scope(None):
+        return i + 1, self.single_train_step(iterator)
 
     _, loss_info = tf.while_loop(
         lambda i, _: i < iterations, body, (tf.constant(1), first),
