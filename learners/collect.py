@@ -17,6 +17,7 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
+import gin
 import reverb
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
@@ -26,12 +27,17 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import replay
+from tfrl.agents import dqn
 
 config.define_common_flags()
 flags.DEFINE_string('reverb_address', 'localhost:8000', 'host:port of the Reverb server.')
 flags.DEFINE_integer('num_envs', None, 'Envs in this collector (default: Experiment.'
                      'num_envs); a multiple of the envs per item.')
-flags.DEFINE_integer('task_id', 0, 'This collector\'s index: seeds its envs.')
+flags.DEFINE_integer('task_id', 0, 'This collector\'s index: seeds its envs and sets its '
+                     'exploration (see --num_collectors).')
+flags.DEFINE_integer('num_collectors', 1,
+                     'How many collectors the job runs; with DQN, collector i explores with '
+                     'epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X style spread).')
 flags.DEFINE_integer('variable_update_period', 50,
                      'Vector steps between pulls of the policy variables.')
 flags.DEFINE_float('variables_timeout_s', 600.0,
@@ -70,6 +76,27 @@ def _wait_for_server_with_backoff(address: str, timeout_s: float,
       delay = min(2 * delay, 30.0)
 
 
+def _set_task_exploration(experiment: Experiment, task_id: int, num_collectors: int) -> None:
+  """Spreads DQN's final epsilon over collectors: task 0 keeps the configured value,
+  the last gets its square (Ape-X's spread, anchored at the config). Others: no change."""
+  if experiment.agent_fn is not dqn.create_dqn_agent or num_collectors < 2:
+    return
+  epsilon_end = gin.query_parameter('create_dqn_agent.epsilon_end') if _bound(
+      'create_dqn_agent.epsilon_end') else 0.05
+  epsilon = epsilon_end ** (1 + task_id / (num_collectors - 1))
+  with gin.unlock_config():
+    gin.bind_parameter('create_dqn_agent.epsilon_end', epsilon)
+  logging.info('Collector %d explores with epsilon_end=%.4g.', task_id, epsilon)
+
+
+def _bound(parameter: str) -> bool:
+  try:
+    gin.query_parameter(parameter)
+    return True
+  except ValueError:
+    return False
+
+
 def collect(root_dir: str, address: str, task_id: int, num_envs: int,
             stop_event: threading.Event) -> int:
   """Runs the collector until stopped; returns the env steps it took."""
@@ -77,6 +104,7 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
   experiment = Experiment()
   replay.wait_for_server(address)
   env = experiment.make_env(num_envs=num_envs, seed=experiment.seed + 1000 * task_id)
+  _set_task_exploration(experiment, task_id, FLAGS.num_collectors)
   train_step, agent = experiment.build_agent()
   replay.check_table_signature(address, experiment.experience_table,
                               experiment.item_signature(agent))

@@ -115,7 +115,8 @@ class Launcher:
     reverb_flag = f'--reverb_address={self.address}'
     self._spawn('train', 'train', [reverb_flag])
     for task in range(self._num_collectors):
-      self._spawn(f'collect_{task}', 'collect', [reverb_flag, f'--task_id={task}'])
+      self._spawn(f'collect_{task}', 'collect', [
+          reverb_flag, f'--task_id={task}', f'--num_collectors={self._num_collectors}'])
     self._spawn('eval', 'eval', [reverb_flag])
 
   def _check_alive(self) -> None:
