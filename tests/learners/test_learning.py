@@ -34,8 +34,9 @@ def test_config_reaches_threshold(tmp_path, gin_file, threshold):
       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   log = result.stdout + result.stderr
   assert result.returncode == 0, log[-4000:]
-  returns = [float(r) for r in re.findall(r'eval return\s+(-?[\d.]+)', log)]
-  confirmation = [float(r) for r in re.findall(r'Confirmation evaluation: (-?[\d.]+)', log)]
+  number = r'(-?\d+(?:\.\d+)?)'
+  returns = [float(r) for r in re.findall(r'\| eval return\s+' + number, log)]
+  confirmation = [float(r) for r in re.findall(r'Confirmation evaluation: ' + number, log)]
   assert returns[-1] >= threshold, returns
   assert confirmation and confirmation[-1] >= threshold, confirmation
   assert os.path.isfile(os.path.join(tmp_path, 'policies', 'greedy_policy', 'saved_model.pb'))
