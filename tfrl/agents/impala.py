@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 import gin
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.policies import greedy_policy
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.losses import cloning
 from tfrl.losses import vtrace
@@ -53,7 +53,7 @@ def clip_rewards(rewards, mode: str):
 
 
 @gin.configurable
-class ImpalaAgent(tf_agent.TFAgent):
+class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
   """V-trace actor-critic over an `ActorCriticNetwork` (IMPALA / CLEAR / APPO)."""
 
   def __init__(self, time_step_spec, action_spec, network, optimizer,
@@ -104,10 +104,6 @@ class ImpalaAgent(tf_agent.TFAgent):
                        f'got {reward_clipping!r}.')
     if policy_loss not in POLICY_LOSSES:
       raise ValueError(f'policy_loss must be one of {POLICY_LOSSES}, got {policy_loss!r}.')
-    tf.Module.__init__(self, name=name)
-    actor_critic.create_variables(network, time_step_spec.observation)
-    self._network = network
-    self._optimizer = optimizer
     self._gamma = gamma
     self._baseline_cost = baseline_cost
     self._entropy_cost = entropy_cost
@@ -123,13 +119,8 @@ class ImpalaAgent(tf_agent.TFAgent):
     self._max_policy_lag = max_policy_lag
     self._policy_cloning_cost = policy_cloning_cost
     self._value_cloning_cost = value_cloning_cost
-    collect = actor_critic_policy.ActorCriticPolicy(time_step_spec, action_spec, network)
-    super().__init__(time_step_spec, action_spec,
-                     policy=greedy_policy.GreedyPolicy(collect), collect_policy=collect,
-                     train_sequence_length=None, train_step_counter=train_step_counter)
-
-  def _initialize(self):
-    return tf.no_op()
+    super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
+                     name)
 
   def _train(self, experience, weights=None, replay_mask=None, policy_version=None):
     with tf.GradientTape() as tape:
@@ -161,10 +152,8 @@ class ImpalaAgent(tf_agent.TFAgent):
       LossInfo(total loss, ImpalaLossInfo).
     """
     del training
-    time_major = tf.nest.map_structure(
-        lambda x: tf.transpose(x, [1, 0] + list(range(2, x.shape.rank))), experience)
+    time_major = self.time_major(experience)
     (logits, values), _ = self._network(time_major.observation)  # [T+1, B, A], [T+1, B]
-    steps = tf.shape(values)[0] - 1
     step_type = time_major.step_type[:-1]
     valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
     if weights is not None:
@@ -224,7 +213,6 @@ class ImpalaAgent(tf_agent.TFAgent):
                         ('value_cloning_loss', value_cloning_loss),
                         ('total_loss', total), ('fraction_dropped', fraction_dropped)):
       tf.summary.scalar(f'losses/{name}', value, step=step)
-    del steps
     return tf_agent.LossInfo(total, ImpalaLossInfo(
         policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
         tf.constant(0.0), fraction_dropped))

@@ -19,9 +19,9 @@ from typing import Optional, Sequence
 import gin
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.policies import greedy_policy
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.losses import returns as returns_lib
 from tfrl.losses import vtrace
@@ -32,7 +32,7 @@ PpoLossInfo = collections.namedtuple(
 
 
 @gin.configurable
-class PpoAgent(tf_agent.TFAgent):
+class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
   """PPO-clip over an `ActorCriticNetwork`."""
 
   def __init__(self, time_step_spec, action_spec, network, optimizer,
@@ -58,12 +58,6 @@ class PpoAgent(tf_agent.TFAgent):
       gradient_clipping: global gradient norm clip (None: off).
       name: agent name.
     """
-    tf.Module.__init__(self, name=name)
-    actor_critic.create_variables(network, time_step_spec.observation)
-    # Slots now: the optimizer steps inside a while loop, where variables cannot be made.
-    optimizer.build(network.trainable_variables)
-    self._network = network
-    self._optimizer = optimizer
     self._gamma = gamma
     self._lambda = lambda_
     self._clip_ratio = clip_ratio
@@ -74,18 +68,12 @@ class PpoAgent(tf_agent.TFAgent):
     self._num_minibatches = num_minibatches
     self._normalize_advantages = normalize_advantages
     self._gradient_clipping = gradient_clipping
-    collect = actor_critic_policy.ActorCriticPolicy(time_step_spec, action_spec, network)
-    super().__init__(time_step_spec, action_spec,
-                     policy=greedy_policy.GreedyPolicy(collect), collect_policy=collect,
-                     train_sequence_length=None, train_step_counter=train_step_counter)
-
-  def _initialize(self):
-    return tf.no_op()
+    super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
+                     name)
 
   def _prepare(self, experience):
     """Time-major tensors, masks, old log-probs/values, GAE advantages and returns."""
-    data = tf.nest.map_structure(
-        lambda x: tf.transpose(x, [1, 0] + list(range(2, x.shape.rank))), experience)
+    data = self.time_major(experience)
     valid = tf.cast(data.step_type[:-1] != ts.StepType.LAST, tf.float32)  # [T, B]
     old_logits = data.policy_info[actor_critic_policy.LOGITS][:-1]
     old_values = data.policy_info[actor_critic_policy.VALUE]  # [T+1, B]
