@@ -35,11 +35,18 @@ only. Each run is capped (`--max_seconds` of training, 8 minutes, plus `--startu
 for the process to start); the 1-minute load average is recorded before and after every
 run, since the machine may be shared. The script always exits 0 (it is a measurement).
 
+torch's thread count matters on a shared 2-core machine: with its default (one intra-op
+thread per core) SB3's times swing several-fold with the other processes' load (PPO
+seed 2: 4.3 s and 9.7 s for the same 15,000 env steps in two runs), and
+`--peer_torch_threads=1` gives SB3 steadier and mostly faster times. It also changes
+SB3's numerics, hence sometimes the env steps at which a seed solves.
+
 Run (from the repository root):
 
     .venv/bin/python benchmarks/solve_time.py
     .venv/bin/python benchmarks/solve_time.py --algos=ppo --seeds=0
     .venv/bin/python benchmarks/solve_time.py --algos=impala,appo --skip_peer
+    .venv/bin/python benchmarks/solve_time.py --algos=dqn,ppo,sac --peer_torch_threads=1
 
 Results are recorded in benchmarks/RESULTS.md.
 """
@@ -90,6 +97,8 @@ flags.DEFINE_string('tfrl_python', os.path.join(REPO, '.venv', 'bin', 'python'),
                     "tfrl's interpreter.")
 flags.DEFINE_string('peer_venv', os.path.join(PEERS, '.venv'),
                     "The SB3 peer's virtual environment (created when missing).")
+flags.DEFINE_integer('peer_torch_threads', 0,
+                     "SB3's torch intra-op threads (0: torch's default, one per core).")
 flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line here.')
 
 
@@ -222,7 +231,8 @@ def run_tfrl(algo: str, seed: int) -> Run:
 def run_peer(algo: str, seed: int) -> Run:
   peer_algo = ALGOS[algo][3]
   cmd = [peer_python(), PEER_SCRIPT, f'--algo={peer_algo}', f'--seed={seed}',
-         f'--max_seconds={FLAGS.max_seconds}']
+         f'--max_seconds={FLAGS.max_seconds}',
+         f'--torch_threads={FLAGS.peer_torch_threads}']
   run = Run('SB3', algo, seed, load_start=_load1())
   rc, out, err, run.process_seconds = _run_process(
       cmd, FLAGS.max_seconds + FLAGS.startup_seconds)
@@ -256,10 +266,10 @@ def median_seconds(runs: List[Run]) -> float:
   return statistics.median([r.seconds if r.solved else math.inf for r in runs])
 
 
-def _fmt_s(x: Optional[float]) -> str:
+def _fmt_s(x: Optional[float], unit: str = '') -> str:
   if x is None:
     return '-'
-  return 'unsolved' if math.isinf(x) else f'{x:.1f}'
+  return 'unsolved' if math.isinf(x) else f'{x:.1f}{unit}'
 
 
 def _fmt_steps(x: Optional[int]) -> str:
@@ -297,12 +307,12 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
                    f'{_fmt_s(run.seconds)} s in evaluation')
   tfrl_median = median_seconds(tfrl_runs)
   solved = sum(r.solved for r in tfrl_runs)
-  median_line = (f'median       tfrl {_fmt_s(tfrl_median)} s '
+  median_line = (f'median       tfrl {_fmt_s(tfrl_median, " s")} '
                  f'({solved}/{len(tfrl_runs)} seeds solved)')
   if peer_runs:
     peer_median = median_seconds(peer_runs)
     peer_solved = sum(r.solved for r in peer_runs)
-    median_line += (f'  | SB3 {_fmt_s(peer_median)} s '
+    median_line += (f'  | SB3 {_fmt_s(peer_median, " s")} '
                     f'({peer_solved}/{len(peer_runs)} seeds solved)')
     lines.append(median_line)
     if math.isinf(tfrl_median) or math.isinf(peer_median):
@@ -335,7 +345,8 @@ def main(argv):
       f'tfrl at {git}',
   ]
   if with_peer:
-    header.append(f'  peer venv: {peer_versions()}')
+    header.append(f'  peer venv: {peer_versions()}; torch threads: '
+                  f'{FLAGS.peer_torch_threads or "default (one per core)"}')
   header.append(f'  load average at start (1, 5, 15 min): {_loads()}')
   for line in header:
     print(line, flush=True)

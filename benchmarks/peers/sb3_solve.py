@@ -142,7 +142,11 @@ def main():
                       help='eval env copies (RL-Zoo default 1)')
   parser.add_argument('--max_seconds', type=float, default=480.0,
                       help='training time cap (s)')
+  parser.add_argument('--torch_threads', type=int, default=0,
+                      help="torch intra-op threads (0: torch's default, one per core)")
   args = parser.parse_args()
+  if args.torch_threads:
+    torch.set_num_threads(args.torch_threads)
 
   params = HYPERPARAMS[args.algo]
   eval_freq = args.eval_freq or params['eval_freq']
