@@ -235,7 +235,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
-                        learning_rate: float = 1e-3, **kwargs) -> ImpalaAgent:
+                        learning_rate: float = 1e-3, shared_torso: bool = True,
+                        **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -251,7 +252,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     The agent.
   """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params)
+                                            fc_layer_params, shared_torso=shared_torso)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

@@ -157,9 +157,10 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
-                     learning_rate: float = 3e-4, **kwargs) -> PpoAgent:
+                     learning_rate: float = 3e-4, shared_torso: bool = True,
+                     **kwargs) -> PpoAgent:
   """Builds a PpoAgent with an ActorCriticNetwork and Adam (kwargs: PpoAgent's)."""
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params)
+                                            fc_layer_params, shared_torso=shared_torso)
   return PpoAgent(time_step_spec, action_spec, network,
                   tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)

@@ -14,12 +14,16 @@ class ActorCriticNetwork(network.Network):
   """
 
   def __init__(self, observation_spec, action_spec, fc_layer_params: Sequence[int] = (64, 64),
-               activation: str = 'tanh', name: str = 'ActorCriticNetwork'):
+               activation: str = 'tanh', shared_torso: bool = True,
+               name: str = 'ActorCriticNetwork'):
     """Args:
       observation_spec: a single (non-nested) observation spec.
       action_spec: a scalar discrete action spec with minimum 0.
-      fc_layer_params: hidden layer sizes of the shared torso.
+      fc_layer_params: hidden layer sizes of the torso.
       activation: hidden activation.
+      shared_torso: one torso for both heads; False gives the value head its own torso
+        of the same shape (PPO often learns faster without the value loss's gradients
+        in the policy's features).
       name: network name.
 
     Raises:
@@ -35,12 +39,15 @@ class ActorCriticNetwork(network.Network):
     super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
     self._num_actions = int(action_spec.maximum) + 1
     self._observation_rank = len(observation_spec.shape)
-    self._torso = [tf.keras.layers.Dense(units, activation=activation)
-                   for units in fc_layer_params]
+    # Orthogonal initialization, as PPO/IMPALA reference implementations use.
+    dense = lambda units, gain=2.0 ** 0.5, act=activation: tf.keras.layers.Dense(
+        units, activation=act, kernel_initializer=tf.keras.initializers.Orthogonal(gain))
+    self._torso = [dense(units) for units in fc_layer_params]
+    self._value_torso = (None if shared_torso else
+                         [dense(units) for units in fc_layer_params])
     # Small initial logits: the first policy is close to uniform.
-    self._logits = tf.keras.layers.Dense(
-        self._num_actions, kernel_initializer=tf.keras.initializers.VarianceScaling(0.01))
-    self._value = tf.keras.layers.Dense(1)
+    self._logits = dense(self._num_actions, gain=0.01, act=None)
+    self._value = dense(1, gain=1.0, act=None)
 
   @property
   def num_actions(self) -> int:
@@ -49,13 +56,21 @@ class ActorCriticNetwork(network.Network):
   def call(self, observation, step_type=None, network_state=(), training=False):
     del step_type, training
     outer_shape = tf.shape(observation)[:tf.rank(observation) - self._observation_rank]
-    x = tf.reshape(tf.cast(observation, tf.float32), [-1, _flat_size(observation,
-                                                                      self._observation_rank)])
-    for layer in self._torso:
-      x = layer(x)
-    logits = tf.reshape(self._logits(x), tf.concat([outer_shape, [self._num_actions]], 0))
-    value = tf.reshape(self._value(x), outer_shape)
+    flat = tf.reshape(tf.cast(observation, tf.float32),
+                      [-1, _flat_size(observation, self._observation_rank)])
+    policy_features = value_features = _apply(self._torso, flat)
+    if self._value_torso is not None:
+      value_features = _apply(self._value_torso, flat)
+    logits = tf.reshape(self._logits(policy_features),
+                        tf.concat([outer_shape, [self._num_actions]], 0))
+    value = tf.reshape(self._value(value_features), outer_shape)
     return (logits, value), network_state
+
+
+def _apply(layers, x):
+  for layer in layers:
+    x = layer(x)
+  return x
 
 
 def _flat_size(observation, observation_rank: int) -> int:
