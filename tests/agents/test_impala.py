@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 
-from tfrl import envs
 from tfrl import learner as learner_lib
 from tfrl.agents import impala
 from tfrl.losses import vtrace
 from tfrl.networks import actor_critic
+
+import unrolls  # tests/agents/unrolls.py
 
 FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
 T = 6  # Unroll length; rows hold T + 1 steps.
@@ -37,42 +37,14 @@ TERM_ROW, TERM_LAST = 1, 2    # Row 1: step 2 is LAST, reached by termination.
 TRUNC_ROW, TRUNC_LAST = 2, 4  # Row 2: step 4 is LAST, reached by truncation.
 
 
-@pytest.fixture(autouse=True)
-def _seed():
-  tf.keras.utils.set_random_seed(0)
-
-
-@pytest.fixture(scope='module')
-def specs():
-  env = envs.make('CartPole-v1', num_envs=1)
-  try:
-    return env.time_step_spec(), env.action_spec()
-  finally:
-    env.close()
-
-
 # -- Data -------------------------------------------------------------------------
 
 def make_unrolls(step_type=STEP_TYPES, discount=DISCOUNTS, seed=0):
-  """A numpy batch-major Trajectory [B, T+1] with random observations, rewards and
-  behaviour policy info."""
-  step_type = np.asarray(step_type, np.int32)
-  rows, length = step_type.shape
-  rng = np.random.RandomState(seed)
-  next_step_type = np.concatenate([step_type[:, 1:], np.full((rows, 1), MID)], 1)
-  return trajectory.Trajectory(
-      step_type=step_type,
-      observation=rng.randn(rows, length, 4).astype(np.float32),
-      action=rng.randint(0, 2, (rows, length)).astype(np.int64),
-      policy_info={'logits': rng.randn(rows, length, 2).astype(np.float32),
-                   'value': rng.randn(rows, length).astype(np.float32)},
-      next_step_type=next_step_type.astype(np.int32),
-      reward=rng.randn(rows, length).astype(np.float32),
-      discount=np.asarray(discount, np.float32))
+  """A numpy batch-major Trajectory [B, T+1] (see unrolls.make)."""
+  return unrolls.make(step_type, discount, seed)
 
 
-def tensors(traj):
-  return tf.nest.map_structure(tf.constant, traj)
+tensors = unrolls.tensors
 
 
 def replace(traj, **fields):

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 
-from tfrl import envs
 from tfrl import learner as learner_lib
 from tfrl.agents import ppo
 from tfrl.networks import actor_critic
+
+import unrolls  # tests/agents/unrolls.py
 
 FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
 T = 6
@@ -36,38 +36,11 @@ TERM_ROW, TERM_LAST = 1, 2
 TRUNC_ROW, TRUNC_LAST = 2, 4
 
 
-@pytest.fixture(autouse=True)
-def _seed():
-  tf.keras.utils.set_random_seed(0)
-
-
-@pytest.fixture(scope='module')
-def specs():
-  env = envs.make('CartPole-v1', num_envs=1)
-  try:
-    return env.time_step_spec(), env.action_spec()
-  finally:
-    env.close()
-
-
 def make_unrolls(seed=0):
-  step_type = np.asarray(STEP_TYPES, np.int32)
-  rows, length = step_type.shape
-  rng = np.random.RandomState(seed)
-  next_step_type = np.concatenate([step_type[:, 1:], np.full((rows, 1), MID)], 1)
-  return trajectory.Trajectory(
-      step_type=step_type,
-      observation=rng.randn(rows, length, 4).astype(np.float32),
-      action=rng.randint(0, 2, (rows, length)).astype(np.int64),
-      policy_info={'logits': rng.randn(rows, length, 2).astype(np.float32),
-                   'value': rng.randn(rows, length).astype(np.float32)},
-      next_step_type=next_step_type.astype(np.int32),
-      reward=rng.randn(rows, length).astype(np.float32),
-      discount=np.asarray(DISCOUNTS, np.float32))
+  return unrolls.make(STEP_TYPES, DISCOUNTS, seed)
 
 
-def tensors(traj):
-  return tf.nest.map_structure(tf.constant, traj)
+tensors = unrolls.tensors
 
 
 def replace(traj, **fields):

@@ -1,0 +1,30 @@
+"""Hand-built batch-major [B, T+1] unrolls for the actor-critic agent tests."""
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+MID = int(ts.StepType.MID)
+
+
+def make(step_type, discount, seed=0) -> trajectory.Trajectory:
+  """A numpy Trajectory with the given step types and discounts, random observations
+  (CartPole's 4 floats), actions, rewards and behaviour policy info (2 actions)."""
+  step_type = np.asarray(step_type, np.int32)
+  rows, length = step_type.shape
+  rng = np.random.RandomState(seed)
+  next_step_type = np.concatenate([step_type[:, 1:], np.full((rows, 1), MID)], 1)
+  return trajectory.Trajectory(
+      step_type=step_type,
+      observation=rng.randn(rows, length, 4).astype(np.float32),
+      action=rng.randint(0, 2, (rows, length)).astype(np.int64),
+      policy_info={'logits': rng.randn(rows, length, 2).astype(np.float32),
+                   'value': rng.randn(rows, length).astype(np.float32)},
+      next_step_type=next_step_type.astype(np.int32),
+      reward=rng.randn(rows, length).astype(np.float32),
+      discount=np.asarray(discount, np.float32))
+
+
+def tensors(traj):
+  """The same Trajectory as tensors."""
+  return tf.nest.map_structure(tf.constant, traj)
