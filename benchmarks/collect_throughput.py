@@ -55,9 +55,9 @@ import numpy as np
 import reverb
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
-from tf_agents.networks import q_network
 from tf_agents.specs import tensor_spec
 
+import common  # benchmarks/common.py
 import tfrl.actors
 import tfrl.envs
 import tfrl.replay
@@ -78,18 +78,7 @@ flags.DEFINE_integer('seed', 0, 'Environment seed.')
 
 
 def make_dqn_agent(time_step_spec, action_spec) -> dqn_agent.DqnAgent:
-  """A DQN agent with a QNetwork fc(100); its collect policy is epsilon-greedy (0.1)."""
-  # Same initial weights on every path: an untrained policy's episode lengths (and so
-  # the share of autoreset steps) depend on them.
-  tf.random.set_seed(FLAGS.seed)
-  q_net = q_network.QNetwork(time_step_spec.observation, action_spec,
-                             fc_layer_params=(100,))
-  agent = dqn_agent.DqnAgent(
-      time_step_spec, action_spec, q_network=q_net,
-      optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1,
-      n_step_update=1, gamma=0.99)
-  agent.initialize()
-  return agent
+  return common.make_dqn_agent(time_step_spec, action_spec, FLAGS.seed)
 
 
 class Result:

@@ -65,11 +65,11 @@ import numpy as np
 import reverb
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
-from tf_agents.networks import q_network
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+import common  # benchmarks/common.py
 import tfrl.envs
 import tfrl.learner
 import tfrl.replay
@@ -97,17 +97,7 @@ flags.DEFINE_integer('seed', 0, 'Environment and network seed.')
 
 
 def make_dqn_agent(time_step_spec, action_spec) -> dqn_agent.DqnAgent:
-  """A DQN agent with a QNetwork fc(100) and Adam; the same weights on every path."""
-  tf.random.set_seed(FLAGS.seed)
-  q_net = q_network.QNetwork(time_step_spec.observation, action_spec,
-                             fc_layer_params=(100,))
-  agent = dqn_agent.DqnAgent(
-      time_step_spec, action_spec, q_network=q_net,
-      optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1,
-      n_step_update=1, gamma=0.99,
-      train_step_counter=tf.Variable(0, dtype=tf.int64, name='train_step'))
-  agent.initialize()
-  return agent
+  return common.make_dqn_agent(time_step_spec, action_spec, FLAGS.seed)
 
 
 def collect_experience(num_envs: int, steps: int):
@@ -360,8 +350,7 @@ def _ratio_line(label, num, den, target):
   return f'{label:<30} {shown:<10} target >= {target_text:<4} {verdict}{per_round}'
 
 
-def _load() -> str:
-  return ', '.join(f'{x:.2f}' for x in os.getloadavg())
+_load = common.load_average
 
 
 def main(argv):
