@@ -74,14 +74,8 @@ def make_agent(specs, network=None, optimizer=None, train_step=None, **kwargs):
 
 # -- Numpy references ---------------------------------------------------------------
 
-def log_softmax(logits):
-  logits = np.asarray(logits, np.float64)
-  shifted = logits - logits.max(-1, keepdims=True)
-  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-
-
-def action_log_prob(logits, actions):
-  return np.take_along_axis(log_softmax(logits), actions[..., None], -1)[..., 0]
+log_softmax = unrolls.log_softmax
+action_log_prob = unrolls.action_log_prob
 
 
 def network_outputs(agent, traj):

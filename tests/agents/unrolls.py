@@ -28,3 +28,15 @@ def make(step_type, discount, seed=0) -> trajectory.Trajectory:
 def tensors(traj):
   """The same Trajectory as tensors."""
   return tf.nest.map_structure(tf.constant, traj)
+
+
+def log_softmax(logits):
+  """Numpy reference, in float64."""
+  logits = np.asarray(logits, np.float64)
+  shifted = logits - logits.max(-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def action_log_prob(logits, actions):
+  """Numpy reference: log softmax(logits)[action]."""
+  return np.take_along_axis(log_softmax(logits), actions[..., None], -1)[..., 0]
