@@ -100,6 +100,9 @@ flags.DEFINE_string('peer_venv', os.path.join(PEERS, '.venv'),
 flags.DEFINE_integer('peer_torch_threads', 0,
                      "SB3's torch intra-op threads (0: torch's default, one per core).")
 flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line here.')
+flags.DEFINE_multi_string('tfrl_gin_bindings', [],
+                          "Extra gin bindings for tfrl's runs (to try a setting against "
+                          'the peer without editing the .gin file).')
 
 
 @dataclasses.dataclass
@@ -196,6 +199,7 @@ def run_tfrl(algo: str, seed: int) -> Run:
   root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
   cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
          f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed={seed}']
+  cmd += [f'--gin_bindings={binding}' for binding in FLAGS.tfrl_gin_bindings]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   run = Run('tfrl', algo, seed, load_start=_load1())
   try:

@@ -84,6 +84,14 @@ def train_eval(root_dir: str, strategy: str = 'default',
     random_actor.run(max(exp.initial_collect_steps // exp.num_envs,
                          exp.n_step + exp.items_per_batch()))
     collect_actor.reset()  # random_actor moved the env: start clean episodes
+  else:
+    # Unrolls hold unroll_length + 1 steps and overlap by one, so an unroll is complete
+    # one step *after* its last transition. Collecting that one step up front shifts every
+    # later iteration's unroll to end exactly where its collection ends: the train call
+    # that follows trains on the unroll the current policy just collected (on-policy,
+    # bar the shared boundary step, whose behaviour logits are recorded), instead of one
+    # a policy update older.
+    collect_actor.run(1)
 
   history, result = [], {'AverageReturn': float('nan')}
   collect_clock, train_clock = _Clock(), _Clock()
@@ -92,15 +100,22 @@ def train_eval(root_dir: str, strategy: str = 'default',
   logging.info('Training %s on %s from train step %d to %d.', type(agent).__name__,
                exp.env_name, start_step, exp.num_train_steps)
   reached = False
+  items_trained = 0  # on-policy: queue items the train steps of this process consumed
   next_eval = (start_step // exp.eval_interval + 1) * exp.eval_interval
   while learner.train_step_numpy < exp.num_train_steps:
     with collect_clock:
       collect_actor.run(exp.collect_steps_per_iteration)
-    iterations = _train_steps_available(exp, server)
+      if exp.is_sequence:
+        # Wait until the unrolls just written are in the queue: counting them while
+        # they are still in flight would skip this iteration's training, and the
+        # backlog that leaves would make every later batch several updates stale.
+        collect_actor.flush()
+    iterations = _train_steps_available(exp, server, items_trained)
     if not iterations:
       continue
     with train_clock:
       learner.run(iterations=iterations)
+    items_trained += iterations * exp.items_per_batch(_fresh_rows(exp))
     step = learner.train_step_numpy
     if step < next_eval and step < exp.num_train_steps:
       continue
@@ -149,17 +164,28 @@ def train_eval(root_dir: str, strategy: str = 'default',
   }
 
 
-def _train_steps_available(exp: Experiment, server: replay.ReplayServer) -> int:
-  """Train steps to run now: fixed for replay; for a queue, the full batches it holds.
+def _train_steps_available(exp: Experiment, server: replay.ReplayServer,
+                           items_trained: int) -> int:
+  """Train steps to run now: fixed for replay; for a queue, the full batches collected.
 
   Sampling an empty queue would block this one-process loop forever (collection waits
-  for training), so on-policy training only takes what has been collected.
+  for training), so on-policy training only takes what has been collected. The count is
+  items inserted minus items trained, not the queue's current size: the dataset's
+  prefetch takes items out of the queue before the learner uses them, and a size that
+  reads zero then would skip training and leave a backlog of stale unrolls.
   """
   if not exp.is_sequence:
     return exp.train_steps_per_iteration
-  fresh_rows = exp.batch_size - exp.replay_rows(exp.batch_size)
-  queued = server.table_info()[exp.experience_table].current_size
-  return min(exp.train_steps_per_iteration, queued // exp.items_per_batch(fresh_rows))
+  info = server.table_info()[exp.experience_table]
+  inserted = info.rate_limiter_info.insert_stats.completed
+  untrained = inserted - items_trained
+  return min(exp.train_steps_per_iteration,
+             untrained // exp.items_per_batch(_fresh_rows(exp)))
+
+
+def _fresh_rows(exp: Experiment) -> int:
+  """Rows of a batch from the queue (CLEAR takes the others from replay)."""
+  return exp.batch_size - exp.replay_rows(exp.batch_size)
 
 
 class _Clock:

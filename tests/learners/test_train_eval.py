@@ -1,4 +1,6 @@
 """learners/train_eval: the one-process job, its config errors, resume, and the demo."""
+import collections
+import glob
 import os
 import re
 import subprocess
@@ -6,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import tensorflow as tf
 
 from learners import config
 from learners import train_eval
@@ -33,6 +36,37 @@ def test_tiny_run_exports_and_resumes(tmp_path):
   assert second['train_step'] == 100
   # Resumed at 50: the first evaluation of the second run comes after step 50.
   assert second['history'][0]['train_step'] == 75
+
+
+def _summary_values(directory):
+  """{tag: [(step, value)]} from the TF2 event files in a directory."""
+  values = collections.defaultdict(list)
+  for path in glob.glob(os.path.join(directory, 'events*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        values[value.tag].append((event.step, float(tf.make_ndarray(value.tensor))))
+  return values
+
+
+def test_on_policy_trains_on_the_unrolls_the_current_policy_collected(tmp_path):
+  # APPO reports each batch's policy lag (train step - acting policy's version) per
+  # step. In one process every train call must get the unroll collected since the last
+  # update: lag 0, bar each unroll's first step, shared with the unroll before (lag 1).
+  # A backlog in the queue (items counted before they landed, or taken out early by the
+  # dataset's prefetch) shows up as a lag >= 1 everywhere.
+  root = str(tmp_path / 'appo')
+  result = train_eval.run(
+      root, ['appo_cartpole.gin'], num_envs=4, batch_size=4, unroll_length=8,
+      collect_steps_per_iteration=8, train_steps_per_iteration=1, num_train_steps=30,
+      summary_interval=1, eval_interval=30, num_eval_episodes=1, target_return=None,
+      checkpoint_interval=30, policy_checkpoint_interval=30)
+  assert result['train_step'] == 30
+  values = _summary_values(os.path.join(root, 'train'))
+  lag_min = [v for _, v in values['policy_lag/version_diff_min']]
+  lag_max = [v for _, v in values['policy_lag/version_diff_max']]
+  assert len(lag_min) == 30, sorted(values)
+  assert set(lag_min) == {0.0}, lag_min
+  assert set(lag_max) <= {0.0, 1.0}, lag_max
 
 
 def test_missing_gin_file_names_it():
