@@ -297,6 +297,30 @@ def test_summaries_follow_summary_interval_and_include_triggers(summary_interval
   assert steps.get('train_steps_per_sec', []) == expected_steps[1:2]
 
 
+def test_compile_builds_without_training_or_sampling(tmp_path):
+  rows = fixed_rows(6 * BATCH)
+  agent, train_step = make_agent()
+  reference, _ = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    experience_dataset_fn=rows_dataset_fn(rows), summary_interval=2)
+  before = agent_variables(agent)
+
+  learner.compile()
+  assert learner.train_step_numpy == 0
+  assert_all_close(agent_variables(agent), before, rtol=0, atol=0)
+
+  # The first run trains on the dataset's first batches (compile took none), with
+  # summaries on (compile traced with run's summary condition, not a constant).
+  loss_info = learner.run(iterations=3)
+  learner.train_summary_writer.flush()
+  train = tf.function(reference.train, autograph=False)
+  expected = [train(batch(rows, i)) for i in range(3)]
+  np.testing.assert_allclose(loss_info.loss, expected[2].loss, rtol=1e-5)
+  assert_all_close(agent_variables(agent), agent_variables(reference))
+  steps = summary_steps(os.path.join(str(tmp_path), 'train'))
+  assert steps.get('Losses/total_loss', []) == [0, 2]
+
+
 def test_run_with_explicit_iterator_and_without_any_raises(tmp_path):
   rows = fixed_rows(2 * BATCH)
   agent, train_step = make_agent()

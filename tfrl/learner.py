@@ -6,6 +6,7 @@ strategy; then the triggers (checkpoints, exports, logs) run in Python. Its cons
 and methods mirror tf-agents' Learner, so switching is a change of import.
 """
 import collections
+import contextlib
 import inspect
 import os
 from typing import Any, Callable, Optional, Sequence
@@ -209,19 +210,64 @@ class Learner(tf.Module):
     return self._reduce(loss_info, tf.distribute.ReduceOp.SUM)
 
   def _train_loop(self, iterations: tf.Tensor, iterator, parallel_iterations: int):
-    # The first step runs outside the loop: it fixes the loss structure for the loop.
-    first = self.single_train_step(iterator)
+    # The step is its own function, traced once (tracing an agent's train step is most
+    # of a first call's cost) and called in the loop body. Its traced outputs give the
+    # loop's initial loss info (zeros), so no step has to run before the loop and
+    # `iterations` may be 0: `compile()` runs the function without training.
+    train_step_fn = tf.function(self.single_train_step, autograph=False)
+    outputs = train_step_fn.get_concrete_function(iterator).structured_outputs
+    shapes = tf.nest.map_structure(lambda t: t.shape, outputs)
+    zeros = tf.nest.map_structure(
+        lambda t: tf.zeros([d if d is not None else 0 for d in t.shape.as_list()], t.dtype),
+        outputs)
 
     def body(i, unused_loss):
       # The loop's "while/" name scope would prefix every summary tag written inside
       # it; reset it so summaries keep the same tags as outside the loop.
       with tf.compat.v1.name_scope(None):
-        return i + 1, self.single_train_step(iterator)
+        return i + 1, train_step_fn(iterator)
 
     _, loss_info = tf.while_loop(
-        lambda i, _: i < iterations, body, (tf.constant(1), first),
+        lambda i, _: i < iterations, body, (tf.constant(0), zeros),
+        shape_invariants=(tf.TensorShape([]), shapes),
         parallel_iterations=parallel_iterations)
     return loss_info
+
+  def compile(self, iterator=None, parallel_iterations: int = 10) -> None:
+    """Builds the train function now (trace, graph optimization) without training.
+
+    The first `run` otherwise pays this (about a second for a small agent on CPU).
+    Calling it at start-up surfaces shape or spec errors in the train step before any
+    experience is collected, and keeps the first `run` as fast as the others. No sample
+    is taken and no variable changes.
+
+    Args:
+      iterator: as in `run` (default: the Learner's own).
+      parallel_iterations: as in `run` (a different value builds another function).
+
+    Raises:
+      ValueError: no iterator given and no `experience_dataset_fn`.
+    """
+    iterator = self._iterator_or_raise(iterator)
+    # The summary context must be run()'s: tracing bakes its record condition in.
+    with self._summary_context():
+      self._compiled_train(tf.constant(0, tf.int32), iterator, parallel_iterations)
+
+  def _summary_context(self):
+    """Summaries to the train writer, recorded every `summary_interval` steps."""
+    interval = self.summary_interval
+    record = (lambda: tf.equal(self.train_step % interval, 0)) if interval else False
+    stack = contextlib.ExitStack()
+    stack.enter_context(self.train_summary_writer.as_default())
+    stack.enter_context(tf.summary.record_if(record))
+    return stack
+
+  def _iterator_or_raise(self, iterator):
+    iterator = iterator or self._experience_iterator
+    if iterator is None:
+      raise ValueError('Learner.run needs an iterator: pass one or build the Learner '
+                       'with experience_dataset_fn.')
+    return iterator
 
   def run(self, iterations: int = 1, iterator=None, parallel_iterations: int = 10) -> Any:
     """Runs `iterations` train steps in one compiled call, then the triggers.
@@ -239,13 +285,8 @@ class Learner(tf.Module):
     """
     if iterations < 1:
       raise ValueError(f'iterations must be >= 1, got {iterations}.')
-    iterator = iterator or self._experience_iterator
-    if iterator is None:
-      raise ValueError('Learner.run needs an iterator: pass one or build the Learner '
-                       'with experience_dataset_fn.')
-    interval = self.summary_interval
-    record = (lambda: tf.equal(self.train_step % interval, 0)) if interval else False
-    with self.train_summary_writer.as_default(), tf.summary.record_if(record):
+    iterator = self._iterator_or_raise(iterator)
+    with self._summary_context():
       loss_info = self._compiled_train(
           tf.constant(iterations, tf.int32), iterator, parallel_iterations)
       # Inside the summary context (as in tf-agents): triggers' summaries land here too.
