@@ -68,6 +68,9 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
                                     triggers=learner_triggers)
   if is_chief:
     variables.push()
+  # Build the train function while the collectors (now released by the push) fill the
+  # table, rather than in the first run().
+  learner.compile()
   start_step, start_time, last_log = learner.train_step_numpy, time.monotonic(), 0.0
   logging.info('Trainer (chief=%s) from train step %d to %d.', is_chief, start_step,
                experiment.num_train_steps)

@@ -74,6 +74,10 @@ def train_eval(root_dir: str, strategy: str = 'default',
       metadata={'env_steps': env_steps_var, 'eval_return': eval_return_var})
   learner = exp.make_learner(root_dir, server.address, agent, train_step, strategy_obj,
                              triggers=[policy_trigger])
+  # Graph building belongs to start-up (as the actors' and the evaluator's do): a
+  # broken train step fails here, before any collection, and the first train call is
+  # not a second-long stall in the collect/train rhythm.
+  learner.compile()
   eval_writer = tf.summary.create_file_writer(os.path.join(root_dir, 'eval'))
 
   # Off-policy: fill the table with random-action experience before the first train
@@ -110,7 +114,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
         # they are still in flight would skip this iteration's training, and the
         # backlog that leaves would make every later batch several updates stale.
         collect_actor.flush()
-    iterations = _train_steps_available(exp, server, items_trained)
+    iterations = _train_steps_available(exp, writer.items_created - items_trained)
     if not iterations:
       continue
     with train_clock:
@@ -164,23 +168,20 @@ def train_eval(root_dir: str, strategy: str = 'default',
   }
 
 
-def _train_steps_available(exp: Experiment, server: replay.ReplayServer,
-                           items_trained: int) -> int:
+def _train_steps_available(exp: Experiment, untrained_items: int) -> int:
   """Train steps to run now: fixed for replay; for a queue, the full batches collected.
 
   Sampling an empty queue would block this one-process loop forever (collection waits
-  for training), so on-policy training only takes what has been collected. The count is
-  items inserted minus items trained, not the queue's current size: the dataset's
-  prefetch takes items out of the queue before the learner uses them, and a size that
-  reads zero then would skip training and leave a backlog of stale unrolls.
+  for training), so on-policy training only takes what has been collected:
+  `untrained_items`, the writer's items (all inserted, after its flush) minus those the
+  train steps took. Not the queue's current size: the dataset's prefetch takes items out
+  of the queue before the learner uses them, and a size that reads zero then would skip
+  training and leave a backlog of stale unrolls.
   """
   if not exp.is_sequence:
     return exp.train_steps_per_iteration
-  info = server.table_info()[exp.experience_table]
-  inserted = info.rate_limiter_info.insert_stats.completed
-  untrained = inserted - items_trained
   return min(exp.train_steps_per_iteration,
-             untrained // exp.items_per_batch(_fresh_rows(exp)))
+             untrained_items // exp.items_per_batch(_fresh_rows(exp)))
 
 
 def _fresh_rows(exp: Experiment) -> int:

@@ -88,10 +88,16 @@ class BatchedWriter(abc.ABC):
     self._max_in_flight_items = max_in_flight_items
     self._writer = None
     self._num_envs = None
+    self._items_created = 0
 
   @property
   def table_names(self) -> Sequence[str]:
     return tuple(self._tables)
+
+  @property
+  def items_created(self) -> int:
+    """Items created so far (each goes to every table); after `flush`, all inserted."""
+    return self._items_created
 
   def _groups(self, num_envs: int) -> int:
     if self._num_envs is None:
@@ -122,6 +128,7 @@ class BatchedWriter(abc.ABC):
     item = tf.nest.map_structure(slicer, self._writer.history[group_index])
     for table in self._tables:
       self._writer.create_item(table, self._priority, item)
+    self._items_created += 1
 
   def _throttle(self) -> None:
     """Waits while more than `max_in_flight_items` items are unconfirmed.
