@@ -12,13 +12,15 @@ CPU). It then prints, per algorithm, each seed's seconds / env steps / solved on
 sides, the medians, and the ratio of medians with PASS/MISS against the target.
 
 How each side counts (like for like):
-  tfrl  `train_seconds` from `train_eval`: wall clock from the first train step (after the
-        agent, the Reverb server and the random warm-up of `initial_collect_steps` env
-        steps) to the end of the evaluation that confirmed the target, evaluations
-        INCLUDED; env steps include the random warm-up. Parsed from the program's line
-        'Trained to step N (E env steps) in S s; last eval return R.'; exit status 0
-        means the target was reached on one evaluation of 10 episodes and confirmed on a
-        second one. Evaluation cadence is the gin file's `eval_interval`.
+  tfrl  wall clock from the first train step (after the agent, the Reverb server and
+        the random warm-up of `initial_collect_steps` env steps) to the end of the
+        first evaluation of 10 episodes whose average reached the threshold, evaluations
+        INCLUDED, as SB3 is timed; env steps include the random warm-up. Parsed from the
+        program's progress lines ('train step N | env steps E | eval return R | ... |
+        S s'). `train_eval` itself goes on until a second evaluation on fresh episodes
+        confirms the target (exit status 0); the time of that confirmation, from its
+        final line 'Trained to step N (E env steps) in S s; ...', is reported beside it
+        ("confirmed s"). Evaluation cadence is the gin file's `eval_interval`.
   SB3   wall clock from the start of `model.learn` (after the model is built) to the end
         of the evaluation that reached the threshold, evaluations INCLUDED; 10
         deterministic episodes every 5,000 env steps (SAC: 1,000), one eval env as in
@@ -209,22 +211,23 @@ def run_tfrl(algo: str, seed: int) -> Run:
     shutil.rmtree(root_dir, ignore_errors=True)
   run.load_end = _load1()
   evals = _EVAL.findall(err)
-  run.evals = len(evals)
-  final = _FINAL.search(out)
-  if final:
-    run.env_steps = int(final.group(2))
-    run.seconds = float(final.group(3))
-    run.eval_return = float(final.group(4))
-    run.extra['train_steps'] = int(final.group(1))
-  elif evals:  # killed or crashed: the last progress line
-    step, env_steps, ret, seconds = evals[-1]
+  threshold = ALGOS[algo][2]
+  reached = [e for e in evals if float(e[2]) >= threshold]
+  # The first evaluation at the threshold (as SB3 is timed), else the last one.
+  step, env_steps, ret, seconds = (reached or evals or [(None,) * 4])[0 if reached else -1]
+  if step is not None:
     run.env_steps, run.seconds, run.eval_return = int(env_steps), float(seconds), float(ret)
-  run.solved = rc == 0 and final is not None
+    run.extra['train_steps'] = int(step)
+  run.solved = bool(reached)
+  run.evals = evals.index(reached[0]) + 1 if reached else len(evals)
+  final = _FINAL.search(out)
+  if final and rc == 0:
+    run.extra['confirmed_seconds'] = float(final.group(3))
   if rc is None:
     run.note = f'killed at the cap ({FLAGS.max_seconds + FLAGS.startup_seconds:.0f} s)'
   elif rc != 0:
     tail = [l for l in (err.strip().splitlines() or ['']) if l.strip()][-1:] or ['']
-    run.note = (f'not solved: {tail[0][:150]}' if final else
+    run.note = (f'not confirmed: {tail[0][:150]}' if final else
                 f'failed (exit {rc}): {tail[0][:150]}')
   return run
 
@@ -305,6 +308,10 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
   for run in tfrl_runs + peer_runs:
     if run.note:
       lines.append(f'  note: {run.side} seed {run.seed}: {run.note}')
+  confirmed = [f'seed {r.seed} {_fmt_s(r.extra.get("confirmed_seconds"))} s'
+               for r in tfrl_runs]
+  lines.append('  tfrl, to the end of the confirming evaluation (train_eval\'s stop): ' +
+               ', '.join(confirmed))
   for run in peer_runs:
     if 'eval_seconds' in run.extra:
       lines.append(f'  SB3 seed {run.seed}: {run.extra["eval_seconds"]:.1f} s of the '
