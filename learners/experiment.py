@@ -108,6 +108,9 @@ class Experiment:
     if self.replay_table not in TABLE_KINDS:
       raise ValueError(f'replay_table must be one of {TABLE_KINDS}, got '
                        f'{self.replay_table!r}.')
+    if not 0.0 <= self.replay_fraction < 1.0:
+      raise ValueError(f'replay_fraction must be in [0, 1) (a batch needs fresh rows), got '
+                       f'{self.replay_fraction}.')
     unknown = set(self.train_kwargs) - set(TRAIN_KWARGS)
     if unknown:
       raise ValueError(f'Unknown train_kwargs {sorted(unknown)}; known: {TRAIN_KWARGS}.')
@@ -164,7 +167,13 @@ class Experiment:
     if not self.is_sequence:
       return 0
     rows = int(round(batch_size * self.replay_fraction / self.envs_per_item))
-    return rows * self.envs_per_item
+    rows *= self.envs_per_item
+    if self.replay_fraction and rows >= batch_size:
+      raise ValueError(
+          f'replay_fraction={self.replay_fraction} of batch_size={batch_size} leaves no '
+          f'fresh unrolls (items hold {self.envs_per_item} unrolls each): lower '
+          'replay_fraction or raise batch_size.')
+    return rows
 
   # -- Builders -------------------------------------------------------------------
 
@@ -199,6 +208,12 @@ class Experiment:
       tables.append(replay.queue_table(
           QUEUE_TABLE, max(self.queue_capacity // self.envs_per_item, min_items), signature))
     if self.uses_replay_table:
+      if self.is_sequence:
+        # CLEAR: every unroll goes to both tables, so once the queue can serve a batch
+        # the replay table holds at least those unrolls, and sampling (with replacement)
+        # needs only one. A larger minimum could block the first train step of one
+        # process, which trains as soon as the queue holds one batch's fresh items.
+        min_items = 1
       capacity = max(self.replay_capacity // self.rows_per_item, min_items)
       limiter = dict(min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
       if self.replay_table == 'prioritized':

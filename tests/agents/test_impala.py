@@ -389,6 +389,27 @@ def test_appo_policy_loss_matches_numpy(specs):
                              rtol=1e-4, atol=1e-6)
 
 
+def test_positive_advantages_only_keeps_policy_gradient_of_positive_steps(specs):
+  """The policy loss sums over steps with A > 0 only, still normalized by all valid steps;
+  the baseline and entropy terms are unchanged."""
+  agent = make_agent(specs, positive_advantages_only=True)
+  plain = make_agent(specs, network=agent._network)
+  traj = make_unrolls()
+  logits, values = network_outputs(agent, traj)
+  ref = vtrace_reference(traj, logits, values)
+  adv, valid = ref['pg_advantages'], ref['valid']
+  positive = valid * (adv > 0)
+  assert 0 < positive.sum() < valid.sum()  # the data have steps of both signs
+  expected = -(positive * ref['target_log_probs'] * adv).sum() / valid.sum()
+  loss_info = agent.loss(tensors(traj))
+  np.testing.assert_allclose(loss_info.extra.policy_loss.numpy(), expected, rtol=1e-4,
+                             atol=1e-6)
+  plain_info = plain.loss(tensors(traj))
+  assert abs(float(plain_info.extra.policy_loss) - expected) > 1e-4
+  np.testing.assert_allclose(loss_values(loss_info)[2:], loss_values(plain_info)[2:],
+                             rtol=1e-6)
+
+
 def test_appo_drops_stale_rows(specs):
   train_step = learner_lib.new_train_step()
   train_step.assign(10)

@@ -1,0 +1,192 @@
+"""`Experiment`: what it builds for every program, checked on real Reverb tables.
+
+The learning tests show each algorithm learns; these check the data each one trains on:
+CLEAR's fresh/replayed mix and its replay mask, prioritized replay's importance weights
+and priority write-back, APPO's policy versions, and the settings errors.
+"""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.agents.dqn import dqn_agent
+
+from tfrl import actors
+from tfrl import replay
+from tfrl.agents import impala
+from learners.experiment import Experiment, QUEUE_TABLE, REPLAY_TABLE
+
+
+def fill(exp, server, agent, vector_steps, policy_version=0):
+  """Collects `vector_steps` with the agent's collect policy into the experiment's tables."""
+  env = exp.make_env()
+  writer = exp.make_writer(server.client)
+  actors.Actor(env, agent.collect_policy, [writer], policy_version=policy_version).run(
+      vector_steps)
+  writer.close()
+  env.close()
+  return writer.items_created
+
+
+def first_batch(exp, server, agent):
+  """One `(train kwargs, info)` batch of the Learner's dataset (default strategy)."""
+  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+  return next(iter(dataset))
+
+
+def sizes(server):
+  return {name: info.current_size for name, info in server.client.server_info().items()}
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(data_layout='episodes'), 'data_layout must be one of'),
+    (dict(replay_table='rank'), 'replay_table must be one of'),
+    (dict(train_kwargs=['behaviour_logits']), "Unknown train_kwargs ['behaviour_logits']"),
+    (dict(replay_fraction=1.0), 'replay_fraction must be in [0, 1)'),
+])
+def test_bad_settings_fail_at_construction_naming_the_setting(kwargs, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    Experiment(**kwargs)
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(num_envs=16, batch_size=24), 'batch_size=24 must be a multiple or a divisor'),
+    (dict(num_envs=4, steps_per_item=3, batch_size=8),
+     'batch_size=8 must be a multiple of the 12 rows per item'),
+])
+def test_batch_size_that_items_cannot_fill_names_both_numbers(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    Experiment(**kwargs).rows_per_item  # pylint: disable=expression-not-assigned
+
+
+def test_replay_fraction_that_rounds_to_a_whole_batch_of_replay_fails():
+  exp = Experiment(data_layout='sequence', num_envs=4, batch_size=8, replay_fraction=0.8)
+  with pytest.raises(ValueError, match='leaves no fresh unrolls'):
+    exp.replay_rows(exp.batch_size)
+
+
+def clear_experiment(**overrides):
+  settings = dict(env_name='CartPole-v1', agent_fn=impala.create_impala_agent,
+                  data_layout='sequence', unroll_length=4, num_envs=4, batch_size=8,
+                  replay_fraction=0.5, replay_capacity=64, queue_capacity=64,
+                  train_kwargs=['replay_mask'])
+  settings.update(overrides)
+  return Experiment(**settings)
+
+
+def test_clear_batch_is_fresh_unrolls_then_replayed_ones(reverb_server_factory):
+  exp = clear_experiment()
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  assert exp.replay_rows(exp.batch_size) == 4
+  # 3 unrolls of 4 transitions per env need 3 * 4 + 1 vector steps; the writer sends
+  # each unroll (one item of 4 envs) to both tables.
+  assert fill(exp, server, agent, 13) == 3
+  assert sizes(server)[QUEUE_TABLE] == 3 and sizes(server)[REPLAY_TABLE] == 3
+
+  kwargs, info = first_batch(exp, server, agent)
+
+  assert set(kwargs) == {'experience', 'replay_mask'}
+  np.testing.assert_array_equal(kwargs['replay_mask'], [0.0] * 4 + [1.0] * 4)
+  assert kwargs['experience'].observation.shape == (8, exp.unroll_length + 1, 4)
+  # The fresh half is the oldest unroll of the queue (FIFO), taken out of it; the
+  # replayed half is one of the three unrolls, left in the replay table.
+  keys = info['key'].numpy()
+  assert len(set(keys[:4])) == 1 and len(set(keys[4:])) == 1
+  assert sizes(server)[REPLAY_TABLE] == 3
+  assert sizes(server)[QUEUE_TABLE] <= 2
+
+
+def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_factory):
+  """The replayed rows carry the logits and values the acting policy computed."""
+  exp = clear_experiment()
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  # One unroll: what one process holds at its first train step when it collects one
+  # unroll per iteration. The replay table must serve from it (not wait for a second).
+  assert fill(exp, server, agent, 5) == 1
+  info = server.client.server_info()[REPLAY_TABLE]
+  assert info.rate_limiter_info.min_size_to_sample == 1
+  kwargs, _ = first_batch(exp, server, agent)
+  experience = kwargs['experience']
+  # The policy has not trained, so recomputing its outputs gives the stored ones.
+  (logits, values), _ = agent._network(experience.observation)  # pylint: disable=protected-access
+  np.testing.assert_allclose(experience.policy_info['logits'], logits, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(experience.policy_info['value'], values, rtol=1e-5, atol=1e-6)
+
+
+def test_policy_version_of_the_acting_policy_reaches_train_kwargs(reverb_server_factory):
+  exp = clear_experiment(replay_fraction=0.0, batch_size=4, train_kwargs=['policy_version'])
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  fill(exp, server, agent, 5, policy_version=37)
+  kwargs, _ = first_batch(exp, server, agent)
+  assert set(kwargs) == {'experience', 'policy_version'}
+  np.testing.assert_array_equal(kwargs['policy_version'],
+                                np.full((4, exp.unroll_length + 1), 37))
+
+
+def per_experiment():
+  return Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, n_step=1,
+                    replay_table='prioritized', priority_exponent=0.6,
+                    importance_sampling_exponent=0.4, replay_capacity=1000)
+
+
+def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_server_factory):
+  exp = per_experiment()
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  fill(exp, server, agent, 6)
+  keys = sorted({int(s.info.key) for s in server.client.sample(
+      REPLAY_TABLE, num_samples=300, emit_timesteps=False)})
+  assert len(keys) == sizes(server)[REPLAY_TABLE]
+  # Distinct priorities, so the importance weights differ from item to item.
+  priorities = {key: float(i + 1) for i, key in enumerate(keys)}
+  replay.update_priorities(server.address, REPLAY_TABLE,
+                           tf.constant(list(priorities), tf.uint64),
+                           tf.constant(list(priorities.values()), tf.float64))
+  total = sum(p ** 0.6 for p in priorities.values())
+
+  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+  for kwargs, info in dataset.take(10):
+    sampled = info['key'].numpy()
+    probability = np.array([priorities[int(k)] ** 0.6 / total for k in sampled])
+    np.testing.assert_allclose(info['probability'], probability, rtol=1e-5)
+    raw = (len(keys) * probability) ** -0.4
+    valid = replay.valid_mask(kwargs['experience']).numpy()
+    np.testing.assert_allclose(kwargs['weights'], valid * raw / raw.max(), rtol=1e-5)
+
+
+def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_factory):
+  exp = per_experiment()
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  fill(exp, server, agent, 4)
+  keys = sorted({int(s.info.key) for s in server.client.sample(
+      REPLAY_TABLE, num_samples=200, emit_timesteps=False)})
+  after_step = exp.after_train_step_fn(server.address)
+  # One row per key, negative errors: the priority is |TD error| (+ a floor of 1e-6).
+  td_error = -np.arange(1, len(keys) + 1, dtype=np.float32)
+  info = {'key': tf.constant(keys, tf.uint64)}
+  loss_info = tf_agent.LossInfo(loss=tf.constant(0.0), extra=dqn_agent.DqnLossInfo(
+      td_loss=tf.zeros([len(keys)]), td_error=tf.constant(td_error)))
+  after_step((None, info), loss_info)
+
+  seen = {int(s.info.key): float(s.info.priority) for s in server.client.sample(
+      REPLAY_TABLE, num_samples=300, emit_timesteps=False)}
+  for key, error in zip(keys, td_error):
+    assert seen[key] == pytest.approx(abs(error) + 1e-6, rel=1e-6)
+
+
+def test_uniform_replay_weights_only_mask_boundary_rows(reverb_server_factory):
+  exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000)
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.experience_tables(agent))
+  fill(exp, server, agent, 40)
+  assert exp.after_train_step_fn(server.address) is None
+  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+  for kwargs, _ in dataset.take(20):
+    assert set(kwargs) == {'experience', 'weights'}
+    np.testing.assert_array_equal(kwargs['weights'],
+                                  replay.valid_mask(kwargs['experience']))
