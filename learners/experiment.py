@@ -54,7 +54,8 @@ class Experiment:
     priority_exponent: alpha of prioritized replay.
     importance_sampling_exponent: beta of prioritized replay.
     queue_capacity: the on-policy queue's size in rows ('sequence').
-    replay_fraction: CLEAR's share of each batch sampled from the replay table.
+    replay_fraction: CLEAR's share of each batch sampled from the replay table, in
+      [0, 1); rounded to whole items, it must leave fresh unrolls in every batch.
     train_kwargs: extra `agent.train` arguments fed from the data: 'policy_version'
       (APPO's lag masking), 'replay_mask' (CLEAR's cloning).
     batch_size: rows per train step (a multiple or a divisor of num_envs).
