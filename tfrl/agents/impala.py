@@ -126,20 +126,19 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     with tf.GradientTape() as tape:
       loss_info = self._loss(experience, weights, replay_mask, policy_version,
                              training=True)
-    variables = self._network.trainable_variables
-    gradients = tape.gradient(loss_info.loss, variables)
-    if self._gradient_clipping:
-      gradients, norm = tf.clip_by_global_norm(gradients, self._gradient_clipping)
-    else:
-      norm = tf.linalg.global_norm(gradients)
-    self._optimizer.apply_gradients(zip(gradients, variables))
+    norm = self.apply_gradients(tape, loss_info.loss, self._gradient_clipping)
     self.train_step_counter.assign_add(1)
     tf.summary.scalar('losses/gradient_norm', norm, step=self.train_step_counter)
-    return tf_agent.LossInfo(loss_info.loss, loss_info.extra._replace(gradient_norm=norm))
+    # The Learner sums the replicas' loss info: each reports its share of the norm.
+    share = norm / float(actor_critic_agent.num_replicas())
+    return tf_agent.LossInfo(loss_info.loss, loss_info.extra._replace(gradient_norm=share))
 
   def _loss(self, experience, weights=None, replay_mask=None, policy_version=None,
             training=False):
-    """Computes the loss on `[B, T+1]` unrolls (see the module docstring).
+    """Computes this replica's share of the loss on `[B, T+1]` unrolls.
+
+    Every term is a sum over this replica's steps divided by the count over all
+    replicas (see `actor_critic_agent`), so with one replica it is the batch mean.
 
     Args:
       experience: a batch-major Trajectory of unrolls.
@@ -160,7 +159,10 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       valid *= tf.cast(weights, tf.float32)[None, :]
     fraction_dropped = tf.constant(0.0)
     if policy_version is not None:
-      valid, fraction_dropped = self._mask_stale(valid, policy_version)
+      fresh = self._fresh_steps(policy_version)
+      fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
+                          actor_critic_agent.global_count(tf.reduce_sum(valid)))
+      valid *= fresh
     rewards = clip_rewards(time_major.reward[:-1], self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
     discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
@@ -176,60 +178,67 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         self._clip_rho_threshold, self._clip_pg_rho_threshold, self._lambda)
     advantages = returns.pg_advantages
     if self._normalize_advantages:
-      mean, variance = tf.nn.weighted_moments(advantages, [0, 1], valid)
+      mean, variance = actor_critic_agent.global_weighted_moments(advantages, valid)
       advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
     policy_weight = valid
     if self._positive_advantages_only:
       policy_weight *= tf.cast(advantages > 0, tf.float32)
-    normalizer = tf.maximum(tf.reduce_sum(valid), 1.0)
+    count = actor_critic_agent.global_count(tf.reduce_sum(valid))
     if self._policy_loss == 'ppo':
       ratio = tf.exp(target_log_probs - behaviour_log_probs)
       clipped = tf.clip_by_value(ratio, 1 - self._ppo_clip_ratio, 1 + self._ppo_clip_ratio)
       surrogate = tf.minimum(ratio * advantages, clipped * advantages)
-      policy_loss = -tf.reduce_sum(policy_weight * surrogate) / normalizer
+      policy_loss = -tf.reduce_sum(policy_weight * surrogate) / count
     else:
-      policy_loss = -tf.reduce_sum(policy_weight * target_log_probs * advantages) / normalizer
-    baseline_loss = 0.5 * tf.reduce_sum(valid * tf.square(returns.vs - values[:-1])) / normalizer
+      policy_loss = -tf.reduce_sum(policy_weight * target_log_probs * advantages) / count
+    baseline_loss = 0.5 * tf.reduce_sum(valid * tf.square(returns.vs - values[:-1])) / count
     entropy = -tf.reduce_sum(tf.nn.softmax(target_logits) *
                              tf.nn.log_softmax(target_logits), axis=-1)
-    entropy_loss = -tf.reduce_sum(valid * entropy) / normalizer
+    entropy_loss = -tf.reduce_sum(valid * entropy) / count
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
-      replay_normalizer = tf.maximum(tf.reduce_sum(replayed), 1.0)
+      replay_count = actor_critic_agent.global_count(tf.reduce_sum(replayed))
       policy_cloning_loss = tf.reduce_sum(replayed * cloning.policy_cloning_loss(
-          behaviour_logits, target_logits)) / replay_normalizer
+          behaviour_logits, target_logits)) / replay_count
       value_cloning_loss = tf.reduce_sum(replayed * cloning.value_cloning_loss(
           values[:-1], time_major.policy_info[actor_critic_policy.VALUE][:-1])
-                                         ) / replay_normalizer
+                                         ) / replay_count
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._entropy_cost * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +
              self._value_cloning_cost * value_cloning_loss)
-    step = self.train_step_counter
-    for name, value in (('policy_loss', policy_loss), ('baseline_loss', baseline_loss),
-                        ('entropy_loss', entropy_loss),
-                        ('policy_cloning_loss', policy_cloning_loss),
-                        ('value_cloning_loss', value_cloning_loss),
-                        ('total_loss', total), ('fraction_dropped', fraction_dropped)):
-      tf.summary.scalar(f'losses/{name}', value, step=step)
+    terms = {'policy_loss': policy_loss, 'baseline_loss': baseline_loss,
+             'entropy_loss': entropy_loss, 'policy_cloning_loss': policy_cloning_loss,
+             'value_cloning_loss': value_cloning_loss, 'total_loss': total,
+             'fraction_dropped': fraction_dropped}
+    actor_critic_agent.write_summaries('losses', list(terms), list(terms.values()),
+                                       self.train_step_counter)
     return tf_agent.LossInfo(total, ImpalaLossInfo(
         policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
         tf.constant(0.0), fraction_dropped))
 
-  def _mask_stale(self, valid, policy_version):
-    """Zeroes rows whose policy lag exceeds max_policy_lag; summarizes the lags."""
+  def _fresh_steps(self, policy_version):
+    """[T, B] 1.0 where the policy lag is within max_policy_lag; summarizes the lags.
+
+    The lag of a step is train_step - policy_version; its min, mean and max over the
+    whole batch (every replica's rows) go to `policy_lag/version_diff_{min,avg,max}`.
+    """
     versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
     lag = tf.cast(self.train_step_counter - versions, tf.float32)
+    per_replica = actor_critic_agent.gather_over_replicas(tf.stack([
+        tf.reduce_min(lag), tf.reduce_max(lag), tf.reduce_sum(lag),
+        tf.cast(tf.size(lag), tf.float32)]))  # [replicas, 4]
     step = self.train_step_counter
-    tf.summary.scalar('policy_lag/version_diff_min', tf.reduce_min(lag), step=step)
-    tf.summary.scalar('policy_lag/version_diff_avg', tf.reduce_mean(lag), step=step)
-    tf.summary.scalar('policy_lag/version_diff_max', tf.reduce_max(lag), step=step)
+    tf.summary.scalar('policy_lag/version_diff_min', tf.reduce_min(per_replica[:, 0]),
+                      step=step)
+    tf.summary.scalar('policy_lag/version_diff_avg', tf.reduce_sum(per_replica[:, 2]) /
+                      tf.reduce_sum(per_replica[:, 3]), step=step)
+    tf.summary.scalar('policy_lag/version_diff_max', tf.reduce_max(per_replica[:, 1]),
+                      step=step)
     if self._max_policy_lag is None:
-      return valid, tf.constant(0.0)
-    fresh = tf.cast(lag <= float(self._max_policy_lag), tf.float32)
-    dropped = 1.0 - tf.reduce_sum(valid * fresh) / tf.maximum(tf.reduce_sum(valid), 1.0)
-    return valid * fresh, dropped
+      return tf.ones_like(lag)
+    return tf.cast(lag <= float(self._max_policy_lag), tf.float32)
 
 
 @gin.configurable

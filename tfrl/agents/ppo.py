@@ -87,32 +87,36 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
             'value_target': value_targets}
 
   def _minibatch_loss(self, batch):
-    """The PPO loss on a dict of time-major [T, b] tensors."""
+    """This replica's share of the PPO loss on a dict of time-major [T, b] tensors.
+
+    Sums over this replica's steps divided by the count over all replicas (see
+    `actor_critic_agent`): with one replica, the minibatch mean.
+    """
     (logits, values), _ = self._network(batch['observation'])
     valid = batch['valid']
-    normalizer = tf.maximum(tf.reduce_sum(valid), 1.0)
+    count = actor_critic_agent.global_count(tf.reduce_sum(valid))
     advantages = batch['advantage']
     if self._normalize_advantages:
-      mean, variance = tf.nn.weighted_moments(advantages, [0, 1], valid)
+      mean, variance = actor_critic_agent.global_weighted_moments(advantages, valid)
       advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
     log_prob = vtrace.action_log_probs(logits, batch['action'])
     log_ratio = log_prob - batch['old_log_prob']
     ratio = tf.exp(log_ratio)
     clipped = tf.clip_by_value(ratio, 1 - self._clip_ratio, 1 + self._clip_ratio)
     surrogate = tf.minimum(ratio * advantages, clipped * advantages)
-    policy_loss = -tf.reduce_sum(valid * surrogate) / normalizer
+    policy_loss = -tf.reduce_sum(valid * surrogate) / count
     value_error = tf.square(values - batch['value_target'])
     if self._value_clip is not None:
       clipped_values = batch['old_value'] + tf.clip_by_value(
           values - batch['old_value'], -self._value_clip, self._value_clip)
       value_error = tf.maximum(value_error, tf.square(clipped_values - batch['value_target']))
-    value_loss = 0.5 * tf.reduce_sum(valid * value_error) / normalizer
+    value_loss = 0.5 * tf.reduce_sum(valid * value_error) / count
     entropy = tf.reduce_sum(valid * -tf.reduce_sum(
-        tf.nn.softmax(logits) * tf.nn.log_softmax(logits), -1)) / normalizer
+        tf.nn.softmax(logits) * tf.nn.log_softmax(logits), -1)) / count
     total = policy_loss + self._value_cost * value_loss - self._entropy_cost * entropy
-    approx_kl = tf.reduce_sum(valid * ((ratio - 1) - log_ratio)) / normalizer
+    approx_kl = tf.reduce_sum(valid * ((ratio - 1) - log_ratio)) / count
     clip_fraction = tf.reduce_sum(
-        valid * tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32)) / normalizer
+        valid * tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32)) / count
     return total, PpoLossInfo(policy_loss, value_loss, entropy, approx_kl, clip_fraction)
 
   def _train(self, experience, weights=None):
@@ -120,9 +124,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     data = self._prepare(experience)
     rows = tf.shape(data['valid'])[1]
     minibatch = rows // self._num_minibatches
-    variables = self._network.trainable_variables
-    # One shuffled row order per epoch, drawn up front; a while loop (not a Python
-    # loop) keeps the traced graph small whatever num_epochs * num_minibatches is.
+    # One shuffled row order per epoch, drawn up front.
     orders = tf.argsort(tf.random.uniform([self._num_epochs, rows]), axis=1)
     num_steps = self._num_epochs * self._num_minibatches
 
@@ -132,20 +134,24 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       batch = tf.nest.map_structure(lambda x: tf.gather(x, index, axis=1), data)
       with tf.GradientTape() as tape:
         total, extra = self._minibatch_loss(batch)
-      gradients = tape.gradient(total, variables)
-      if self._gradient_clipping:
-        gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
-      self._optimizer.apply_gradients(zip(gradients, variables))
+      self.apply_gradients(tape, total, self._gradient_clipping)
       return i + 1, tf_agent.LossInfo(total, extra)
 
     zero = tf.constant(0.0)
-    _, loss_info = tf.while_loop(
-        lambda i, _: i < num_steps, gradient_step,
-        (tf.constant(0), tf_agent.LossInfo(zero, PpoLossInfo(*[zero] * 5))))
+    loss_info = tf_agent.LossInfo(zero, PpoLossInfo(*[zero] * 5))
+    if tf.distribute.has_strategy():
+      # Under a tf.distribute strategy every gradient step synchronizes the replicas,
+      # which TF does not allow inside a tf.while_loop: the steps are unrolled in the
+      # graph instead (a graph num_epochs * num_minibatches steps long).
+      for i in range(num_steps):
+        _, loss_info = gradient_step(tf.constant(i), loss_info)
+    else:
+      # A while loop keeps the traced graph small whatever the number of steps.
+      _, loss_info = tf.while_loop(lambda i, _: i < num_steps, gradient_step,
+                                   (tf.constant(0), loss_info))
     self.train_step_counter.assign_add(1)
-    step = self.train_step_counter
-    for name, value in zip(PpoLossInfo._fields, loss_info.extra):
-      tf.summary.scalar(f'losses/{name}', value, step=step)
+    actor_critic_agent.write_summaries('losses', PpoLossInfo._fields, loss_info.extra,
+                                       self.train_step_counter)
     return loss_info
 
   def _loss(self, experience, weights=None, training=False):
