@@ -18,6 +18,18 @@ from tfrl.agents import impala
 from learners.experiment import Experiment, QUEUE_TABLE, REPLAY_TABLE
 
 
+def start(exp, reverb_server_factory):
+  """(agent, server): the experiment's agent and an embedded server with its tables."""
+  _, agent = exp.build_agent()
+  return agent, reverb_server_factory(exp.experience_tables(agent))
+
+
+def sampled_keys(server, num_samples=300):
+  """The keys of the replay items that `num_samples` draws hit, sorted."""
+  return sorted({int(s.info.key) for s in server.client.sample(
+      REPLAY_TABLE, num_samples=num_samples, emit_timesteps=False)})
+
+
 def fill(exp, server, agent, vector_steps, policy_version=0):
   """Collects `vector_steps` with the agent's collect policy into the experiment's tables."""
   env = exp.make_env()
@@ -77,8 +89,7 @@ def clear_experiment(**overrides):
 
 def test_clear_batch_is_fresh_unrolls_then_replayed_ones(reverb_server_factory):
   exp = clear_experiment()
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   assert exp.replay_rows(exp.batch_size) == 4
   # 3 unrolls of 4 transitions per env need 3 * 4 + 1 vector steps; the writer sends
   # each unroll (one item of 4 envs) to both tables.
@@ -101,8 +112,7 @@ def test_clear_batch_is_fresh_unrolls_then_replayed_ones(reverb_server_factory):
 def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_factory):
   """The replayed rows carry the logits and values the acting policy computed."""
   exp = clear_experiment()
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   # One unroll: what one process holds at its first train step when it collects one
   # unroll per iteration. The replay table must serve from it (not wait for a second).
   assert fill(exp, server, agent, 5) == 1
@@ -118,8 +128,7 @@ def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_fa
 
 def test_policy_version_of_the_acting_policy_reaches_train_kwargs(reverb_server_factory):
   exp = clear_experiment(replay_fraction=0.0, batch_size=4, train_kwargs=['policy_version'])
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 5, policy_version=37)
   kwargs, _ = first_batch(exp, server, agent)
   assert set(kwargs) == {'experience', 'policy_version'}
@@ -135,11 +144,9 @@ def per_experiment():
 
 def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_server_factory):
   exp = per_experiment()
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 6)
-  keys = sorted({int(s.info.key) for s in server.client.sample(
-      REPLAY_TABLE, num_samples=300, emit_timesteps=False)})
+  keys = sampled_keys(server)
   assert len(keys) == sizes(server)[REPLAY_TABLE]
   # Distinct priorities, so the importance weights differ from item to item.
   priorities = {key: float(i + 1) for i, key in enumerate(keys)}
@@ -160,11 +167,9 @@ def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_ser
 
 def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_factory):
   exp = per_experiment()
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 4)
-  keys = sorted({int(s.info.key) for s in server.client.sample(
-      REPLAY_TABLE, num_samples=200, emit_timesteps=False)})
+  keys = sampled_keys(server)
   after_step = exp.after_train_step_fn(server.address)
   # One row per key, negative errors: the priority is |TD error| (+ a floor of 1e-6).
   td_error = -np.arange(1, len(keys) + 1, dtype=np.float32)
@@ -181,8 +186,7 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
 
 def test_uniform_replay_weights_only_mask_boundary_rows(reverb_server_factory):
   exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000)
-  _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.experience_tables(agent))
+  agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 40)
   assert exp.after_train_step_fn(server.address) is None
   dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
