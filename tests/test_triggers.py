@@ -2,6 +2,7 @@
 import glob
 import logging
 import os
+import threading
 import time
 
 import numpy as np
@@ -152,19 +153,10 @@ def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
       max_checkpoints_to_keep=2)
   policies_dir = tmp_path / 'policies'
 
-  # At creation: the three SavedModels, loadable by plain TensorFlow.
-  assert sorted(os.listdir(policies_dir)) == POLICY_NAMES
+  # Nothing at creation (a Learner restores first), nor at set_start(0) (a new job).
+  trigger.set_start(0)
+  assert not policies_dir.exists()
   assert trigger.latest_checkpoint() is None
-  for name in POLICY_NAMES:
-    assert trigger.path(name) == str(policies_dir / name)
-    model = tf.saved_model.load(trigger.path(name))
-    outputs = model.signatures['action'](
-        step_type=tf.zeros([6], tf.int32), reward=tf.zeros([6]), discount=tf.ones([6]),
-        observation=tf.constant(OBSERVATIONS))
-    actions = outputs['action'].numpy()
-    assert actions.shape == (6,) and actions.min() >= 0 and actions.max() < NUM_ACTIONS
-    if name == 'greedy_policy':
-      assert actions.tolist() == greedy_actions(agent.policy)
 
   expected = {}
   for step in range(1, 8):
@@ -173,6 +165,20 @@ def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
     perturb(agent, 0.01)
     expected[step] = policy_variables(agent)
     trigger(step)
+    if step == 2:  # The first interval exports the three SavedModels, at step 2.
+      assert sorted(os.listdir(policies_dir)) == ['checkpoints'] + POLICY_NAMES
+      for name in POLICY_NAMES:
+        assert trigger.path(name) == str(policies_dir / name)
+        assert export.exported_train_step(trigger.path(name)) == 2
+        model = tf.saved_model.load(trigger.path(name))
+        assert int(model.get_train_step().numpy()) == 2
+        outputs = model.signatures['action'](
+            step_type=tf.zeros([6], tf.int32), reward=tf.zeros([6]),
+            discount=tf.ones([6]), observation=tf.constant(OBSERVATIONS))
+        actions = outputs['action'].numpy()
+        assert actions.shape == (6,) and actions.min() >= 0 and actions.max() < NUM_ACTIONS
+        if name == 'greedy_policy':
+          assert actions.tolist() == greedy_actions(agent.policy)
 
   checkpoints_dir = policies_dir / 'checkpoints'
   # Written at 2, 4 and 6; only the newest 2 are kept.
@@ -188,7 +194,7 @@ def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
     for value, variable in zip(model_values(values), expected[step]):
       np.testing.assert_array_equal(value, variable)
 
-  # The newest checkpoint turns the creation-time export into the step-6 policy.
+  # The newest checkpoint turns the step-2 export into the step-6 policy.
   loaded = export.load_policy(trigger.path())
   loaded.update_from_checkpoint(trigger.latest_checkpoint())
   assert loaded.get_train_step() == 6
@@ -312,3 +318,100 @@ def test_reverb_checkpoint_trigger_writes_checkpoints_that_restore(tmp_path,
   # A new server on the same directory starts from the newest checkpoint (4 items).
   restored = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
   assert restored.client.server_info()['replay'].current_size == 4
+
+
+# What a user keeps only moves forward.
+
+
+def test_resumed_trigger_exports_the_restored_step_and_never_an_older_one(tmp_path, caplog):
+  agent = make_agent()
+  train_step = tf.Variable(5, dtype=tf.int64)
+  first = triggers.PolicySavedModelTrigger(str(tmp_path), agent, train_step, interval=100)
+  first.save_saved_models()  # a job that ended at step 5
+  trained = policy_variables(agent)
+
+  # A restart from an older checkpoint (step 3) with other weights exports nothing...
+  perturb(agent, 1.0)
+  train_step.assign(3)
+  restarted = triggers.PolicySavedModelTrigger(str(tmp_path), agent, train_step,
+                                               interval=100)
+  restarted.set_start(3)
+  with caplog.at_level(logging.WARNING, logger='absl'):
+    restarted.save_saved_models()
+  assert 'this job is at train step 3, older' in caplog.text
+  for name in POLICY_NAMES:
+    loaded = export.load_policy(restarted.path(name))
+    assert loaded.get_train_step() == 5
+  for variable, value in zip(export.load_policy(first.path()).model_variables, trained):
+    np.testing.assert_array_equal(variable.numpy(), value)
+
+  # ... while a restart from a later checkpoint exports its restored step at set_start.
+  train_step.assign(8)
+  resumed = triggers.PolicySavedModelTrigger(str(tmp_path), agent, train_step, interval=100)
+  resumed.set_start(8)
+  for name in POLICY_NAMES:
+    assert export.load_policy(resumed.path(name)).get_train_step() == 8
+  assert (export.load_policy(resumed.path()).action(
+      ts.restart(tf.constant(OBSERVATIONS), batch_size=6)).action.numpy().tolist()
+          == greedy_actions(agent.policy))
+
+
+def test_replacing_an_export_never_leaves_a_reader_without_one(tmp_path, monkeypatch):
+  agent = make_agent()
+  train_step = tf.Variable(1, dtype=tf.int64)
+  trigger = triggers.PolicySavedModelTrigger(str(tmp_path), agent, train_step, interval=100)
+  trigger.save_saved_models()
+  path = trigger.path()
+  # After every rename or swap the export makes, the path holds a complete export.
+  complete_after_each_move = []
+
+  def watched(move):
+    def wrapper(*args):
+      result = move(*args)
+      complete_after_each_move.append(os.path.isfile(os.path.join(path, 'saved_model.pb')))
+      return result
+    return wrapper
+
+  monkeypatch.setattr(export, '_exchange', watched(export._exchange))
+  monkeypatch.setattr(export.os, 'rename', watched(os.rename))
+  # And a reader polling in a thread never finds a file missing.
+  missing, polls = [], 0
+  stop = threading.Event()
+
+  def poll():
+    nonlocal polls
+    while not stop.is_set():
+      polls += 1
+      for name in ('saved_model.pb', export.EXPORT_INFO, 'variables/variables.index',
+                   export.POLICY_SPECS_PBTXT):
+        if not os.path.exists(os.path.join(path, name)):
+          missing.append(name)
+
+  reader = threading.Thread(target=poll)
+  reader.start()
+  try:
+    for step in range(2, 6):
+      train_step.assign(step)
+      trigger.save_saved_models()
+  finally:
+    stop.set()
+    reader.join()
+  assert polls > 100
+  assert missing == []
+  assert complete_after_each_move and all(complete_after_each_move)
+  assert export.exported_train_step(path) == 5
+  assert leftover_temporaries(str(tmp_path)) == []
+
+
+def test_trigger_removes_what_interrupted_writes_left(tmp_path):
+  policies = tmp_path / 'policies'
+  leftovers = [policies / '.tmp-greedy_policy-abc', policies / '.old-policy-def',
+               policies / 'checkpoints' / '.tmp-policy_checkpoint_0000000004-xyz']
+  for leftover in leftovers:
+    (leftover / 'variables').mkdir(parents=True)
+  keep = policies / 'checkpoints' / 'policy_checkpoint_0000000002'
+  keep.mkdir()
+  triggers.PolicySavedModelTrigger(str(tmp_path), make_agent(),
+                                   tf.Variable(0, dtype=tf.int64), interval=100)
+  assert leftover_temporaries(str(tmp_path)) == []
+  assert keep.is_dir()

@@ -13,6 +13,8 @@ tf-agents' PolicySaver also saves the policy's `distribution` function, whose ou
 type (a tfp distribution spec) a plain-TensorFlow process cannot rebuild; this one does
 not. A variables-only checkpoint (`write_policy_checkpoint`) refreshes a loaded export.
 """
+import ctypes
+import json
 import os
 import shutil
 import tempfile
@@ -130,27 +132,76 @@ class PolicyModule(tf.Module):
     }
 
 
-def _write_atomically(path: str, write_fn) -> None:
-  """Runs `write_fn(tmp_dir)` then renames tmp_dir to `path`, replacing it.
+_RENAME_EXCHANGE = 2  # renameat2 flag (Linux >= 3.15): swap two paths atomically
+_AT_FDCWD = -100
+TEMPORARY_PREFIXES = ('.tmp-', '.old-')
+EXPORT_INFO = 'tfrl_export.json'  # train step of an export, read without loading it
 
-  A reader sees either the old complete directory or the new complete one; the swap
-  of an existing directory goes through a second rename, not a deletion in place.
+
+def _exchange(path_a: str, path_b: str) -> bool:
+  """Atomically swaps two directories; False where the OS or filesystem cannot."""
+  try:
+    renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+  except (OSError, AttributeError):
+    return False
+  return renameat2(_AT_FDCWD, os.fsencode(path_a), _AT_FDCWD, os.fsencode(path_b),
+                   _RENAME_EXCHANGE) == 0
+
+
+def _write_atomically(path: str, write_fn) -> None:
+  """Runs `write_fn(tmp_dir)` then puts tmp_dir in place of `path`.
+
+  On Linux the swap is one `renameat2(RENAME_EXCHANGE)`: a reader polling `path` always
+  finds a complete directory, the old one or the new one, never none. Elsewhere (or on a
+  filesystem without it) the old directory is renamed away first, leaving a moment with
+  no directory. A process killed mid-write leaves a '.tmp-*' directory beside `path`,
+  which `remove_temporaries` deletes.
   """
   parent = os.path.dirname(os.path.abspath(path))
   os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix='.tmp-' + os.path.basename(path) + '-', dir=parent)
+  tmp = tempfile.mkdtemp(prefix=TEMPORARY_PREFIXES[0] + os.path.basename(path) + '-',
+                         dir=parent)
   try:
     write_fn(tmp)
-    if os.path.exists(path):
-      old = tempfile.mkdtemp(prefix='.old-' + os.path.basename(path) + '-', dir=parent)
+    if not os.path.exists(path):
+      os.rename(tmp, path)
+    elif _exchange(tmp, path):
+      shutil.rmtree(tmp, ignore_errors=True)  # it holds the old directory now
+    else:
+      old = tempfile.mkdtemp(prefix=TEMPORARY_PREFIXES[1] + os.path.basename(path) + '-',
+                             dir=parent)
       os.rename(path, os.path.join(old, 'x'))
       os.rename(tmp, path)
       shutil.rmtree(old, ignore_errors=True)
-    else:
-      os.rename(tmp, path)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
+
+
+def remove_temporaries(directory: str) -> list:
+  """Deletes the '.tmp-*' / '.old-*' directories interrupted writes left in `directory`.
+
+  Call it when no other process writes there (e.g. when a trainer starts).
+
+  Returns:
+    The paths removed.
+  """
+  if not os.path.isdir(directory):
+    return []
+  removed = [os.path.join(directory, name) for name in os.listdir(directory)
+             if name.startswith(TEMPORARY_PREFIXES)]
+  for path in removed:
+    shutil.rmtree(path, ignore_errors=True)
+  return removed
+
+
+def exported_train_step(path: str) -> Optional[int]:
+  """The train step recorded in the export at `path`; None without an export there."""
+  try:
+    with open(os.path.join(path, EXPORT_INFO)) as f:
+      return int(json.load(f)['train_step'])
+  except (OSError, ValueError, KeyError):
+    return None
 
 
 def save_module(module: PolicyModule, path: str) -> str:
@@ -159,6 +210,8 @@ def save_module(module: PolicyModule, path: str) -> str:
   def write(tmp):
     tf.saved_model.save(module, tmp, signatures=module.signatures())
     tensor_spec.to_pbtxt_file(os.path.join(tmp, POLICY_SPECS_PBTXT), module.policy_specs)
+    with open(os.path.join(tmp, EXPORT_INFO), 'w') as f:
+      json.dump({'train_step': int(module.train_step.numpy())}, f)
 
   _write_atomically(path, write)
   return path

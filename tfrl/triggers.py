@@ -56,15 +56,22 @@ def _policies(agent: tf_agent.TFAgent):
 
 
 class PolicySavedModelTrigger(IntervalTrigger):
-  """Exports the agent's policies once, then writes cheap variables-only checkpoints.
+  """Exports the agent's policies as SavedModels and writes variables-only checkpoints.
 
-  At creation, SavedModels of the greedy, collect and raw policies go to
-  `root_dir/policies/{greedy_policy,collect_policy,policy}`. Every `interval` train
-  steps a variables-only checkpoint goes to
+  SavedModels of the greedy, collect and raw policies go to
+  `root_dir/policies/{greedy_policy,collect_policy,policy}`; every `interval` train steps
+  a variables-only checkpoint goes to
   `root_dir/policies/checkpoints/policy_checkpoint_<step>`, which any of the three
   exports applies with `update_from_checkpoint` (the layout tf-agents' loader reads).
-  All writes are atomic. `save_saved_models()` re-exports the SavedModels with the current
-  variables (what a finished job ships).
+
+  What a user keeps only moves forward:
+  - Nothing is exported at creation: the Learner restores its checkpoint first and then
+    calls `set_start(step)`, which exports a resumed job's policies at the restored step.
+    A new job exports on the first interval (and at its end, `save_saved_models`), so no
+    export ever holds weights the job did not train.
+  - An export is never replaced by one at an older train step.
+  - Every write is atomic (see `export._write_atomically`); leftovers of writes that a
+    kill interrupted are deleted at creation.
   """
 
   def __init__(self, root_dir: str, agent: tf_agent.TFAgent, train_step: tf.Variable,
@@ -97,19 +104,45 @@ class PolicySavedModelTrigger(IntervalTrigger):
     # live variables can keep training meanwhile.
     source = self._modules[GREEDY_POLICY]
     self._snapshot_module = _SnapshotModule(source) if async_saving else source
-    self.save_saved_models()
+    for directory in (self._dir, os.path.join(self._dir, POLICY_CHECKPOINTS)):
+      for path in export.remove_temporaries(directory):
+        logging.info('Removed %s, left by an interrupted write.', path)
+
+  def set_start(self, start: int) -> None:
+    """Called by the Learner with the restored train step.
+
+    A resumed job (start > 0) exports its restored policies unless the exports already
+    hold that step or a later one, so exports carry the restored train step at once.
+    """
+    super().set_start(start)
+    if start > 0 and any((export.exported_train_step(self.path(name)) or -1) < start
+                         for name in self._modules):
+      self.save_saved_models()
 
   def path(self, name: str = GREEDY_POLICY) -> str:
     """The export directory of policy `name`."""
     return os.path.join(self._dir, name)
 
   def save_saved_models(self) -> Dict[str, str]:
-    """(Re)exports the three SavedModels now; returns name -> path."""
+    """(Re)exports the three SavedModels with the current variables; returns name -> path.
+
+    An export at a later train step than the current one is kept, with a warning (a
+    job restarted from an older checkpoint must not overwrite newer policies).
+    """
     self.wait()
-    return {name: export.save_module(module, self.path(name))
-            for name, module in self._modules.items()}
+    step = int(self._train_step.numpy())
+    for name, module in self._modules.items():
+      existing = export.exported_train_step(self.path(name))
+      if existing is not None and existing > step:
+        logging.warning('Keeping %s (train step %d): this job is at train step %d, older.',
+                        self.path(name), existing, step)
+        continue
+      export.save_module(module, self.path(name))
+    return {name: self.path(name) for name in self._modules}
 
   def _save_checkpoint(self) -> None:
+    if not all(os.path.isdir(self.path(name)) for name in self._modules):
+      self.save_saved_models()  # a new job's first export: checkpoints need a SavedModel
     step = int(self._train_step.numpy())
     path = os.path.join(self._dir, POLICY_CHECKPOINTS, f'policy_checkpoint_{step:010d}')
     if self._executor is None:
