@@ -167,6 +167,27 @@ def test_actor_metrics_before_any_episode_ends(cartpole_specs):
   assert np.isnan(result['AverageEpisodeLength'])
 
 
+def test_actor_reset_drops_the_returns_of_abandoned_episodes(cartpole_specs):
+  with envs.make('CartPole-v1', num_envs=1, seed=0) as env:
+    recorder = StepRecorder()
+    actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(*cartpole_specs),
+                         writers=[recorder])
+    actor.run(3)  # Mid-episode: CartPole cannot fall within 3 steps.
+    assert actor.stats.episodes == 0
+    actor.reset()  # E.g. a reconnect: the episode in progress is abandoned.
+    recorder.next_step_types.clear()
+    recorder.rewards.clear()
+    while actor.stats.episodes == 0:
+      actor.run(1)
+
+  # The reported episode is the one started by the reset: its return and length count
+  # only the steps after it (CartPole pays 1 per step).
+  [[expected]] = episode_returns(recorder.next_step_types, recorder.rewards)
+  assert actor.stats.finished_returns == [expected]
+  assert actor.metrics()['AverageEpisodeLength'] == expected
+  assert actor.metrics()['EnvironmentSteps'] == 3 + expected  # Steps taken still count.
+
+
 def test_actor_continues_the_stream_across_runs(reverb_server_factory):
   env = envs.make('CartPole-v1', num_envs=2, seed=1)
   policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())

@@ -90,11 +90,16 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
       learner = Learner(tempfile.mkdtemp(), train_step, agent,
                         experience_dataset_fn=dataset_fn, strategy=strategy,
                         checkpoint_interval=0)
-      losses = [float(learner.run().loss) for _ in range(STEPS)]
-      losses.append(float(learner.run(iterations=STEPS).loss))
+      infos = [learner.run() for _ in range(STEPS)]
+      infos.append(learner.run(iterations=STEPS))
+      losses = [float(info.loss) for info in infos]
+      # float() needs a scalar: the per-example td_error must be summed over replicas
+      # and its batch axis.
+      td_errors = [float(info.extra.td_error) for info in infos]
       return {{'replicas': strategy.num_replicas_in_sync,
               'per_replica_sizes': per_replica_sizes,
-              'losses': losses, 'train_step': learner.train_step_numpy,
+              'losses': losses, 'td_errors': td_errors,
+              'train_step': learner.train_step_numpy,
               'initial': initial,
               'variables': [v.numpy().tolist() for v in
                             net.variables + agent._target_q_network.variables]}}
@@ -258,7 +263,11 @@ def test_run_trains_like_agent_train_and_calls_triggers_with_the_step(tmp_path):
   assert isinstance(loss_info, tf_agent.LossInfo)
   np.testing.assert_allclose(loss_info.loss, expected[2].loss, rtol=1e-5)
   np.testing.assert_allclose(loss_info_2.loss, expected[6].loss, rtol=1e-5)
-  assert loss_info_2.extra.td_error.shape == (BATCH,)
+  # As in tf-agents, loss info of rank >= 1 is summed over all its axes: DQN's
+  # per-example TD errors come back as their total.
+  assert loss_info_2.extra.td_error.shape == ()
+  np.testing.assert_allclose(loss_info_2.extra.td_error,
+                             np.sum(expected[6].extra.td_error), rtol=1e-5)
   assert_all_close(agent_variables(agent), agent_variables(reference))
 
 
@@ -362,6 +371,11 @@ def test_loss_changes_neither_variables_nor_train_step(tmp_path):
 
   np.testing.assert_allclose(next_loss.loss, agent.loss(batch(rows, 0)).loss, rtol=1e-6)
   np.testing.assert_allclose(given_loss.loss, agent.loss(batch(rows, 3)).loss, rtol=1e-6)
+  # Rank-1 loss info is reduced over its axis too, with the given reduce_op.
+  td_error = agent.loss(batch(rows, 3)).extra.td_error.numpy()
+  np.testing.assert_allclose(given_loss.extra.td_error, td_error.sum(), rtol=1e-5)
+  mean_loss = learner.loss(batch(rows, 3), reduce_op=tf.distribute.ReduceOp.MEAN)
+  np.testing.assert_allclose(mean_loss.extra.td_error, td_error.mean(), rtol=1e-5)
   assert next_loss.loss > 0
   assert learner.train_step_numpy == 0
   assert_all_close(agent_variables(agent), before, rtol=0, atol=0)
@@ -390,6 +404,84 @@ def test_kwargs_in_agent_train_passes_weights(tmp_path):
   double_weight = learner.run()
   np.testing.assert_allclose(double_weight.loss, 2 * unweighted, rtol=1e-5)
   assert not np.allclose(agent_variables(agent)[0], before[0])
+
+
+def test_initializes_the_agent_before_creating_optimizer_variables(tmp_path):
+  agent, train_step = make_agent('adam')
+  # Targets that differ from the online network: agent.initialize() copies it over.
+  for target in agent._target_q_network.variables:
+    target.assign_add(tf.ones_like(target))
+  optimizer_variables_at_initialize = []
+  initialize = agent.initialize
+
+  def spy_initialize():
+    optimizer_variables_at_initialize.append(len(agent._optimizer.variables()))
+    return initialize()
+
+  agent.initialize = spy_initialize
+  Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+          experience_dataset_fn=rows_dataset_fn(fixed_rows(BATCH)))
+
+  assert len(optimizer_variables_at_initialize) == 1
+  # Before the optimizer's slots were created (they exist once the Learner is built).
+  assert optimizer_variables_at_initialize[0] < len(agent._optimizer.variables())
+  assert_all_close([v.numpy() for v in agent._target_q_network.variables],
+                   [v.numpy() for v in agent._q_network.variables], rtol=0, atol=0)
+
+
+def test_dataset_end_then_reset_iterator_continues_with_the_same_function(tmp_path):
+  rows = fixed_rows(5 * BATCH)  # 5 batches, then the dataset ends.
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    experience_dataset_fn=rows_dataset_fn(rows))
+  learner.run(iterations=3)
+  traces = learner._compiled_train.experimental_get_tracing_count()
+
+  with pytest.raises(tf.errors.OutOfRangeError):
+    learner.run(iterations=3)
+  assert learner.train_step_numpy == 5  # The 2 steps that had data count, no more.
+  with pytest.raises(tf.errors.OutOfRangeError):  # Still at its end.
+    learner.run()
+  assert learner.train_step_numpy == 5
+
+  learner.reset_iterator()
+  learner.run(iterations=2)
+  assert learner.train_step_numpy == 7
+  # The new iterator has the same spec: the compiled train function was reused.
+  assert learner._compiled_train.experimental_get_tracing_count() == traces
+
+
+def test_reset_iterator_without_dataset_fn_raises(tmp_path):
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0)
+  with pytest.raises(ValueError, match='experience_dataset_fn'):
+    learner.reset_iterator()
+
+
+def test_directory_constants_match_tf_agents_learner():
+  from tf_agents.train import learner as tf_agents_learner  # pylint: disable=g-import-not-at-top
+  from tfrl import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  names = ['TRAIN_DIR', 'POLICY_SAVED_MODEL_DIR', 'COLLECT_POLICY_SAVED_MODEL_DIR',
+           'GREEDY_POLICY_SAVED_MODEL_DIR', 'RAW_POLICY_SAVED_MODEL_DIR',
+           'POLICY_CHECKPOINT_DIR', 'REPLAY_BUFFER_CHECKPOINT_DIR']
+  for name in names:
+    assert getattr(learner_lib, name) == getattr(tf_agents_learner, name), name
+
+
+@pytest.mark.parametrize('summary_interval', [0, -1, None])
+def test_summary_interval_off_writes_no_events_file(summary_interval, tmp_path):
+  rows = fixed_rows(4 * BATCH)
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=2,
+                    experience_dataset_fn=rows_dataset_fn(rows),
+                    summary_interval=summary_interval)
+  learner.compile()
+  learner.run(iterations=2)
+  learner.run(iterations=2)
+  learner.train_summary_writer.flush()
+
+  assert os.listdir(str(tmp_path / 'train')) == ['checkpoints']
+  assert not glob.glob(str(tmp_path / '**' / 'events.out.tfevents.*'), recursive=True)
 
 
 # Checkpoints.
@@ -423,6 +515,33 @@ def test_restart_restores_train_step_variables_and_optimizer_state(tmp_path):
   # Same state, same batch: the resumed job continues exactly where the first one was.
   np.testing.assert_allclose(learner_2.run().loss, learner.run().loss, rtol=1e-6)
   assert_all_close(agent_variables(agent_2), agent_variables(agent))
+
+
+def test_restored_learner_starts_user_interval_triggers_at_the_restored_step(tmp_path):
+  rows = fixed_rows(BATCH)
+  dataset_fn = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).repeat().map(
+      lambda e: (e, ()))
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, experience_dataset_fn=dataset_fn,
+                    checkpoint_interval=5)
+  learner.run(iterations=5)  # Writes ckpt-5.
+
+  calls = []
+  user_trigger = triggers.IntervalTrigger(3, lambda: calls.append(True))
+  agent_2, train_step_2 = make_agent()
+  learner_2 = Learner(str(tmp_path), train_step_2, agent_2,
+                      experience_dataset_fn=dataset_fn, checkpoint_interval=5,
+                      triggers=[user_trigger])
+  assert learner_2.train_step_numpy == 5
+
+  learner_2.run(iterations=2)  # Step 7: 2 steps since the restore, fewer than 3.
+  assert not calls
+  learner_2.run()  # Step 8: 3 steps since the restore.
+  assert len(calls) == 1
+  # The Learner's own checkpoint trigger also counts from the restore: not at 7 or 8.
+  assert not os.path.exists(os.path.join(learner_2.checkpoint_dir, 'ckpt-8.index'))
+  learner_2.run(iterations=2)
+  assert os.path.exists(os.path.join(learner_2.checkpoint_dir, 'ckpt-10.index'))
 
 
 def test_save_checkpoint_writes_now_and_keeps_the_newest(tmp_path):
@@ -572,6 +691,10 @@ def test_mirrored_strategy_on_two_cpus_matches_default_strategy(mirrored_run):
   assert default['train_step'] == mirrored['train_step'] == 2 * MIRRORED_STEPS
   # The mirrored loss is the SUM over replicas of loss / global batch: the same value.
   np.testing.assert_allclose(mirrored['losses'], default['losses'], rtol=1e-5, atol=1e-6)
+  # Loss info of rank 1 (per-example TD errors) is summed over replicas and the batch
+  # axis, as in tf-agents: both runs report the total over the global batch.
+  np.testing.assert_allclose(mirrored['td_errors'], default['td_errors'], rtol=1e-4,
+                             atol=1e-5)
   assert_all_close(mirrored['variables'], default['variables'])
   # Training moved the weights, so equal variables are not equal starting points.
   assert not np.allclose(default['variables'][0], default['initial'][0])

@@ -123,9 +123,11 @@ class Actor:
     return self._stats
 
   def reset(self) -> None:
-    """Resets the env, the policy state and the writers' partial data."""
+    """Resets the env, the policy state, the writers' partial data and the returns
+    and lengths of the episodes in progress (which the reset abandons)."""
     self._time_step = self._env.reset()
     self._policy_state = self._policy.get_initial_state(self._env.num_envs)
+    self._stats.reset_running()
     for writer in self._writers:
       writer.reset()
 

@@ -17,8 +17,18 @@ from tf_agents.agents import tf_agent
 
 from tfrl import triggers as triggers_lib
 
+# Directory names of tf-agents' `tf_agents.train.learner` (its examples build paths from
+# them), so code that switches its import finds the same layout. Where the policy
+# triggers name the same directories, they are the one source of the value.
 TRAIN_DIR = 'train'
-CHECKPOINT_DIR = 'checkpoints'
+POLICY_SAVED_MODEL_DIR = triggers_lib.POLICY_DIR
+COLLECT_POLICY_SAVED_MODEL_DIR = triggers_lib.COLLECT_POLICY
+GREEDY_POLICY_SAVED_MODEL_DIR = triggers_lib.GREEDY_POLICY
+RAW_POLICY_SAVED_MODEL_DIR = triggers_lib.RAW_POLICY
+POLICY_CHECKPOINT_DIR = triggers_lib.POLICY_CHECKPOINTS
+REPLAY_BUFFER_CHECKPOINT_DIR = 'replay_buffer_checkpoints'
+# The Learner's own checkpoints: root_dir/train/checkpoints, as in tf-agents.
+CHECKPOINT_DIR = POLICY_CHECKPOINT_DIR
 
 
 class _ReverbSampleLike(collections.namedtuple('_ReverbSampleLike', ['info', 'data'])):
@@ -54,7 +64,7 @@ class Learner(tf.Module):
                after_train_strategy_step_fn: Optional[Callable] = None,
                triggers: Optional[Sequence[Callable[[int], Any]]] = None,
                checkpoint_interval: int = 100000,
-               summary_interval: int = 1000,
+               summary_interval: Optional[int] = 1000,
                max_checkpoints_to_keep: int = 3,
                use_kwargs_in_agent_train: bool = False,
                strategy: Optional[tf.distribute.Strategy] = None,
@@ -81,8 +91,8 @@ class Learner(tf.Module):
         `((experience, info), loss_info)`, e.g. to update priorities.
       triggers: callables taking the train step, run after every `run`.
       checkpoint_interval: train steps between checkpoints; <= 0 disables them.
-      summary_interval: summaries are recorded when train_step % interval == 0
-        (never when 0).
+      summary_interval: summaries are recorded when train_step % interval == 0;
+        when <= 0 or None none are, and no events file is written.
       max_checkpoints_to_keep: older checkpoints are deleted.
       use_kwargs_in_agent_train: experience is a dict of keyword arguments for
         `agent.train` (e.g. {'experience': ..., 'weights': ...}).
@@ -91,7 +101,8 @@ class Learner(tf.Module):
         optimizer's slot variables exist and are saved and restored.
       use_reverb_v2: samples are Reverb `ReplaySample(info, data)`.
       direct_sampling: samples are bare experience (e.g. an offline dataset).
-      experience_dataset_options: `tf.distribute.InputOptions` for the dataset.
+      experience_dataset_options: `tf.distribute.InputOptions` for the dataset (kept,
+        with `experience_dataset_fn`, for `reset_iterator`).
       strategy_run_options: `tf.distribute.RunOptions` for `strategy.run`.
       summary_root_dir: root for summaries if not `root_dir`.
 
@@ -113,35 +124,50 @@ class Learner(tf.Module):
     self._direct_sampling = direct_sampling
     self._strategy_run_options = strategy_run_options
     self.summary_interval = summary_interval
-    self.train_summary_writer = tf.summary.create_file_writer(
-        os.path.join(summary_root_dir or root_dir, TRAIN_DIR), flush_millis=10000)
+    if self._summaries_enabled:
+      self.train_summary_writer = tf.summary.create_file_writer(
+          os.path.join(summary_root_dir or root_dir, TRAIN_DIR), flush_millis=10000)
+    else:
+      # No summaries asked for: no events file either (a file writer creates one).
+      self.train_summary_writer = tf.summary.create_noop_writer()
 
+    self._experience_dataset_fn = experience_dataset_fn
+    self._experience_dataset_options = experience_dataset_options
     self._experience_iterator = None
     element_spec = None
     if experience_dataset_fn is not None:
-      with self.strategy.scope():
-        dataset = self.strategy.distribute_datasets_from_function(
-            lambda context: _call_dataset_fn(experience_dataset_fn, context),
-            options=experience_dataset_options)
-        self._experience_iterator = iter(dataset)
-        element_spec = self._experience_iterator.element_spec
+      self._experience_iterator = self._make_iterator()
+      element_spec = self._experience_iterator.element_spec
 
-    if run_optimizer_variable_init:
-      self._create_optimizer_variables(element_spec)
+    with self.strategy.scope():
+      # As tf-agents' Learner does, unconditionally: agents set up state here (DQN and
+      # SAC copy the online networks into their targets). When a checkpoint is restored
+      # below, the restore overwrites every variable initialize() set, so calling it on
+      # a resumed job changes nothing.
+      agent.initialize()
+      if run_optimizer_variable_init:
+        self._create_optimizer_variables(element_spec)
 
-    self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step)
-    self._checkpoint_manager = tf.train.CheckpointManager(
-        self._checkpoint, os.path.join(self._train_dir, CHECKPOINT_DIR),
-        max_to_keep=max_checkpoints_to_keep)
-    latest = self._checkpoint_manager.latest_checkpoint
-    if latest:
-      self._checkpoint.restore(latest).assert_existing_objects_matched()
-      logging.info('Restored %s at train step %d.', latest, self.train_step_numpy)
+      self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step)
+      self._checkpoint_manager = tf.train.CheckpointManager(
+          self._checkpoint, os.path.join(self._train_dir, CHECKPOINT_DIR),
+          max_to_keep=max_checkpoints_to_keep)
+      latest = self._checkpoint_manager.latest_checkpoint
+      if latest:
+        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        logging.info('Restored %s at train step %d.', latest, self.train_step_numpy)
 
+    # Interval triggers count from the (restored) step, as in tf-agents: otherwise a
+    # resumed job would find every interval already passed and fire them all at once
+    # after its first run. The Learner's own checkpoint trigger is made with its start.
+    start = self.train_step_numpy
     self.triggers = list(triggers or [])
+    for trigger in self.triggers:
+      if hasattr(trigger, 'set_start'):
+        trigger.set_start(start)
     if checkpoint_interval > 0:
       self.triggers.append(triggers_lib.IntervalTrigger(
-          checkpoint_interval, self.save_checkpoint, start=self.train_step_numpy))
+          checkpoint_interval, self.save_checkpoint, start=start))
     else:
       logging.warning('checkpoint_interval=%d: the Learner writes no checkpoints, so a '
                       'restarted job starts over.', checkpoint_interval)
@@ -149,6 +175,35 @@ class Learner(tf.Module):
     self._compiled_loss = tf.function(self._loss, autograph=False)
 
   # -- Setup ----------------------------------------------------------------------
+
+  @property
+  def _summaries_enabled(self) -> bool:
+    return bool(self.summary_interval) and self.summary_interval > 0
+
+  def _make_iterator(self):
+    """A new distributed iterator over `experience_dataset_fn`'s dataset."""
+    with self.strategy.scope():
+      dataset = self.strategy.distribute_datasets_from_function(
+          lambda context: _call_dataset_fn(self._experience_dataset_fn, context),
+          options=self._experience_dataset_options)
+      return iter(dataset)
+
+  def reset_iterator(self) -> None:
+    """Replaces the Learner's iterator by a new one from `experience_dataset_fn`.
+
+    For a dataset that ended: `run` raised `tf.errors.OutOfRangeError`, e.g. a Reverb
+    dataset with a finite `rate_limiter_timeout_ms` that got no sample in time. The
+    steps completed before the error count (the train step advanced by them); the next
+    `run` samples from the new iterator. The element spec is the same, so the compiled
+    train function is reused, not traced again.
+
+    Raises:
+      ValueError: the Learner was built without `experience_dataset_fn`.
+    """
+    if self._experience_dataset_fn is None:
+      raise ValueError('Learner.reset_iterator needs the Learner to be built with '
+                       'experience_dataset_fn.')
+    self._experience_iterator = self._make_iterator()
 
   def _create_optimizer_variables(self, element_spec: Any) -> None:
     """Traces (without running) one train step so optimizer slots get created.
@@ -195,11 +250,29 @@ class Learner(tf.Module):
                              options=self._strategy_run_options)
 
   def _reduce(self, loss_info: Any, reduce_op: tf.distribute.ReduceOp) -> Any:
-    return tf.nest.map_structure(
-        lambda t: self.strategy.reduce(reduce_op, t, axis=None), loss_info)
+    """Reduces loss info across replicas and, as tf-agents does, over every axis.
+
+    A tensor of rank >= 1 (e.g. DQN's per-example `td_error`) becomes a scalar: its
+    per-replica shapes hold the per-replica batch, so only its total is the same under
+    any number of replicas.
+    """
+
+    def reduce(value):
+      if isinstance(value, tf.distribute.DistributedValues):
+        rank = value.values[0].shape.rank
+      else:
+        rank = value.shape.rank if tf.is_tensor(value) else None
+      axis = tuple(range(rank)) if rank else None
+      return self.strategy.reduce(reduce_op, value, axis=axis)
+
+    return tf.nest.map_structure(reduce, loss_info)
 
   def single_train_step(self, iterator) -> Any:
-    """One sample -> train -> after-step fn; returns the SUM-reduced loss info."""
+    """One sample -> train -> after-step fn; returns the SUM-reduced loss info.
+
+    The after-step fn gets each replica's unreduced loss info (e.g. per-example TD
+    errors for priorities); the returned one is summed over replicas and all axes.
+    """
     sample = next(iterator)
     experience, info = self._split_sample(sample)
     loss_info = self._strategy_train(experience)
@@ -256,7 +329,10 @@ class Learner(tf.Module):
   def _summary_context(self):
     """Summaries to the train writer, recorded every `summary_interval` steps."""
     interval = self.summary_interval
-    record = (lambda: tf.equal(self.train_step % interval, 0)) if interval else False
+    if self._summaries_enabled:
+      record = lambda: tf.equal(self.train_step % interval, 0)
+    else:
+      record = False
     stack = contextlib.ExitStack()
     stack.enter_context(self.train_summary_writer.as_default())
     stack.enter_context(tf.summary.record_if(record))
@@ -278,10 +354,13 @@ class Learner(tf.Module):
       parallel_iterations: passed to the in-graph `tf.while_loop`.
 
     Returns:
-      The last step's loss info, SUM-reduced across replicas.
+      The last step's loss info, SUM-reduced across replicas and over every axis of
+      its tensors (as in tf-agents).
 
     Raises:
       ValueError: no iterator given and no `experience_dataset_fn`, or iterations < 1.
+      tf.errors.OutOfRangeError: the dataset ended; the steps before it count. See
+        `reset_iterator`.
     """
     if iterations < 1:
       raise ValueError(f'iterations must be >= 1, got {iterations}.')
@@ -309,8 +388,17 @@ class Learner(tf.Module):
            reduce_op: tf.distribute.ReduceOp = tf.distribute.ReduceOp.SUM) -> Any:
     """Computes the loss on a sample (the next one when None) without training.
 
+    Args:
+      experience_and_sample_info: a sample in the form the dataset yields; None takes
+        the next one from the Learner's iterator.
+      reduce_op: how values are combined across replicas and over the axes of
+        tensors of rank >= 1.
+
     Returns:
-      The loss info, reduced across replicas with `reduce_op`.
+      The loss info, each tensor reduced with `reduce_op` to a scalar.
+
+    Raises:
+      ValueError: no sample given and no `experience_dataset_fn`.
     """
     if experience_and_sample_info is None:
       if self._experience_iterator is None:

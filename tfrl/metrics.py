@@ -39,6 +39,16 @@ class EpisodeStats:
       self._lengths[ended] = 0
       self.episodes += int(ended.size)
 
+  def reset_running(self) -> None:
+    """Drops the returns and lengths of the episodes in progress.
+
+    For when the envs were reset mid-episode (e.g. an actor reconnecting): those
+    episodes never end, and without this their partial sums would be added to the first
+    episode reported after the reset. Finished episodes and step counts are kept.
+    """
+    self._returns[:] = 0.0
+    self._lengths[:] = 0
+
   @property
   def finished_returns(self) -> List[float]:
     return list(self._finished_returns)

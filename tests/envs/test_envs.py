@@ -251,3 +251,76 @@ def test_asynchronous_env_matches_synchronous_one():
     assert async_step.observation.shape == (2, 4)
     assert async_step.step_type.shape == (2,)
     tf.nest.map_structure(np.testing.assert_array_equal, async_step, sync_step)
+
+
+class NonFiniteEnv(gym.Env):
+  """Observations {'pixels': uint8, 'pos': float32}, reward 1; NaN or inf on cue.
+
+  Sub-env i of `envs.make(..., seed=0)` is first reset with seed i, which it keeps as
+  its index. The sub-envs whose index is in `bad_envs` put `value` into `what`
+  ('reward' or 'pos') at step `bad_step` (0: in the reset observation).
+  """
+
+  def __init__(self, bad_step=3, bad_envs=(0,), what='reward', value=np.nan):
+    self.observation_space = gym.spaces.Dict({
+        'pixels': gym.spaces.Box(0, 255, (2, 2), np.uint8),
+        'pos': gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)})
+    self.action_space = gym.spaces.Discrete(2)
+    self._bad_step, self._bad_envs, self._what, self._value = (
+        bad_step, bad_envs, what, value)
+    self._index = None
+    self._steps = 0
+
+  def _obs(self):
+    pos = np.zeros(2, np.float32)
+    if self._what == 'pos' and self._is_bad():
+      pos[1] = self._value
+    return {'pixels': np.zeros((2, 2), np.uint8), 'pos': pos}
+
+  def _is_bad(self):
+    return self._steps == self._bad_step and self._index in self._bad_envs
+
+  def reset(self, *, seed=None, options=None):
+    super().reset(seed=seed)
+    if self._index is None:
+      self._index = seed
+    self._steps = 0
+    return self._obs(), {}
+
+  def step(self, action):
+    self._steps += 1
+    reward = self._value if self._what == 'reward' and self._is_bad() else 1.0
+    return self._obs(), reward, False, False, {}
+
+
+NON_FINITE_ID = 'TfrlTest/NonFinite-v0'
+if NON_FINITE_ID not in gym.registry:
+  gym.register(NON_FINITE_ID, entry_point=NonFiniteEnv, disable_env_checker=True)
+
+
+@pytest.mark.parametrize('make_kwargs, message', [
+    (dict(what='reward', bad_step=3, bad_envs=(2,)),
+     "Env 'TfrlTest/NonFinite-v0' returned a non-finite reward (nan) in sub-env 2 at "
+     'vector step 3; check the environment (tfrl stops here rather than train on it).'),
+    (dict(what='reward', bad_step=2, bad_envs=(1, 3), value=-np.inf),
+     'non-finite reward (-inf) in sub-envs 1, 3 at vector step 2;'),
+    (dict(what='pos', bad_step=4, bad_envs=(0,), value=np.inf),
+     "non-finite observation['pos'] (inf) in sub-env 0 at vector step 4;"),
+], ids=['nan_reward', 'inf_reward_two_envs', 'inf_observation'])
+def test_non_finite_reward_or_observation_raises_naming_where(make_kwargs, message):
+  with envs.make(NON_FINITE_ID, num_envs=4, seed=0, **make_kwargs) as env:
+    env.reset()
+    actions = np.zeros(4, np.int64)
+    for _ in range(make_kwargs['bad_step'] - 1):
+      env.step(actions)  # Finite until then.
+    with pytest.raises(envs.NonFiniteEnvError) as error:
+      env.step(actions)
+
+  assert isinstance(error.value, ValueError)
+  assert message in str(error.value)
+
+
+def test_non_finite_observation_at_reset_raises():
+  with pytest.raises(envs.NonFiniteEnvError,
+                     match=r"observation\['pos'\] \(nan\) in sub-env 1 at reset"):
+    envs.make(NON_FINITE_ID, num_envs=2, seed=0, what='pos', bad_step=0, bad_envs=(1,))

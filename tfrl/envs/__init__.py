@@ -9,10 +9,11 @@ from typing import Optional
 
 import gymnasium as gym
 
-from tfrl.envs.batched_env import BatchedEnv, batched_spec
+from tfrl.envs.batched_env import BatchedEnv, NonFiniteEnvError, batched_spec
 from tfrl.envs.specs import space_to_spec
 
-__all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError']
+__all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
+           'NonFiniteEnvError']
 
 
 class UnknownEnvironmentError(ValueError):

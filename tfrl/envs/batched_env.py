@@ -25,11 +25,39 @@ _MID = np.int32(ts.StepType.MID)
 _LAST = np.int32(ts.StepType.LAST)
 
 
+class NonFiniteEnvError(ValueError):
+  """An environment returned a NaN or infinite reward or float observation."""
+
+
+def _first_bad_value(values: np.ndarray) -> str:
+  """The first non-finite value in `values`, as text ('nan', 'inf' or '-inf')."""
+  return str(values.flat[np.flatnonzero(~np.isfinite(values))[0]])
+
+
+def _leaf_paths(nest, prefix: str = '') -> list:
+  """'/'-joined key paths of the leaves of `nest`, in `tf.nest.flatten` order."""
+  if not tf.nest.is_nested(nest):
+    return [prefix]
+  if isinstance(nest, dict):
+    items = sorted(nest.items())  # tf.nest flattens dicts in sorted key order.
+  elif hasattr(nest, '_fields'):
+    items = zip(nest._fields, nest)
+  else:
+    items = enumerate(nest)
+  return [path for key, value in items
+          for path in _leaf_paths(value, f'{prefix}/{key}' if prefix else str(key))]
+
+
 class BatchedEnv:
   """Batched `TimeStep` interface over a `gymnasium.vector.VectorEnv`.
 
   Every array returned has a leading dimension of `num_envs`. Specs describe one
   environment (no batch dimension), as tf-agents policies expect.
+
+  Rewards and float observations are checked on every step and reset: a NaN or inf
+  raises `NonFiniteEnvError` at its source, rather than surfacing later as a NaN loss
+  far from the step that caused it. Integer observations (e.g. uint8 pixels) cannot
+  hold either and are not checked.
   """
 
   def __init__(self, vector_env: gym.vector.VectorEnv, env_id: Optional[str] = None):
@@ -57,6 +85,15 @@ class BatchedEnv:
         self._observation_spec, tf.TensorSpec((), tf.float32, name='reward'))
     self._flat_obs_dtypes = [s.dtype.as_numpy_dtype
                              for s in tf.nest.flatten(self._observation_spec)]
+    # Only float leaves can hold NaN or inf; integer ones (e.g. uint8 pixels, often the
+    # largest) are never checked. (index, name) of each float leaf, for messages.
+    paths = _leaf_paths(self._observation_spec)
+    self._float_obs_leaves = [
+        (i, f'observation[{path!r}]' if path else 'observation')
+        for i, (path, dtype) in enumerate(zip(paths, self._flat_obs_dtypes))
+        if np.issubdtype(dtype, np.floating)]
+    # Vector steps since creation (resets excluded), for messages.
+    self._vector_steps = 0
     # True for sub-envs whose last step ended an episode: their next step is a reset.
     self._episode_ended = np.zeros(self.num_envs, dtype=bool)
     self._zeros = np.zeros(self.num_envs, dtype=np.float32)
@@ -76,10 +113,24 @@ class BatchedEnv:
   def time_step_spec(self) -> ts.TimeStep:
     return self._time_step_spec
 
-  def _observation(self, obs) -> Any:
+  def _observation(self, obs, when: str) -> Any:
     flat = tf.nest.flatten(obs)
     flat = [np.asarray(x, dtype=d) for x, d in zip(flat, self._flat_obs_dtypes)]
+    for index, name in self._float_obs_leaves:
+      if not np.isfinite(flat[index]).all():  # One cheap check per leaf per step.
+        self._raise_non_finite(name, flat[index], when)
     return tf.nest.pack_sequence_as(self._observation_spec, flat)
+
+  def _raise_non_finite(self, what: str, values: np.ndarray, when: str) -> None:
+    """Raises NonFiniteEnvError for `values` ([num_envs, ...]) naming where."""
+    per_env = np.isfinite(values).reshape(self.num_envs, -1).all(axis=1)
+    bad_envs = np.flatnonzero(~per_env)
+    which = (f'sub-env {bad_envs[0]}' if bad_envs.size == 1 else
+             'sub-envs ' + ', '.join(str(i) for i in bad_envs))
+    env = f'Env {self.env_id!r}' if self.env_id else 'The environment'
+    raise NonFiniteEnvError(
+        f'{env} returned a non-finite {what} ({_first_bad_value(values)}) in {which} '
+        f'{when}; check the environment (tfrl stops here rather than train on it).')
 
   def reset(self, seed: Optional[Union[int, Sequence[int]]] = None) -> ts.TimeStep:
     """Resets every sub-environment.
@@ -89,6 +140,9 @@ class BatchedEnv:
 
     Returns:
       A batched TimeStep whose step types are all FIRST.
+
+    Raises:
+      NonFiniteEnvError: a float observation holds NaN or inf.
     """
     obs, _ = self._env.reset(seed=seed)
     self._episode_ended[:] = False
@@ -96,7 +150,8 @@ class BatchedEnv:
         step_type=np.full(self.num_envs, _FIRST, dtype=np.int32),
         reward=self._zeros.copy(),
         discount=self._ones.copy(),
-        observation=self._observation(obs))
+        observation=self._observation(
+            obs, f'at reset (after vector step {self._vector_steps})'))
 
   def step(self, action) -> ts.TimeStep:
     """Steps every sub-environment with a batch of actions.
@@ -109,16 +164,24 @@ class BatchedEnv:
 
     Returns:
       The batched TimeStep that follows.
+
+    Raises:
+      NonFiniteEnvError: the reward or a float observation holds NaN or inf.
     """
     obs, reward, terminated, truncated, _ = self._env.step(action)
+    self._vector_steps += 1
     first = self._episode_ended
     ended = np.logical_or(terminated, truncated)
     step_type = np.where(first, _FIRST, np.where(ended, _LAST, _MID)).astype(np.int32)
+    # Checked as trained on: the reward of an autoreset (FIRST) step is dropped anyway.
     reward = np.where(first, 0.0, reward).astype(np.float32)
+    when = f'at vector step {self._vector_steps}'
+    if not np.isfinite(reward).all():
+      self._raise_non_finite('reward', reward, when)
     discount = np.where(np.logical_and(terminated, ~first), 0.0, 1.0).astype(np.float32)
     self._episode_ended = np.logical_and(ended, ~first)
     return ts.TimeStep(step_type=step_type, reward=reward, discount=discount,
-                       observation=self._observation(obs))
+                       observation=self._observation(obs, when))
 
   def render(self):
     """Returns the frames of the sub-environments (needs `render_mode='rgb_array'`)."""
