@@ -214,6 +214,108 @@ def test_stopped_server_is_unreachable(reverb_server_factory):
     replay.wait_for_server(address, timeout_s=1)
 
 
+# Checkpoints.
+
+CHECKPOINT_SIGNATURE = {'observation': tf.TensorSpec((2,), tf.float32),
+                        'version': tf.TensorSpec((), tf.int64)}
+
+
+def checkpoint_tables(replay_table=None, extra=()):
+  """The tables a checkpoint is written with; tests change one at a time."""
+  if replay_table is None:
+    replay_table = replay.uniform_table('replay', 100, CHECKPOINT_SIGNATURE)
+  return [replay_table, replay.queue_table('queue', 10, CHECKPOINT_SIGNATURE)] + list(extra)
+
+
+def write_checkpoint(reverb_server_factory, checkpoint_dir):
+  """Starts a server with `checkpoint_tables()`, inserts one item, checkpoints, stops."""
+  server = reverb_server_factory(checkpoint_tables(), checkpoint_dir=checkpoint_dir)
+  server.client.insert({'observation': np.array([1.0, 2.0], np.float32),
+                        'version': np.int64(7)}, priorities={'replay': 1.0})
+  path = server.checkpoint()
+  server.stop()
+  return path
+
+
+@pytest.mark.parametrize('tables, differences', [
+    (checkpoint_tables(replay.uniform_table('replay', 50, CHECKPOINT_SIGNATURE)),
+     ["table 'replay': max_size 100 in the checkpoint, 50 configured"]),
+    (checkpoint_tables(replay.prioritized_table('replay', 100, CHECKPOINT_SIGNATURE)),
+     ["table 'replay': sampler uniform in the checkpoint, prioritized "
+      '(priority_exponent 0.6) configured']),
+    (checkpoint_tables(replay.uniform_table('replay', 100, CHECKPOINT_SIGNATURE,
+                                            min_size_to_sample=5)),
+     ["table 'replay': rate limiter min_size_to_sample 1 in the checkpoint, 5 configured"]),
+    (checkpoint_tables(replay.uniform_table('replay', 100, CHECKPOINT_SIGNATURE,
+                                            samples_per_insert=4.0, error_buffer=8.0)),
+     ["table 'replay': rate limiter samples_per_insert 1 in the checkpoint, 4 configured",
+      'rate limiter min_diff -unbounded in the checkpoint, -4 configured',
+      'rate limiter max_diff unbounded in the checkpoint, 12 configured']),
+    (checkpoint_tables(replay.uniform_table('replay', 100, dict(
+        CHECKPOINT_SIGNATURE, observation=tf.TensorSpec((3,), tf.float32)))),
+     ["table 'replay': signature observation float32[2] in the checkpoint, float32[3] "
+      'configured']),
+    (checkpoint_tables(replay.uniform_table('replay', 100, dict(
+        CHECKPOINT_SIGNATURE, version=tf.TensorSpec((), tf.int32)))),
+     ["table 'replay': signature version int64[] in the checkpoint, int32[] configured"]),
+    (checkpoint_tables(replay.uniform_table('replay', 100, dict(
+        CHECKPOINT_SIGNATURE, reward=tf.TensorSpec((), tf.float32)))),
+     ["table 'replay': signature reward is configured but not in the checkpoint"]),
+    (checkpoint_tables(extra=[replay.variables_table(None)]),
+     ["table 'variables' is configured but not in the checkpoint"]),
+    (checkpoint_tables()[:1],
+     ["table 'queue' is in the checkpoint but not configured"]),
+    # Every difference is reported at once.
+    (checkpoint_tables(replay.uniform_table('replay', 50, None))[:1],
+     ["table 'replay': max_size 100 in the checkpoint, 50 configured",
+      "table 'replay': a signature in the checkpoint, none configured",
+      "table 'queue' is in the checkpoint but not configured"]),
+], ids=['capacity', 'sampler', 'min_size', 'samples_per_insert', 'shape', 'dtype',
+        'structure', 'added_table', 'removed_table', 'several'])
+def test_restart_with_changed_tables_names_checkpoint_and_differences(
+    reverb_server_factory, tmp_path, tables, differences):
+  checkpoint_dir = str(tmp_path / 'reverb')
+  path = write_checkpoint(reverb_server_factory, checkpoint_dir)
+
+  with pytest.raises(replay.CheckpointMismatchError) as error:
+    reverb_server_factory(tables, checkpoint_dir=checkpoint_dir)
+
+  message = str(error.value)
+  assert message.startswith(f'Reverb checkpoint {path} holds tables that differ')
+  for difference in differences:
+    assert difference in message
+  listed = message.split(' configuration: ', 1)[1].rsplit('. Start with', 1)[0]
+  assert len(listed.split('; ')) == len(differences), listed  # Nothing else differs.
+  assert 'empty checkpoint directory' in message
+  assert isinstance(error.value, ValueError)
+
+
+def test_restart_with_same_tables_restores_contents(reverb_server_factory, tmp_path):
+  checkpoint_dir = str(tmp_path / 'reverb')
+  write_checkpoint(reverb_server_factory, checkpoint_dir)
+
+  server = reverb_server_factory(checkpoint_tables(), checkpoint_dir=checkpoint_dir)
+
+  assert server.table_info()['replay'].current_size == 1
+  sample = next(server.client.sample('replay', emit_timesteps=False,
+                                     unpack_as_table_signature=True))
+  # Client.insert writes one time step: a leading dimension of 1.
+  np.testing.assert_array_equal(np.ravel(sample.data['observation']), [1.0, 2.0])
+  assert np.ravel(sample.data['version']).tolist() == [7]
+
+
+def test_latest_checkpoint_is_the_newest_complete_one(tmp_path):
+  assert replay.latest_checkpoint(str(tmp_path / 'missing')) is None
+  assert replay.latest_checkpoint(str(tmp_path)) is None
+  for name, done in (('2026-01-01T00', True), ('2026-01-02T00', True),
+                     ('2026-01-03T00', False)):  # The newest was cut off mid-write.
+    (tmp_path / name).mkdir()
+    if done:
+      (tmp_path / name / 'DONE').write_text('')
+
+  assert replay.latest_checkpoint(str(tmp_path)) == str(tmp_path / '2026-01-02T00')
+
+
 # Datasets.
 
 
@@ -271,6 +373,42 @@ def test_make_dataset_pads_episodes_of_different_lengths(reverb_server_factory):
   np.testing.assert_array_equal(experience.step_type, [[F, L, F], [F, M, L]])
   np.testing.assert_array_equal(info['policy_version'], [[0, 1, 0], [0, 1, 2]])
   assert info['key'].shape == (2,)
+  # The padding step reads as FIRST: only the mask tells it from a real step.
+  assert info[replay.STEP_MASK].dtype == tf.float32
+  np.testing.assert_array_equal(info['step_mask'], [[1, 1, 0], [1, 1, 1]])
+
+
+def test_episode_step_mask_with_several_readers(reverb_server_factory):
+  signature = replay.EpisodeWriter.item_signature(collect_data_spec())
+  server = reverb_server_factory([replay.uniform_table('replay', 10, signature)])
+  # Episodes of 2 (env 2), 3 (env 1), 4 (env 0) and 3 (env 2 again) rows.
+  feed(replay.EpisodeWriter(server.client, 'replay', max_length=10),
+       [[F, F, F], [M, M, L], [M, L, F], [L, F, M], [F, M, L], [M, M, F]])
+  dataset = replay.make_dataset(server.address, 'replay', signature, batch_size=4,
+                                num_parallel_readers=2, rate_limiter_timeout_ms=100)
+
+  for experience, info in dataset.take(3):
+    mask = info['step_mask'].numpy()
+    assert mask.shape == experience.step_type.shape
+    lengths = mask.sum(axis=1).astype(int)
+    assert set(lengths) <= {2, 3, 4}
+    # Real steps come first, then padding; an episode ends on its LAST step.
+    np.testing.assert_array_equal(mask, np.arange(mask.shape[1])[None, :] <
+                                  lengths[:, None])
+    np.testing.assert_array_equal(
+        experience.step_type.numpy()[np.arange(4), lengths - 1], [L] * 4)
+    assert mask.shape[1] == lengths.max()
+
+
+def test_non_episode_datasets_have_no_step_mask(reverb_server_factory):
+  signature = replay.SequenceWriter.item_signature(collect_data_spec(), 2, 1)
+  server = reverb_server_factory([replay.queue_table('queue', 10, signature)])
+  feed(replay.SequenceWriter(server.client, 'queue', length=2), mid_steps(2, 1))
+
+  _, info = next(iter(replay.make_dataset(
+      server.address, 'queue', signature, batch_size=1, rate_limiter_timeout_ms=100)))
+
+  assert 'step_mask' not in info
 
 
 def test_make_dataset_rejects_batch_not_multiple_of_rows_per_item(reverb_server_factory):

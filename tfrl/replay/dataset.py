@@ -4,7 +4,8 @@ A "row" is what a learner trains on: one transition, one unroll, one episode. Wr
 may pack G rows into one Reverb item (see `tfrl.replay.writers`); the dataset samples
 items and unpacks them, so `batch_size` is always counted in rows. `info` has one entry
 per row: the item's `key`, sampling `probability`, `table_size`, `priority`,
-`times_sampled`, and the `policy_version` that produced the row.
+`times_sampled`, and the `policy_version` that produced the row. Episode batches also
+carry `step_mask` (see `make_dataset`).
 """
 from typing import Any, Dict, Optional
 
@@ -17,6 +18,7 @@ from tfrl.replay import server as server_lib
 from tfrl.replay import writers
 
 LAYOUTS = ('transition', 'sequence', 'episode')
+STEP_MASK = 'step_mask'
 
 
 class SpecMismatchError(ValueError):
@@ -83,7 +85,7 @@ def _unpack_rows(layout: str, rows_per_item: int):
     shape = tf.shape(x)
     return tf.reshape(x, tf.concat([[-1], shape[2:]], axis=0))
 
-  def unpack(sample: reverb.ReplaySample):
+  def unpack(sample: reverb.ReplaySample, step_mask: Optional[tf.Tensor] = None):
     data = sample.data
     time_major = layout == 'sequence'
     experience = tf.nest.map_structure(lambda x: merge(x, time_major),
@@ -91,6 +93,8 @@ def _unpack_rows(layout: str, rows_per_item: int):
     info = {name: tf.repeat(getattr(sample.info, name), rows_per_item)
             for name in reverb.replay_sample.SampleInfo._fields}
     info[writers.POLICY_VERSION] = merge(data[writers.POLICY_VERSION], time_major)
+    if step_mask is not None:
+      info[STEP_MASK] = step_mask
     return experience, info
 
   return unpack
@@ -126,6 +130,10 @@ def make_dataset(server_address: str,
 
   Returns:
     A `tf.data.Dataset`, ready for `strategy.distribute_datasets_from_function`.
+    Episodes (the 'episode' layout) are padded to the longest one in the batch; the
+    padding is zeros, which reads as FIRST steps, so their `info['step_mask']`
+    (float32 [batch_size, T]) is 1.0 on real steps and 0.0 on padding: learners
+    must weigh per-step terms with it.
 
   Raises:
     SpecMismatchError: the table does not store `item_signature` items.
@@ -158,6 +166,9 @@ def make_dataset(server_address: str,
   else:
     dataset = reader(0)
   if layout == 'episode':
+    # A ones column per episode, padded with zeros like the data, marks real steps.
+    dataset = dataset.map(lambda sample: (sample, tf.ones_like(
+        sample.data[writers.POLICY_VERSION], dtype=tf.float32)))
     dataset = dataset.padded_batch(items_per_batch, drop_remainder=True)
   else:
     dataset = dataset.batch(items_per_batch, drop_remainder=True)

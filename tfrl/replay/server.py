@@ -1,16 +1,24 @@
 """`ReplayServer`: an embedded Reverb server (the default) or a connection to one."""
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
 import portpicker
 import reverb
+from reverb.cc.checkpointing import checkpoint_pb2
+import tensorflow as tf
+from tensorflow.python.saved_model import nested_structure_coder  # pylint: disable=g-direct-tensorflow-import
+import tree
+
+# Re-exported: callers catch `server.ReplayServerUnreachableError`.
+from tfrl.replay.errors import CheckpointMismatchError
+from tfrl.replay.errors import ReplayServerUnreachableError  # pylint: disable=unused-import
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
-
-
-class ReplayServerUnreachableError(ConnectionError):
-  """Raised when no Reverb server answers at an address within the timeout."""
+# What Reverb's TFRecordCheckpointer writes last into a checkpoint directory: only
+# directories holding it are complete, and only those are loaded.
+_CHECKPOINT_DONE_FILE = 'DONE'
+_CHECKPOINT_TABLES_FILE = 'tables.tfrecord'
 
 
 def wait_for_server(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
@@ -58,6 +66,10 @@ class ReplayServer:
       checkpoint_dir: where Reverb checkpoints go; when it already holds one, the
         tables start from the latest checkpoint's contents.
 
+    Raises:
+      CheckpointMismatchError: `checkpoint_dir` holds a checkpoint whose tables differ
+        from `tables` (see `check_checkpoint`).
+
     Note: Reverb 0.14 listens on all network interfaces without authentication; this is
       logged at start. Run servers on a private network only.
     """
@@ -65,6 +77,8 @@ class ReplayServer:
     checkpointer = None
     if checkpoint_dir:
       os.makedirs(checkpoint_dir, exist_ok=True)
+      tables = list(tables)
+      check_checkpoint(checkpoint_dir, tables)
       checkpointer = reverb.checkpointers.DefaultCheckpointer(path=checkpoint_dir)
     self._server = reverb.Server(tables=list(tables), port=self._port,
                                  checkpointer=checkpointer)
@@ -139,3 +153,152 @@ def inserted_items(address: str, table_name: str,
   """How many items the table has taken in since the server (re)started."""
   info = wait_for_server(address, timeout_s)[table_name]
   return int(info.rate_limiter_info.insert_stats.completed)
+
+
+def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
+  """The checkpoint Reverb would load from `checkpoint_dir`, or None.
+
+  Reverb's checkpointer writes each checkpoint into a `<dir>/<timestamp>` directory
+  and a DONE file last; on start it loads the greatest name that holds a DONE file.
+
+  Args:
+    checkpoint_dir: the `checkpoint_dir` given to `ReplayServer`.
+
+  Returns:
+    The path of the newest complete checkpoint, None when there is none.
+  """
+  if not tf.io.gfile.isdir(checkpoint_dir):
+    return None
+  names = sorted((name.rstrip('/') for name in tf.io.gfile.listdir(checkpoint_dir)),
+                 reverse=True)
+  for name in names:
+    path = os.path.join(checkpoint_dir, name)
+    if tf.io.gfile.exists(os.path.join(path, _CHECKPOINT_DONE_FILE)):
+      return path
+  return None
+
+
+def check_checkpoint(checkpoint_dir: str, tables: Sequence[reverb.Table]) -> None:
+  """Raises unless the checkpoint a server would load holds exactly `tables`' settings.
+
+  Reverb 0.14 restores a checkpoint's tables with the settings they were saved with
+  and ignores the configured ones (a changed capacity, sampler, rate limiter or
+  signature silently does nothing), and fails on a checkpointed table that is not
+  configured; this check turns both into one clear error before the server starts.
+
+  Args:
+    checkpoint_dir: the `checkpoint_dir` given to `ReplayServer`.
+    tables: the configured tables.
+
+  Raises:
+    CheckpointMismatchError: tables were added or removed, or a table's max_size,
+      max_times_sampled, sampler, remover, rate limiter or signature changed; the
+      message names the checkpoint and every difference.
+  """
+  path = latest_checkpoint(checkpoint_dir)
+  if path is None:
+    return
+  checkpointed = _read_checkpoint_tables(path)
+  problems = []
+  configured_names = set()
+  for table in tables:
+    configured_names.add(table.name)
+    if table.name not in checkpointed:
+      problems.append(f'table {table.name!r} is configured but not in the checkpoint')
+      continue
+    problems.extend(f'table {table.name!r}: {difference}'
+                    for difference in _table_differences(checkpointed[table.name], table))
+  problems.extend(f'table {name!r} is in the checkpoint but not configured'
+                  for name in sorted(checkpointed) if name not in configured_names)
+  if problems:
+    raise CheckpointMismatchError(
+        f'Reverb checkpoint {path} holds tables that differ from this configuration: '
+        f'{"; ".join(problems)}. Start with an empty checkpoint directory (or move it '
+        'away) to use the new settings.')
+
+
+def _read_checkpoint_tables(path: str
+                           ) -> Dict[str, checkpoint_pb2.PriorityTableCheckpoint]:
+  """Table name -> its saved settings, from a checkpoint's `tables.tfrecord`."""
+  records = tf.data.TFRecordDataset(os.path.join(path, _CHECKPOINT_TABLES_FILE),
+                                    compression_type='ZLIB')
+  tables = {}
+  for record in records.as_numpy_iterator():
+    table = checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
+    tables[table.table_name] = table
+  return tables
+
+
+def _table_differences(saved: checkpoint_pb2.PriorityTableCheckpoint,
+                       table: reverb.Table) -> List[str]:
+  """What differs between a checkpointed table and a configured one, in words."""
+  info = table.info
+  differences = []
+
+  def compare(what, in_checkpoint, configured, describe=str):
+    if in_checkpoint != configured:
+      differences.append(f'{what} {describe(in_checkpoint)} in the checkpoint, '
+                         f'{describe(configured)} configured')
+
+  compare('max_size', saved.max_size, info.max_size)
+  compare('max_times_sampled', saved.max_times_sampled, info.max_times_sampled)
+  compare('sampler', saved.sampler, info.sampler_options, _describe_selector)
+  compare('remover', saved.remover, info.remover_options, _describe_selector)
+  for field in ('samples_per_insert', 'min_diff', 'max_diff', 'min_size_to_sample'):
+    compare(f'rate limiter {field}', getattr(saved.rate_limiter, field),
+            getattr(info.rate_limiter_info, field), _describe_number)
+  saved_signature = (nested_structure_coder.decode_proto(saved.signature)
+                     if saved.HasField('signature') else None)
+  differences.extend(_signature_differences(saved_signature, info.signature))
+  return differences
+
+
+def _describe_selector(options: Any) -> str:
+  """'uniform', 'prioritized (priority_exponent 0.6)', 'fifo', 'min-heap', ..."""
+  kind = options.WhichOneof('distribution')
+  if kind == 'prioritized':
+    return f'prioritized (priority_exponent {options.prioritized.priority_exponent:g})'
+  if kind == 'heap':
+    return 'min-heap' if options.heap.min_heap else 'max-heap'
+  return kind or 'unset'
+
+
+def _describe_number(x: float) -> str:
+  # Reverb stores "no bound" as +-DBL_MAX; print that as a word, not 1.79769e+308.
+  if abs(x) >= 1e300:
+    return 'unbounded' if x > 0 else '-unbounded'
+  return f'{x:g}'
+
+
+def _signature_differences(saved: Any, configured: Any) -> List[str]:
+  """Structure, shape and dtype differences between two table signatures."""
+  if saved is None and configured is None:
+    return []
+  if saved is None or configured is None:
+    return ['no signature in the checkpoint, one configured' if saved is None else
+            'a signature in the checkpoint, none configured']
+
+  def by_path(signature):
+    return {'/'.join(str(p) for p in path) or '(root)': spec
+            for path, spec in tree.flatten_with_path(signature)}
+
+  def shape_of(spec):
+    return None if spec.shape.rank is None else spec.shape.as_list()
+
+  def describe(spec):
+    shape = shape_of(spec)
+    return f'{spec.dtype.name}{"[unknown rank]" if shape is None else shape}'
+
+  saved_specs, configured_specs = by_path(saved), by_path(configured)
+  differences = []
+  differences.extend(f'signature {path} is in the checkpoint but not configured'
+                     for path in saved_specs if path not in configured_specs)
+  differences.extend(f'signature {path} is configured but not in the checkpoint'
+                     for path in configured_specs if path not in saved_specs)
+  for path, spec in saved_specs.items():
+    other = configured_specs.get(path)
+    if other is not None and (spec.dtype != other.dtype or
+                              shape_of(spec) != shape_of(other)):
+      differences.append(f'signature {path} {describe(spec)} in the checkpoint, '
+                         f'{describe(other)} configured')
+  return differences

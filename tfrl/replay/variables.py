@@ -7,10 +7,12 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from tfrl.replay import errors
 from tfrl.replay import server as server_lib
 from tfrl.replay import tables
 
 DEFAULT_PULL_TIMEOUT_S = 60.0
+DEFAULT_PUSH_TIMEOUT_S = 60.0
 
 
 class VariablesNotPushedError(TimeoutError):
@@ -43,25 +45,53 @@ class VariableContainer:
     """The variables table signature for `variables` (for `tables.variables_table`)."""
     return tables.spec_of_variables(variables)
 
-  def push(self) -> None:
-    """Inserts the current values, replacing what the table held."""
+  def push(self, timeout_s: float = DEFAULT_PUSH_TIMEOUT_S) -> None:
+    """Inserts the current values, replacing what the table held.
+
+    Args:
+      timeout_s: how long opening the Reverb writer and sending the values may take
+        in all (Reverb alone would wait forever for a server that is gone).
+
+    Raises:
+      ReplayServerUnreachableError: the server did not take the values in time; the
+        message names the address and the table.
+    """
+    deadline = time.monotonic() + timeout_s
     values = tf.nest.map_structure(lambda v: v.numpy(), self._variables)
-    with self._client.trajectory_writer(num_keep_alive_refs=1) as writer:
+    what = (f'the Reverb server at {self._address!r} (pushing variables to table '
+            f'{self._table!r})')
+    writer = errors.call_with_timeout(
+        lambda: self._client.trajectory_writer(num_keep_alive_refs=1), timeout_s, what,
+        discard=lambda late_writer: late_writer.close())
+    # Not `with writer:` - its __exit__ flushes without a timeout.
+    try:
       writer.append(values)
       writer.create_item(self._table, 1.0,
                          tf.nest.map_structure(lambda c: c[-1], writer.history))
+      remaining_ms = max(1, int(1000 * (deadline - time.monotonic())))
+      try:
+        writer.flush(timeout_ms=remaining_ms)
+      except reverb.errors.DeadlineExceededError as e:
+        raise errors.ReplayServerUnreachableError(
+            f'Gave up after {timeout_s:g} s waiting for {what}: the server is not '
+            'running, is restarting, or cannot be reached.') from e
+    finally:
+      writer.close()
 
   def pull(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
            stop_event: Optional[threading.Event] = None) -> Any:
     """Returns the newest pushed values as numpy arrays (same structure as variables).
 
     Args:
-      timeout_s: how long to wait for a first push.
+      timeout_s: how long to wait for a first push; the whole call is bounded by
+        about this (and at least 1 s more for the final read).
       stop_event: when set while waiting, gives up at once (raises).
 
     Raises:
       VariablesNotPushedError: the table stayed empty for `timeout_s` (or the wait was
         stopped).
+      ReplayServerUnreachableError: the server stopped answering, or the table emptied
+        again (a restarted server) before the values could be read.
     """
     deadline = time.monotonic() + timeout_s
     delay = 0.05
@@ -78,8 +108,15 @@ class VariableContainer:
       else:
         time.sleep(delay)
       delay = min(1.0, delay * 2)
-    sample = next(self._client.sample(self._table, num_samples=1, emit_timesteps=False,
-                                      unpack_as_table_signature=True))
+    # Sampling waits forever for an item (and for a server): bounded, because the
+    # server may have restarted with an empty table since the check above.
+    sample = errors.call_with_timeout(
+        lambda: next(self._client.sample(self._table, num_samples=1,
+                                         emit_timesteps=False,
+                                         unpack_as_table_signature=True)),
+        max(1.0, deadline - time.monotonic()),
+        f'the Reverb server at {self._address!r} (reading variables from table '
+        f'{self._table!r})')
     return tf.nest.pack_sequence_as(self._variables,
                                     [np.asarray(x) for x in tf.nest.flatten(sample.data)])
 

@@ -28,6 +28,7 @@ that start there keep step_type LAST at index 0, so learners mask them
 so a learner can mask across an unroll.
 """
 import abc
+import threading
 from typing import Any, Optional, Sequence, Union
 
 from absl import logging
@@ -39,12 +40,18 @@ from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from tfrl.replay import errors
+
 _LAST = ts.StepType.LAST
 EXPERIENCE = 'experience'
 POLICY_VERSION = 'policy_version'
 DEFAULT_FLUSH_TIMEOUT_MS = 600_000
 DEFAULT_MAX_IN_FLIGHT_ITEMS = 32
+DEFAULT_CONNECT_TIMEOUT_S = 20.0
 _THROTTLE_SLICE_MS = 10_000
+# With a stop_event, waits are cut into slices this short so a stop is seen promptly.
+_STOPPABLE_THROTTLE_SLICE_MS = 1_000
+_THROTTLE_LOG_INTERVAL_MS = 10_000
 
 
 def _plain_spec(spec: Any) -> Any:
@@ -62,7 +69,9 @@ class BatchedWriter(abc.ABC):
                envs_per_item: Optional[int] = None,
                priority: float = 1.0,
                flush_timeout_ms: int = DEFAULT_FLUSH_TIMEOUT_MS,
-               max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS):
+               max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS,
+               connect_timeout_s: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
+               stop_event: Optional[threading.Event] = None):
     """Args:
       client: a `reverb.Client` (e.g. `ReplayServer.client`).
       table_names: one table name, or several that each get every item (e.g. CLEAR's
@@ -76,6 +85,12 @@ class BatchedWriter(abc.ABC):
       max_in_flight_items: items that may be sent but not yet confirmed; past that a
         write waits, so a rate-limited table slows the actor down instead of letting
         unconfirmed items pile up in memory.
+      connect_timeout_s: how long opening the Reverb writer (on the first write, and
+        after `abandon`) may wait for the server; None waits forever, as Reverb does.
+      stop_event: when set while a write waits for the server to accept items (a
+        rate-limited table, a full queue), the write raises `WriterStoppedError`
+        within about a second, so a collector can shut down; then call `abandon()`
+        or `close(timeout_ms=...)` with a short timeout.
     """
     self._client = client
     self._tables = [table_names] if isinstance(table_names, str) else list(table_names)
@@ -86,6 +101,8 @@ class BatchedWriter(abc.ABC):
     self._priority = float(priority)
     self._flush_timeout_ms = flush_timeout_ms
     self._max_in_flight_items = max_in_flight_items
+    self._connect_timeout_s = connect_timeout_s
+    self._stop_event = stop_event
     self._writer = None
     self._num_envs = None
     self._items_created = 0
@@ -117,10 +134,23 @@ class BatchedWriter(abc.ABC):
     return tuple(tf.nest.pack_sequence_as(row, [x[g] for x in flat])
                  for g in range(num_groups))
 
+  def _open_writer(self) -> reverb.TrajectoryWriter:
+    """Opens the Reverb writer, which Reverb would wait for a server forever to do.
+
+    Raises:
+      ReplayServerUnreachableError: no server answered within `connect_timeout_s`.
+    """
+    address = getattr(self._client, 'server_address', None) or '(unknown address)'
+    return errors.call_with_timeout(
+        lambda: self._client.trajectory_writer(
+            num_keep_alive_refs=self._num_keep_alive_refs),
+        self._connect_timeout_s,
+        f'the Reverb server at {address!r} (opening a writer for tables {self._tables})',
+        discard=lambda late_writer: late_writer.close())
+
   def _append(self, groups: tuple) -> None:
     if self._writer is None:
-      self._writer = self._client.trajectory_writer(
-          num_keep_alive_refs=self._num_keep_alive_refs)
+      self._writer = self._open_writer()
     self._writer.append(groups)
 
   def _create_items(self, group_index: int, slicer) -> None:
@@ -135,22 +165,33 @@ class BatchedWriter(abc.ABC):
 
     Raises:
       reverb.errors.DeadlineExceededError: still waiting after `flush_timeout_ms`.
+      WriterStoppedError: the `stop_event` was set while waiting.
     """
+    slice_ms = (_THROTTLE_SLICE_MS if self._stop_event is None
+                else _STOPPABLE_THROTTLE_SLICE_MS)
     waited_ms = 0
+    next_log_ms = _THROTTLE_LOG_INTERVAL_MS
     while True:
+      wait_ms = max(1, min(slice_ms, self._flush_timeout_ms - waited_ms))
       try:
         self._writer.flush(block_until_num_items=self._max_in_flight_items,
-                           timeout_ms=_THROTTLE_SLICE_MS)
+                           timeout_ms=wait_ms)
         return
       except reverb.errors.DeadlineExceededError:
-        waited_ms += _THROTTLE_SLICE_MS
+        waited_ms += wait_ms
+        if self._stop_event is not None and self._stop_event.is_set():
+          raise errors.WriterStoppedError(
+              f'Stopped after waiting {waited_ms / 1000:.0f} s for {self._tables} to '
+              'accept items.') from None
         if waited_ms >= self._flush_timeout_ms:
           raise reverb.errors.DeadlineExceededError(
               f'Items for {self._tables} were not accepted within '
               f'{waited_ms / 1000:.0f} s: the server is gone, or its rate limiter is '
-              'holding inserts because the learner stopped sampling.')
-        logging.info('Writer waiting %.0f s so far for %s to accept items (rate limiter '
-                     'or server).', waited_ms / 1000, self._tables)
+              'holding inserts because the learner stopped sampling.') from None
+        if waited_ms >= next_log_ms:
+          next_log_ms += _THROTTLE_LOG_INTERVAL_MS
+          logging.info('Writer waiting %.0f s so far for %s to accept items (rate '
+                       'limiter or server).', waited_ms / 1000, self._tables)
 
   @abc.abstractmethod
   def write(self, time_step: ts.TimeStep, policy_step: policy_step_lib.PolicyStep,
@@ -170,11 +211,15 @@ class BatchedWriter(abc.ABC):
   def flush(self, timeout_ms: Optional[int] = None) -> None:
     """Blocks until every created item has reached the server.
 
+    Args:
+      timeout_ms: how long to wait; None means `flush_timeout_ms`.
+
     Raises:
       reverb.errors.DeadlineExceededError: the server did not take them in time.
     """
     if self._writer is not None:
-      self._writer.flush(timeout_ms=timeout_ms or self._flush_timeout_ms)
+      self._writer.flush(
+          timeout_ms=self._flush_timeout_ms if timeout_ms is None else timeout_ms)
 
   def abandon(self) -> None:
     """Drops the Reverb writer and partial state without flushing (the server is gone).
@@ -190,11 +235,20 @@ class BatchedWriter(abc.ABC):
       self._writer = None
     self.reset()
 
-  def close(self) -> None:
-    """Flushes and releases the Reverb writer."""
+  def close(self, timeout_ms: Optional[int] = None) -> None:
+    """Flushes and releases the Reverb writer.
+
+    Args:
+      timeout_ms: how long the flush may wait; None means `flush_timeout_ms`. A
+        collector shutting down (or whose server is gone) passes a short one.
+
+    Raises:
+      reverb.errors.DeadlineExceededError: the flush timed out; the Reverb writer is
+        released all the same (items not yet accepted are lost).
+    """
     if self._writer is not None:
       try:
-        self.flush()
+        self.flush(timeout_ms)
       finally:
         self._writer.close()
         self._writer = None
@@ -235,8 +289,8 @@ class NStepTransitionWriter(BatchedWriter):
       n: the number of steps of a transition.
       discount: gamma, used to sum rewards over the n steps.
       steps_per_item: K, consecutive steps whose rows share an item.
-      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`, `max_in_flight_items`
-        (see BatchedWriter).
+      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`, `max_in_flight_items`,
+        `connect_timeout_s`, `stop_event` (see BatchedWriter).
     """
     if n < 1 or steps_per_item < 1:
       raise ValueError(f'n and steps_per_item must be >= 1, got {n} and {steps_per_item}.')
@@ -345,7 +399,8 @@ class SequenceWriter(BatchedWriter):
       client, table_names: see `BatchedWriter`.
       length: steps per item.
       stride: steps between the starts of consecutive items (default: `length`).
-      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`.
+      **kwargs: `envs_per_item`, `priority`, `flush_timeout_ms`, `max_in_flight_items`,
+        `connect_timeout_s`, `stop_event` (see BatchedWriter).
     """
     stride = stride or length
     if length < 1 or stride < 1:
@@ -393,7 +448,9 @@ class EpisodeWriter(BatchedWriter):
     """Args:
       client, table_names: see `BatchedWriter`.
       max_length: the most rows in one item.
-      **kwargs: `priority`, `flush_timeout_ms` (items always hold one env).
+      **kwargs: `priority`, `flush_timeout_ms`, `max_in_flight_items`,
+        `connect_timeout_s`, `stop_event` (see BatchedWriter; items always hold one
+        env).
     """
     if max_length < 1:
       raise ValueError(f'max_length must be >= 1, got {max_length}.')
