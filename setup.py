@@ -18,7 +18,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1'],
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'],
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     'notebooks': ['nbclient>=0.7', 'nbformat>=5', 'ipykernel>=6', 'ipython<8.19',
                   'matplotlib>=3.5'],

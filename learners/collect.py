@@ -8,8 +8,10 @@ train step, which tags each item as its policy version) from the server's variab
 table. It waits for the trainer's first push (logging that it does, up to
 --variables_timeout_s) rather than act with untrained weights; task 0 first collects
 Experiment.initial_collect_steps random env steps. If the server goes away it logs,
-retries with backoff for up to --reconnect_timeout_s, and carries on when it returns.
-SIGTERM/SIGINT stop it cleanly (writer flushed).
+retries with backoff for up to --reconnect_timeout_s, and carries on when it returns;
+any other error (from the environment or the policy) ends it with that error and a
+non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
+writes (what is still unsent after 5 s is dropped and logged).
 """
 import threading
 import time
@@ -18,8 +20,6 @@ from absl import app
 from absl import flags
 from absl import logging
 import gin
-import reverb
-import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
 from learners import config
@@ -51,30 +51,7 @@ flags.DEFINE_float('reconnect_timeout_s', 600.0,
 flags.DEFINE_integer('max_env_steps', 0, 'Stop after this many env steps (0: never).')
 flags.DEFINE_float('log_interval_s', 10.0, 'Seconds between progress lines.')
 FLAGS = flags.FLAGS
-
-# Errors that mean "the server is gone or not answering", from Reverb and from our pulls.
-# (reverb.errors.DeadlineExceededError is what a writer raises when the server stopped
-# taking items; it derives from none of the others.)
-_SERVER_ERRORS = (replay.ReplayServerUnreachableError, ConnectionError, RuntimeError,
-                  reverb.errors.DeadlineExceededError, tf.errors.UnavailableError,
-                  tf.errors.DeadlineExceededError, tf.errors.CancelledError)
-
-
-def _wait_for_server_with_backoff(address: str, timeout_s: float,
-                                  stop_event: threading.Event) -> None:
-  deadline, delay = time.monotonic() + timeout_s, 1.0
-  while not stop_event.is_set():
-    try:
-      replay.wait_for_server(address, timeout_s=min(delay, 10.0))
-      return
-    except replay.ReplayServerUnreachableError:
-      if time.monotonic() > deadline:
-        raise
-      logging.warning('Reverb server %s still unreachable; retrying in %.0f s.', address,
-                      delay)
-      stop_event.wait(delay)
-      delay = min(2 * delay, 30.0)
-
+_CLOSE_TIMEOUT_MS = 5_000
 
 def _set_task_exploration(experiment: Experiment, task_id: int, num_collectors: int) -> None:
   """Spreads DQN's final epsilon over collectors: task 0 keeps the configured value,
@@ -110,7 +87,8 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
                               experiment.item_signature(agent))
   client = replay.ReplayServer.connect(address).client
   writer = experiment.make_writer(client,
-                                  flush_timeout_ms=int(FLAGS.write_timeout_s * 1000))
+                                  flush_timeout_ms=int(FLAGS.write_timeout_s * 1000),
+                                  stop_event=stop_event)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
@@ -138,14 +116,24 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
     try:
       metrics = actor.run(FLAGS.variable_update_period)
       variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
-    except _SERVER_ERRORS as e:
+    except (replay.WriterStoppedError, replay.VariablesNotPushedError):
+      if stop_event.is_set():  # a write or pull that waited saw the stop signal
+        break
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # Only a lost server is worth a retry; an error from the environment or the
+      # policy ends the collector with that error.
+      if not replay.is_server_lost(e):
+        raise
       if stop_event.is_set():
         break
       logging.warning('Lost the Reverb server at %s (%s: %s); reconnecting.', address,
                       type(e).__name__, e)
       writer.abandon()
       actor.reset()
-      _wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s, stop_event)
+      if not process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s,
+                                                  stop_event):
+        break
       logging.info('Reverb server %s is back; collecting again.', address)
       continue
     if time.monotonic() - last_log >= FLAGS.log_interval_s:
@@ -154,9 +142,13 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
                    'policy version %d', task_id, actor.env_steps + random_steps,
                    metrics['EnvStepsPerSecond'], metrics['AverageReturn'], int(train_step))
   try:
-    writer.close()
-  except _SERVER_ERRORS as e:
-    logging.warning('Could not flush the last items: %s', e)
+    # Briefly: once the trainer has stopped, a rate limiter may hold these for good.
+    writer.close(timeout_ms=_CLOSE_TIMEOUT_MS)
+  except Exception as e:  # pylint: disable=broad-except
+    if not replay.is_server_lost(e):
+      raise
+    logging.warning('The last items were not accepted within %d s (%s); dropped.',
+                    _CLOSE_TIMEOUT_MS // 1000, e)
   env.close()
   logging.info('Collector %d stopped after %d env steps.', task_id,
                actor.env_steps + random_steps)
@@ -167,13 +159,9 @@ def main(argv):
   del argv
   config.parse_from_flags()
   num_envs = FLAGS.num_envs or Experiment().num_envs
-  try:
-    process.run_until_signal(lambda stop_event: collect(
-        FLAGS.root_dir, FLAGS.reverb_address, FLAGS.task_id, num_envs, stop_event),
-                             f'collector {FLAGS.task_id}')
-  except (replay.ReplayServerUnreachableError, replay.SpecMismatchError,
-          replay.VariablesNotPushedError) as e:
-    raise SystemExit(f'error: {e}') from e
+  process.run_program(lambda stop_event: collect(
+      FLAGS.root_dir, FLAGS.reverb_address, FLAGS.task_id, num_envs, stop_event),
+                      f'collector {FLAGS.task_id}')
 
 
 def run_main():

@@ -1,6 +1,7 @@
 """Gin parsing shared by every program, with errors that name the problem."""
 import os
-from typing import Sequence
+import sys
+from typing import NoReturn, Sequence
 
 import gin
 
@@ -29,7 +30,9 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   """Parses gin files and bindings (later ones win).
 
   Raises:
-    ConfigError: a missing file, or a binding of an unknown configurable or parameter.
+    ConfigError: a missing file, a binding gin cannot parse or apply (unknown
+      configurable or parameter, a syntax error, an `import` that fails), or
+      `Experiment` settings it rejects.
   """
   files = [resolve_gin_file(f) for f in gin_files]
   gin.clear_config()
@@ -38,11 +41,29 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   prefixes = gin.config._LOCATION_PREFIXES  # pylint: disable=protected-access
   if CONFIG_DIR not in prefixes:
     prefixes.insert(0, CONFIG_DIR)
+  where = f'{", ".join(files) or "no files"}; bindings {list(gin_bindings)}'
   try:
     gin.parse_config_files_and_bindings(files, list(gin_bindings))
-  except (ValueError, KeyError) as e:
-    raise ConfigError(f'Bad gin configuration ({", ".join(files) or "no files"}; '
-                      f'bindings {list(gin_bindings)}): {e}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # gin raises ValueError, KeyError, SyntaxError, ImportError or TypeError (from a
+    # configurable's code): all of them are this configuration's fault.
+    raise ConfigError(f'Bad gin configuration ({where}): {_one_line(e)}') from e
+  from learners import experiment  # pylint: disable=g-import-not-at-top (imports TF)
+  try:
+    experiment.Experiment()
+  except (ValueError, TypeError) as e:
+    raise ConfigError(f'Invalid Experiment settings ({where}): {_one_line(e)}') from e
+
+
+def _one_line(error: BaseException) -> str:
+  text = ' '.join(str(error).split())
+  return f'{type(error).__name__}: {text}' if isinstance(error, SyntaxError) else text
+
+
+def fail(message: str) -> NoReturn:
+  """Ends a program on bad input: 'error: <message>' on stderr, exit status 2."""
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  sys.exit(2)
 
 
 def define_common_flags() -> None:
@@ -62,10 +83,11 @@ def parse_from_flags() -> None:
   """Parses the gin files and bindings given on the command line.
 
   Raises:
-    SystemExit: with the ConfigError's message, so programs fail fast and clearly.
+    SystemExit: status 2 with the ConfigError's message, so programs fail fast and
+      clearly (see `fail`).
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   try:
     parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
   except ConfigError as e:
-    raise SystemExit(f'error: {e}') from e
+    fail(str(e))

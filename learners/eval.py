@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from absl import app
 from absl import flags
@@ -40,6 +40,9 @@ flags.DEFINE_integer('eval_interval', None, 'Train steps between evaluations.')
 flags.DEFINE_float('poll_interval_s', 1.0, 'Seconds between looks at the train step.')
 flags.DEFINE_float('variables_timeout_s', 600.0,
                    'How long to wait for the trainer\'s variables before giving up.')
+flags.DEFINE_float('reconnect_timeout_s', 600.0,
+                   'How long to wait for a lost Reverb server to come back before giving '
+                   f'up (status {process.EXIT_SERVER_LOST}).')
 FLAGS = flags.FLAGS
 EVAL_DIR = 'eval'
 RESULTS_CSV = 'results.csv'
@@ -100,39 +103,56 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
   evaluator = actors.Evaluator(experiment.make_eval_env(), agent.policy,
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   log = ResultsLog(root_dir)
-  last_step = log.rows[-1]['train_step'] if log.rows else -interval
-  row = log.rows[-1] if log.rows else {}
+  row = {}
   while not stop_event.is_set():
     try:
-      variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
-    except replay.VariablesNotPushedError:
-      if stop_event.is_set():
-        break
-      raise
-    step = int(train_step.numpy())
-    final = step >= experiment.num_train_steps
-    if step - last_step < interval and not final:
-      stop_event.wait(FLAGS.poll_interval_s)
+      row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
+                               interval, stop_event) or row
+    except Exception as e:  # pylint: disable=broad-except
+      if not replay.is_server_lost(e):  # only a lost server is worth a retry
+        raise
+      logging.warning('Lost the Reverb server at %s (%s: %s); waiting for it.', address,
+                      type(e).__name__, e)
+      process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s, stop_event)
       continue
-    last_step = step
-    result = evaluator.run()
-    target, confirmation = experiment.target_return, float('nan')
-    if target is not None and result['AverageReturn'] >= target:
-      confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
-    reached = target is not None and confirmation >= target
-    env_steps = (replay.inserted_items(address, experiment.experience_table) *
-                 experiment.env_steps_per_item)
-    row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
-           'confirmation': confirmation, 'reached_target': reached, 'time': time.time()}
-    log.add(row)
-    logging.info('eval | train step %d | env steps %d | return %.1f', step, env_steps,
-                 result['AverageReturn'])
-    if reached:
-      logging.info('Target return %.1f reached and confirmed (%.1f) at train step %d.',
-                   target, confirmation, step)
+    if row.get('reached_target') or row.get('train_step', -1) >= experiment.num_train_steps:
       return row
-    if final:
-      return row
+  return row
+
+
+def _evaluate_when_due(experiment: Experiment, address: str,
+                       variables: replay.VariableContainer, train_step: tf.Variable,
+                       evaluator: actors.Evaluator, log: ResultsLog, interval: int,
+                       stop_event: threading.Event) -> Optional[Dict[str, Any]]:
+  """Pulls the variables; evaluates if the train step advanced `interval` since the
+  last evaluation (or reached the budget). Returns the new result row, or None."""
+  try:
+    variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+  except replay.VariablesNotPushedError:
+    if stop_event.is_set():
+      return None
+    raise
+  step = int(train_step.numpy())
+  last_step = log.rows[-1]['train_step'] if log.rows else -interval
+  final = step >= experiment.num_train_steps
+  if step - last_step < interval and not final:
+    stop_event.wait(FLAGS.poll_interval_s)
+    return None
+  result = evaluator.run()
+  target, confirmation = experiment.target_return, float('nan')
+  if target is not None and result['AverageReturn'] >= target:
+    confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
+  reached = target is not None and confirmation >= target
+  env_steps = (replay.inserted_items(address, experiment.experience_table) *
+               experiment.env_steps_per_item)
+  row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
+         'confirmation': confirmation, 'reached_target': reached, 'time': time.time()}
+  log.add(row)
+  logging.info('eval | train step %d | env steps %d | return %.1f', step, env_steps,
+               result['AverageReturn'])
+  if reached:
+    logging.info('Target return %.1f reached and confirmed (%.1f) at train step %d.',
+                 target, confirmation, step)
   return row
 
 
@@ -142,12 +162,9 @@ def main(argv):
   if FLAGS.saved_model_dir:
     evaluate_saved_model(FLAGS.saved_model_dir)
     return
-  try:
-    process.run_until_signal(
-        lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event),
-        'evaluator')
-  except (replay.ReplayServerUnreachableError, replay.VariablesNotPushedError) as e:
-    raise SystemExit(f'error: {e}') from e
+  process.run_program(
+      lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event),
+      'evaluator')
 
 
 def run_main():

@@ -71,6 +71,7 @@ class Experiment:
     num_eval_episodes: episodes per evaluation.
     target_return: stop once a confirmed evaluation reaches it.
     checkpoint_interval: train steps between learner checkpoints.
+    max_checkpoints_to_keep: learner checkpoints kept (older ones are deleted).
     policy_checkpoint_interval: train steps between variables-only policy checkpoints.
     summary_interval: train steps between training summaries.
   """
@@ -100,6 +101,7 @@ class Experiment:
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
   checkpoint_interval: int = 10_000
+  max_checkpoints_to_keep: int = 3
   policy_checkpoint_interval: int = 10_000
   summary_interval: int = 1_000
 
@@ -162,6 +164,20 @@ class Experiment:
 
   def items_per_batch(self, rows: Optional[int] = None) -> int:
     return max(1, (rows or self.batch_size) // self.rows_per_item)
+
+  def warmup_vector_steps(self) -> int:
+    """Vector steps of random actions before one process's first train step.
+
+    At least `initial_collect_steps` env steps, and always enough for the table to
+    serve the first batch: a transition is written n_step - 1 steps after it starts,
+    an item holds steps_per_item steps' transitions of envs_per_item envs, and the
+    table's MinSize wants `items_per_batch()` items. Fewer would block the first train
+    call (this one process is also the only collector).
+    """
+    items_per_step = self.num_envs // self.envs_per_item
+    item_writes = -(-self.items_per_batch() // items_per_step)  # ceil
+    needed = self.n_step - 1 + self.steps_per_item * item_writes
+    return max(-(-self.initial_collect_steps // self.num_envs), needed)
 
   def replay_rows(self, batch_size: int) -> int:
     """Rows of a batch mixed in from CLEAR's replay table (0 unless 'sequence')."""
@@ -248,19 +264,22 @@ class Experiment:
 
   # -- Learner inputs -------------------------------------------------------------
 
-  def dataset_fn(self, server_address: str, agent):
+  def dataset_fn(self, server_address: str, agent, sample_timeout_ms: int = -1):
     """The Learner's per-replica dataset of `(train kwargs, info)` samples.
 
     The kwargs always hold 'experience'; with prioritized replay 'weights' (importance
     weights); and what `train_kwargs` asks for. Build the Learner with
-    `use_kwargs_in_agent_train=True`.
+    `use_kwargs_in_agent_train=True`. With `sample_timeout_ms` >= 0 the dataset ends
+    (tf.errors.OutOfRangeError in `Learner.run`) when a sample waits longer than that for
+    data, so a trainer whose collectors stopped can notice a stop signal.
     """
     signature = self.item_signature(agent)
     spec = agent.collect_data_spec
 
     def tagged(table, rows, is_replay):
       dataset = replay.make_dataset(server_address, table, signature, rows,
-                                    experience_spec=spec)
+                                    experience_spec=spec,
+                                    rate_limiter_timeout_ms=sample_timeout_ms)
       return dataset.map(lambda exp, info: (exp, dict(
           info, replay_mask=tf.fill([rows], float(is_replay)))))
 
@@ -304,12 +323,17 @@ class Experiment:
     return update_priorities
 
   def make_learner(self, root_dir: str, server_address: str, agent, train_step,
-                   strategy=None, **kwargs) -> learner_lib.Learner:
-    """A Learner fed from `server_address` with this experiment's data and settings."""
+                   strategy=None, sample_timeout_ms: int = -1,
+                   **kwargs) -> learner_lib.Learner:
+    """A Learner fed from `server_address` with this experiment's data and settings.
+
+    `sample_timeout_ms`: see `dataset_fn`; `kwargs` go to the Learner.
+    """
     return learner_lib.Learner(
         root_dir, train_step, agent,
-        experience_dataset_fn=self.dataset_fn(server_address, agent),
+        experience_dataset_fn=self.dataset_fn(server_address, agent, sample_timeout_ms),
         after_train_strategy_step_fn=self.after_train_step_fn(server_address),
         checkpoint_interval=self.checkpoint_interval,
+        max_checkpoints_to_keep=self.max_checkpoints_to_keep,
         summary_interval=self.summary_interval, use_kwargs_in_agent_train=True,
         strategy=strategy, **kwargs)

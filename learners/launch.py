@@ -7,9 +7,17 @@ Each program runs as a subprocess logging to root_dir/logs/<name>.log. A status 
 (alive/dead per process, env steps/s, train steps/s, last eval return) prints every
 --status_interval_s. The job ends when the evaluator finishes (target return reached
 and confirmed, or the train step budget evaluated); then, or on Ctrl-C, every process is
-stopped (SIGTERM, then SIGKILL after a grace period). If a process dies on its own,
-the launcher says which, prints the tail of its log, stops the rest and exits 1.
-Children also get SIGTERM if the launcher itself is killed, so none are orphaned.
+stopped in an order that lets the trainer finish: the evaluator, then the trainer while
+the collectors still feed it (it writes its final checkpoint and policies), then the
+collectors, then the server (final Reverb checkpoint). Each gets SIGTERM, then SIGKILL
+after a grace period. Children run in their own session, so a Ctrl-C reaches only the
+launcher, which stops them in that order.
+
+Exit status 0 means every process ended cleanly and the trainer wrote its final
+checkpoint and exports. If a process dies on its own, the launcher says which, prints the
+tail of its log, stops the rest and exits 1; so it does when a process had to be killed
+or left without its final save. Children also get SIGTERM if the launcher itself is
+killed, so none are orphaned. Everything listens and connects on loopback addresses.
 """
 import ctypes
 import json
@@ -25,10 +33,15 @@ from absl import flags
 from absl import logging
 import portpicker
 import reverb
+import tensorflow as tf
 
 from learners import config
+from learners import process
 from learners.experiment import Experiment
+from tfrl import export
+from tfrl import learner as learner_lib
 from tfrl import replay
+from tfrl import triggers
 
 config.define_common_flags()
 flags.DEFINE_integer('num_collectors', 2, 'Collector processes.')
@@ -40,8 +53,10 @@ LOG_DIR = 'logs'
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
-  """Runs in the child before exec: SIGTERM it when the launcher dies."""
+def _detach_and_die_with_parent():
+  """Runs in the child before exec: its own session (a terminal's Ctrl-C goes to the
+  launcher only, which stops the job in order), and SIGTERM when the launcher dies."""
+  os.setsid()
   try:
     ctypes.CDLL('libc.so.6').prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
   except OSError:
@@ -49,7 +64,7 @@ def _die_with_parent():
 
 
 class JobFailedError(RuntimeError):
-  """A process of the job died on its own."""
+  """A process of the job died on its own, or did not stop cleanly."""
 
 
 class Launcher:
@@ -72,11 +87,13 @@ class Launcher:
     self._experiment = Experiment()
     self._num_collectors = num_collectors
     self.port = port or portpicker.pick_unused_port()
-    self.address = f'localhost:{self.port}'
+    self.address = f'127.0.0.1:{self.port}'
     self._python = python
     self.processes: Dict[str, subprocess.Popen] = {}
     self._logs = {}
     self._last_status = None
+    self._problems = None  # set by stop()
+    self.lost = set()  # collectors killed during the job, which went on without them
     os.makedirs(os.path.join(self.root_dir, LOG_DIR), exist_ok=True)
 
   def log_path(self, name: str) -> str:
@@ -90,7 +107,7 @@ class Launcher:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
     self.processes[name] = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=_die_with_parent)
+        preexec_fn=_detach_and_die_with_parent)
     logging.info('Started %s (pid %d): %s', name, self.processes[name].pid,
                  ' '.join(command))
 
@@ -120,15 +137,30 @@ class Launcher:
     self._spawn('eval', 'eval', [reverb_flag])
 
   def _check_alive(self) -> None:
-    """Raises JobFailedError if a process ended on its own (the evaluator with 0 and
-    the trainer with 0 are normal ends)."""
+    """Raises JobFailedError if the job cannot go on.
+
+    Normal ends are the evaluator's and the trainer's status 0. A collector killed by a
+    signal (a preempted machine) is reported once and the job goes on with the others;
+    a collector that exits with an error (which the others will meet too), the last
+    collector, or any other process ending fails the job.
+    """
     for name, process in self.processes.items():
       code = process.poll()
-      if code is None or (code == 0 and name in ('eval', 'train')):
+      if code is None or (code == 0 and name in ('eval', 'train')) or name in self.lost:
         continue
-      self.stop()
-      raise JobFailedError(f'{name} exited with code {code}. Last lines of '
-                           f'{self.log_path(name)}:\n{self.tail(name)}')
+      others = [n for n, p in self.processes.items()
+                if n.startswith('collect') and n != name and p.poll() is None]
+      if name.startswith('collect') and code < 0 and others:
+        self.lost.add(name)
+        logging.warning('%s %s (exit status %d); the job goes on with %s. Last lines of '
+                        '%s:\n%s', name, _meaning(code), code, ', '.join(others),
+                        self.log_path(name), self.tail(name, 10))
+        continue
+      problems = self.stop()
+      raise JobFailedError('\n'.join([f'{name} {_meaning(code)} (exit status {code}). '
+                                       f'Last lines of {self.log_path(name)}:\n'
+                                       f'{self.tail(name)}'] +
+                                      [p for p in problems if not p.startswith(name)]))
 
   def tail(self, name: str, lines: int = 30) -> str:
     with open(self.log_path(name), errors='replace') as f:
@@ -168,15 +200,22 @@ class Launcher:
     return status
 
   def _counters(self):
+    """(env steps, train step) from the server; None for what it cannot tell now."""
     try:
-      items = replay.inserted_items(self.address, self._experiment.experience_table,
-                                    timeout_s=2)
-      sample = next(reverb.Client(self.address).sample(
-          'variables', num_samples=1, emit_timesteps=False, unpack_as_table_signature=True))
-      return (items * self._experiment.env_steps_per_item,
-              int(sample.data['train_step']))
-    except Exception:  # pylint: disable=broad-except
-      return None, None  # server busy or not pushed yet: the next status will tell
+      info = replay.wait_for_server(self.address, timeout_s=2)
+      items = int(info[self._experiment.experience_table].rate_limiter_info
+                  .insert_stats.completed)
+      train_step = None
+      if info[replay.VARIABLES_TABLE].current_size:  # else sampling would wait for a push
+        sample = replay.call_with_timeout(
+            lambda: next(reverb.Client(self.address).sample(
+                replay.VARIABLES_TABLE, num_samples=1, emit_timesteps=False,
+                unpack_as_table_signature=True)),
+            2.0, f'a sample of the variables table at {self.address}')
+        train_step = int(sample.data['train_step'])
+      return items * self._experiment.env_steps_per_item, train_step
+    except replay.ReplayServerUnreachableError:
+      return None, None  # server busy or restarting: the next status will tell
 
   @staticmethod
   def format_status(status: dict) -> str:
@@ -205,32 +244,47 @@ class Launcher:
     printer(self.format_status(self.status()))
     return self.eval_results()
 
-  def stop(self, grace_s: float = 30.0) -> None:
-    """Stops every process, SIGTERM then SIGKILL after `grace_s`, in dependency order.
+  def stop(self, grace_s: float = 60.0) -> List[str]:
+    """Stops every process in an order that lets the trainer finish; idempotent.
 
-    Collectors and the evaluator go first, while the trainer still samples (a collector
-    blocked by the rate limiter gets unblocked by it), then the trainer (it writes a
-    final checkpoint), then the server (it writes a final Reverb checkpoint).
+    The evaluator first; then the trainer, while the collectors still feed it (a
+    trainer waiting for a sample could not see its stop signal otherwise), so it ends
+    its current run and writes its final checkpoint and exports; then the collectors
+    (nothing samples any more, so they drop what a rate limiter holds); then the server,
+    which writes a final Reverb checkpoint. Each group gets SIGTERM, then SIGKILL after
+    `grace_s` (longer than the programs' own 30 s grace, so they can say why).
+
+    Returns:
+      One line per process that did not end cleanly (killed, or a non-zero status).
     """
-    names = list(self.processes)
-    groups = [[n for n in names if n not in ('train', 'reverb_server')],
-              [n for n in names if n == 'train'],
-              [n for n in names if n == 'reverb_server']]
-    for group in groups:
-      for name in group:
-        if self.processes[name].poll() is None:
-          self.processes[name].send_signal(signal.SIGTERM)
-      deadline = time.monotonic() + grace_s
-      for name in group:
-        process = self.processes[name]
-        try:
-          process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-          logging.warning('%s ignored SIGTERM for %.0f s; killing it.', name, grace_s)
-          process.kill()
-          process.wait()
-    for log in self._logs.values():
-      log.close()
+    if self._problems is None:
+      names = list(self.processes)
+      groups = [[n for n in names if n == 'eval'], [n for n in names if n == 'train'],
+                [n for n in names if n.startswith('collect')],
+                [n for n in names if n == 'reverb_server']]
+      killed = set()
+      for group in groups:
+        for name in group:
+          if self.processes[name].poll() is None:
+            self.processes[name].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for name in group:
+          process = self.processes[name]
+          try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+          except subprocess.TimeoutExpired:
+            logging.warning('%s ignored SIGTERM for %.0f s; killing it.', name, grace_s)
+            process.kill()
+            process.wait()
+            killed.add(name)
+      self._problems = [
+          f'{name} {"ignored SIGTERM and was killed" if name in killed else _meaning(code)}'
+          f' (exit status {code}); see {self.log_path(name)}'
+          for name, code in ((n, p.returncode) for n, p in self.processes.items())
+          if (code != 0 and name not in self.lost) or name in killed]
+      for log in self._logs.values():
+        log.close()
+    return self._problems
 
   def __enter__(self):
     return self
@@ -239,27 +293,48 @@ class Launcher:
     self.stop()
 
 
+def _meaning(code: Optional[int]) -> str:
+  return process.EXIT_STATUS_MEANING.get(code, 'exited with an error')
+
+
+def _final_state(root_dir: str) -> str:
+  """Where the trainer's final checkpoint and the greedy export stand."""
+  latest = tf.train.latest_checkpoint(os.path.join(root_dir, learner_lib.TRAIN_DIR,
+                                                   learner_lib.CHECKPOINT_DIR))
+  greedy = os.path.join(root_dir, triggers.POLICY_DIR, triggers.GREEDY_POLICY)
+  return (f'Final checkpoint {latest}; greedy policy (train step '
+          f'{export.exported_train_step(greedy)}) in {greedy}.')
+
+
 def main(argv):
   del argv
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         FLAGS.num_collectors, FLAGS.port)
   except config.ConfigError as e:
-    raise SystemExit(f'error: {e}') from e
+    config.fail(str(e))
+  results = []
   try:
     launcher.start()
     results = launcher.wait(FLAGS.status_interval_s, FLAGS.timeout_s)
   except KeyboardInterrupt:
-    print('Interrupted: stopping every process.')
-    launcher.stop()
-    return
+    print('Interrupted: stopping the job in order (evaluator, trainer, collectors, '
+          'server); this takes a few seconds.', flush=True)
   except JobFailedError as e:
-    raise SystemExit(f'error: {e}') from e
-  launcher.stop()
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ordered stop must run to its end
+  problems = launcher.stop()
+  if problems:
+    print('error: the job did not stop cleanly:\n  ' + '\n  '.join(problems),
+          file=sys.stderr)
+    sys.exit(1)
+  if launcher.lost:
+    print(f'Lost during the job (reported above): {", ".join(sorted(launcher.lost))}.')
   last = results[-1] if results else {}
   print(f'Job finished: last eval return {last.get("return", float("nan")):.1f} at train '
         f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '
-        f'Policies in {os.path.join(launcher.root_dir, "policies")}.')
+        f'{_final_state(launcher.root_dir)}')
 
 
 def run_main():

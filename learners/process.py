@@ -1,22 +1,37 @@
-"""Running a program's work so that SIGTERM/SIGINT always stop it in bounded time."""
+"""What every program shares: stopping on signals in bounded time, exit statuses, and
+waiting out a lost Reverb server."""
 import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from absl import logging
 
+from tfrl import replay
+
+# Exit statuses the launcher (and a person's shell) can tell apart. 0 is a normal end
+# with everything saved; 1 an error (traceback or 'error: ...' in the log); 2 bad input.
+EXIT_STOP_TIMEOUT = 3  # did not stop within the grace period after a signal: no final save
+EXIT_SERVER_LOST = 4  # the Reverb server stayed unreachable past the reconnect timeout
+EXIT_STATUS_MEANING = {
+    1: 'failed (see its log)',
+    2: 'bad input (see its log)',
+    EXIT_STOP_TIMEOUT: 'did not stop in time after SIGTERM and left without its final save',
+    EXIT_SERVER_LOST: 'lost the Reverb server for longer than its reconnect timeout',
+    -signal.SIGKILL: 'was killed (SIGKILL)',
+}
+
 
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
-                     grace_s: float = 20.0) -> Any:
+                     grace_s: float = 30.0) -> Any:
   """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT set `stop_event`.
 
   The work is expected to notice the event within a moment and return cleanly
-  (flushing writers, writing a checkpoint). A thread blocked inside Reverb (an insert
-  held by the rate limiter once the learner stopped sampling, or a sample waiting for
-  collectors that are gone) cannot notice it; after `grace_s` the process exits anyway,
-  saying so, rather than hang.
+  (flushing writers, writing a checkpoint). A thread blocked inside Reverb (a sample
+  from a server that went away) cannot notice it; after `grace_s` the process exits
+  anyway with EXIT_STOP_TIMEOUT, saying so, rather than hang or pretend it finished.
 
   Args:
     work: the program's body; it gets the stop event.
@@ -45,12 +60,68 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
     if stop_event.is_set() and not done.wait(grace_s):
-      logging.warning('%s did not stop within %.0f s of the signal (blocked inside Reverb: '
-                      'an insert held by the rate limiter, or a sample waiting for data); '
-                      'exiting without the final flush.', name, grace_s)
+      logging.error('%s did not stop within %.0f s of the signal (blocked inside Reverb); '
+                    'exiting with status %d WITHOUT its final save.', name, grace_s,
+                    EXIT_STOP_TIMEOUT)
       sys.stdout.flush()
       sys.stderr.flush()
-      os._exit(0)  # pylint: disable=protected-access
+      os._exit(EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
   if 'error' in outcome:
     raise outcome['error']
   return outcome.get('result')
+
+
+def wait_for_server_with_backoff(address: str, timeout_s: float,
+                                 stop_event: threading.Event) -> bool:
+  """Waits for the Reverb server at `address` to answer again, backing off to 30 s.
+
+  Returns:
+    True once it answers; False if `stop_event` was set first.
+
+  Raises:
+    ReplayServerUnreachableError: it did not answer within `timeout_s`.
+  """
+  deadline, delay = time.monotonic() + timeout_s, 1.0
+  while not stop_event.is_set():
+    try:
+      replay.wait_for_server(address, timeout_s=min(delay, 10.0))
+      return True
+    except replay.ReplayServerUnreachableError as e:
+      if time.monotonic() > deadline:
+        raise replay.ReplayServerUnreachableError(
+            f'The Reverb server at {address} did not come back within {timeout_s:.0f} s.'
+        ) from e
+      logging.warning('Reverb server %s still unreachable; retrying in %.0f s.', address,
+                      delay)
+      stop_event.wait(delay)
+      delay = min(2 * delay, 30.0)
+  return False
+
+
+class ProgramError(Exception):
+  """An error a program reports in one line ('error: ...') rather than a traceback."""
+
+
+def _exit_with(status: int, error: BaseException) -> None:
+  logging.error('%s', error)
+  print(f'error: {error}', file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def run_program(work: Callable[[threading.Event], Any], name: str,
+                grace_s: float = 30.0) -> Any:
+  """`run_until_signal`, with the errors a person can act on turned into one line.
+
+  An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a spec mismatch,
+  variables never pushed, or a `ProgramError` with 1. Anything else (an error from the
+  environment or the policy) propagates: a traceback and status 1.
+
+  Returns:
+    What `work` returned.
+  """
+  try:
+    return run_until_signal(work, name, grace_s)
+  except replay.ReplayServerUnreachableError as e:
+    _exit_with(EXIT_SERVER_LOST, e)
+  except (replay.SpecMismatchError, replay.VariablesNotPushedError, ProgramError) as e:
+    _exit_with(1, e)

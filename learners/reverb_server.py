@@ -6,7 +6,8 @@ r"""The Reverb server program: experience and variables tables for one job.
 Tables come from the job's `Experiment` (the same .gin the other programs read), so
 collectors, trainer and server agree on item signatures. Contents are checkpointed to
 root_dir/reverb every --checkpoint_interval_s seconds and on SIGTERM/SIGINT; a restarted
-server loads the latest checkpoint. Reverb 0.14 listens on all interfaces without
+server loads the latest checkpoint, and refuses to start (status 2, naming the
+difference) when its tables differ from the checkpoint's. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
 import os
@@ -54,7 +55,10 @@ def main(argv):
   stop_event = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *unused: stop_event.set())
-  serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event)
+  try:
+    serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event)
+  except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
+    config.fail(str(e))
 
 
 def run_main():

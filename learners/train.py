@@ -9,9 +9,17 @@ the evaluator pick them up. Checkpoints (root_dir/train/checkpoints) and policy 
 (root_dir/policies) run from triggers; a restarted trainer resumes from the latest
 checkpoint. Under --strategy=multi_worker each worker runs this program with its own
 TF_CONFIG; the chief pushes variables and exports, the others checkpoint under
-root_dir/worker_<i>. SIGTERM/SIGINT stop it after the current run with a checkpoint.
+root_dir/worker_<i>.
+
+SIGTERM/SIGINT stop it after the current run, with a final checkpoint and (chief)
+policy exports at the final train step; a trainer waiting for experience notices within
+--sample_timeout_s. If the Reverb server stops answering for --server_lost_after_s, the
+trainer waits for it (up to --reconnect_timeout_s) and then restarts itself from its
+latest checkpoint: a Reverb dataset cannot recover from a lost server in-process.
+Exit statuses: see learners/process.py.
 """
 import os
+import sys
 import threading
 import time
 
@@ -34,7 +42,26 @@ flags.DEFINE_enum('strategy', 'default', list(distribute.STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
 flags.DEFINE_float('log_interval_s', 10.0, 'Seconds between progress lines.')
+flags.DEFINE_float('sample_timeout_s', 5.0,
+                   'How long one sample may wait for experience before the trainer looks '
+                   'at its stop signal (the dataset is then rebuilt and training goes on). '
+                   'Not used under --strategy=multi_worker, where workers must stay in '
+                   'step.')
+flags.DEFINE_float('data_timeout_s', 600.0,
+                   'Exit with an error after this long without any experience (are the '
+                   'collectors running?).')
+flags.DEFINE_float('server_lost_after_s', 30.0,
+                   'The Reverb server is taken as lost after this long without an answer.')
+flags.DEFINE_float('reconnect_timeout_s', 600.0,
+                   'How long to wait for a lost server to come back (the trainer then '
+                   'restarts itself from its latest checkpoint) before exiting with status '
+                   f'{process.EXIT_SERVER_LOST}.')
 FLAGS = flags.FLAGS
+_PROBE_INTERVAL_S = 5.0
+
+
+class NoExperienceError(process.ProgramError):
+  """No experience arrived for longer than --data_timeout_s."""
 
 
 def _worker_role(strategy: tf.distribute.Strategy):
@@ -47,9 +74,63 @@ def _worker_role(strategy: tf.distribute.Strategy):
                                   'chief' not in resolver.cluster_spec().as_dict()), task_id
 
 
+def _restart_when_server_returns(address: str, stop_event: threading.Event) -> None:
+  """Waits for a lost server, then re-executes this program (never returns).
+
+  A Reverb dataset whose server went away blocks inside TensorFlow for good, even after
+  the server returns, so the trainer cannot recover in-process: it starts over as the
+  same process (same pid, flags and log) and resumes from its latest checkpoint.
+  """
+  try:
+    back = process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s,
+                                                stop_event)
+  except replay.ReplayServerUnreachableError as e:
+    logging.error('%s Exiting with status %d.', e, process.EXIT_SERVER_LOST)
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    os._exit(process.EXIT_SERVER_LOST)  # pylint: disable=protected-access
+  if not back:  # stopped while waiting: the work thread is stuck, nothing to save
+    logging.error('Stopped while the Reverb server at %s was gone.', address)
+    os._exit(process.EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
+  argv = getattr(sys, 'orig_argv', None) or [sys.executable, '-m', 'learners.train',
+                                             *sys.argv[1:]]
+  logging.warning('The Reverb server at %s is back: restarting the trainer from its latest '
+                  'checkpoint (%s).', address, ' '.join(argv))
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os.execv(sys.executable, argv)
+
+
+def _watch_server(address: str, stop_event: threading.Event, checkpoint_dir: str) -> None:
+  """Runs in a thread: takes over when the server stops answering for long enough.
+
+  Only this thread can notice: the training thread is then blocked in a sample.
+  """
+  last_answer = time.monotonic()
+  while not stop_event.wait(_PROBE_INTERVAL_S):
+    try:
+      replay.wait_for_server(address, timeout_s=_PROBE_INTERVAL_S)
+      last_answer = time.monotonic()
+      continue
+    except replay.ReplayServerUnreachableError:
+      if time.monotonic() - last_answer < FLAGS.server_lost_after_s:
+        continue
+    logging.error('Lost the Reverb server at %s (no answer for %.0f s). Training from '
+                  'the latest checkpoint (%s) once it is back; steps since are lost.',
+                  address, time.monotonic() - last_answer,
+                  tf.train.latest_checkpoint(checkpoint_dir))
+    _restart_when_server_returns(address, stop_event)
+
+
 def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
           stop_event: threading.Event) -> int:
-  """Trains until the step budget or a stop; returns the final train step."""
+  """Trains until the step budget or a stop; returns the final train step.
+
+  Every normal end (the budget, or a stop signal) writes the final checkpoint and, on
+  the chief, exports the policies at the final train step.
+
+  Raises:
+    NoExperienceError: no experience for --data_timeout_s (after the final save).
+  """
   experiment = Experiment()
   is_chief, task_id = _worker_role(strategy)
   job_dir = root_dir if is_chief else os.path.join(root_dir, f'worker_{task_id}')
@@ -64,8 +145,13 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
     policy_trigger = triggers.PolicySavedModelTrigger(
         root_dir, agent, train_step, experiment.policy_checkpoint_interval)
     learner_triggers = [policy_trigger]
+  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+  sample_timeout_ms = -1 if multi_worker else int(FLAGS.sample_timeout_s * 1000)
   learner = experiment.make_learner(job_dir, address, agent, train_step, strategy,
+                                    sample_timeout_ms=sample_timeout_ms,
                                     triggers=learner_triggers)
+  threading.Thread(target=_watch_server, args=(address, stop_event, learner.checkpoint_dir),
+                   name='server watchdog', daemon=True).start()
   if is_chief:
     variables.push()
   # Build the train function while the collectors (now released by the push) fill the
@@ -74,12 +160,35 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   start_step, start_time, last_log = learner.train_step_numpy, time.monotonic(), 0.0
   logging.info('Trainer (chief=%s) from train step %d to %d.', is_chief, start_step,
                experiment.num_train_steps)
+  starved_since, error = None, None
   while learner.train_step_numpy < experiment.num_train_steps and not stop_event.is_set():
     iterations = min(experiment.train_steps_per_iteration,
                      experiment.num_train_steps - learner.train_step_numpy)
-    loss_info = learner.run(iterations=iterations)
+    try:
+      loss_info = learner.run(iterations=iterations)
+    except tf.errors.OutOfRangeError:
+      # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
+      # (the collectors may have stopped first), then wait on with a new dataset.
+      now = time.monotonic()
+      starved_since = starved_since or now - FLAGS.sample_timeout_s
+      if now - starved_since > FLAGS.data_timeout_s:
+        error = NoExperienceError(
+            f'No experience from table {experiment.experience_table!r} at {address} for '
+            f'{now - starved_since:.0f} s: are the collectors running?')
+        break
+      logging.info('Waiting for experience from %s at %s (%.0f s so far).',
+                   experiment.experience_table, address, now - starved_since)
+      learner.reset_iterator()
+      continue
+    starved_since = None
     if is_chief:
-      variables.push()
+      try:
+        variables.push()
+      except replay.ReplayServerUnreachableError as e:
+        logging.error('Lost the Reverb server at %s while pushing variables (%s).',
+                      address, e)
+        learner.save_checkpoint()  # here (unlike in the watchdog) the state is in hand
+        _restart_when_server_returns(address, stop_event)
     if time.monotonic() - last_log >= FLAGS.log_interval_s:
       last_log = time.monotonic()
       step = learner.train_step_numpy
@@ -89,7 +198,10 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   learner.save_checkpoint()
   if policy_trigger is not None:
     policy_trigger.save_saved_models()
-  logging.info('Trainer stopped at train step %d.', learner.train_step_numpy)
+  logging.info('Trainer stopped at train step %d (final checkpoint%s written).',
+               learner.train_step_numpy, ' and policies' if policy_trigger else '')
+  if error is not None:
+    raise error
   return learner.train_step_numpy
 
 
@@ -98,12 +210,9 @@ def main(argv):
   # The strategy first: MultiWorkerMirroredStrategy must exist before any other op.
   strategy = distribute.get_strategy(FLAGS.strategy, tpu=FLAGS.tpu)
   config.parse_from_flags()
-  try:
-    process.run_until_signal(
-        lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy,
-                                 stop_event), 'trainer')
-  except (replay.ReplayServerUnreachableError, replay.SpecMismatchError) as e:
-    raise SystemExit(f'error: {e}') from e
+  process.run_program(
+      lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy, stop_event),
+      'trainer')
 
 
 def run_main():

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import List
 
 import numpy as np
 import portpicker
@@ -20,144 +20,8 @@ import psutil
 import pytest
 import tensorflow as tf
 
+from programs import GIN, REPO, SMALL, checkpoint_step, gin_args, program_env, wait_until
 from tfrl import replay
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GIN = '--gin_file=dqn_cartpole.gin'
-# Small job: 16 envs in one item, 4 items per batch of 64, no rate limiter (so no side
-# blocks the other when a process is stopped or killed).
-SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
-         'Experiment.initial_collect_steps=64', 'Experiment.samples_per_insert=None',
-         'Experiment.train_steps_per_iteration=16', 'Experiment.checkpoint_interval=32',
-         'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
-         'Experiment.num_eval_episodes=2']
-START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
-
-
-def _env(**extra: str) -> Dict[str, str]:
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  env.pop('TF_CONFIG', None)
-  env.update(extra)
-  return env
-
-
-def _gin_args(bindings: Sequence[str]) -> List[str]:
-  return [GIN] + [f'--gin_bindings={b}' for b in bindings]
-
-
-class Programs:
-  """Starts learners.* programs as subprocesses logging to files; stops them all."""
-
-  def __init__(self, root_dir: str):
-    self.root_dir = root_dir
-    self.log_dir = os.path.join(root_dir, 'test_logs')
-    os.makedirs(self.log_dir, exist_ok=True)
-    self.processes: Dict[str, subprocess.Popen] = {}
-    self._programs: Dict[str, str] = {}
-    self._files = []
-
-  def start(self, name: str, program: str, *args: str,
-            env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
-    assert name not in self.processes, name
-    out = open(os.path.join(self.log_dir, f'{name}.out'), 'w')
-    log = open(self.log_path(name), 'w')
-    self._files += [out, log]
-    self._programs[name] = program
-    self.processes[name] = subprocess.Popen(
-        [sys.executable, '-u', '-m', f'learners.{program}', *args], cwd=REPO,
-        env=env or _env(), stdout=out, stderr=log)
-    return self.processes[name]
-
-  def log_path(self, name: str) -> str:
-    """The program's stderr (absl logs and error messages)."""
-    return os.path.join(self.log_dir, f'{name}.log')
-
-  def log(self, name: str) -> str:
-    with open(self.log_path(name), errors='replace') as f:
-      return f.read()
-
-  def tail(self, name: str, lines: int = 40) -> str:
-    return '\n'.join(self.log(name).splitlines()[-lines:])
-
-  def check_alive(self, *names: str) -> None:
-    """Fails the test, with the log's tail, if one of `names` has exited."""
-    for name in names:
-      code = self.processes[name].poll()
-      if code is not None:
-        pytest.fail(f'{name} exited with code {code} unexpectedly:\n{self.tail(name)}')
-
-  def wait(self, name: str, timeout_s: float) -> int:
-    try:
-      return self.processes[name].wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-      pytest.fail(f'{name} did not exit within {timeout_s:.0f} s:\n{self.tail(name)}')
-
-  def stop(self, name: str, grace_s: float = 30.0) -> Optional[int]:
-    process = self.processes[name]
-    if process.poll() is None:
-      process.send_signal(signal.SIGTERM)
-      try:
-        process.wait(timeout=grace_s)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
-    return process.returncode
-
-  def close(self) -> None:
-    """Stops every program still running: servers last, so that collectors and trainers
-    stop cleanly (a collector's final flush needs its server)."""
-    names = list(reversed(self.processes))
-    for name in sorted(names, key=lambda n: self._programs[n] == 'reverb_server'):
-      self.stop(name)
-    for f in self._files:
-      f.close()
-
-  def start_server(self, name: str, port: int, bindings: Sequence[str], *extra: str
-                  ) -> str:
-    """Starts a reverb_server and returns its address once it answers."""
-    self.start(name, 'reverb_server', f'--root_dir={self.root_dir}', f'--port={port}',
-               *_gin_args(bindings), *extra)
-    address = f'localhost:{port}'
-    wait_until(lambda: _answers(address), START_TIMEOUT_S, f'{name} answering', self,
-               [name])
-    return address
-
-
-@pytest.fixture
-def programs(tmp_path):
-  progs = Programs(str(tmp_path))
-  try:
-    yield progs
-  finally:
-    progs.close()
-
-
-def _answers(address: str) -> bool:
-  try:
-    replay.wait_for_server(address, timeout_s=1)
-    return True
-  except replay.ReplayServerUnreachableError:
-    return False
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
-               progs: Programs, watch: Sequence[str] = (), poll_s: float = 0.5) -> None:
-  """Polls `condition` until true; fails on timeout or if a watched program exits."""
-  deadline = time.monotonic() + timeout_s
-  while True:
-    if condition():
-      return
-    progs.check_alive(*watch)
-    if time.monotonic() > deadline:
-      tails = '\n'.join(f'--- {n}:\n{progs.tail(n)}' for n in watch)
-      pytest.fail(f'Timed out after {timeout_s:.0f} s waiting for {what}.\n{tails}')
-    time.sleep(poll_s)
-
-
-def _checkpoint_step(checkpoint_dir: str) -> int:
-  """The train step of the latest checkpoint in `checkpoint_dir` (-1: none)."""
-  latest = tf.train.latest_checkpoint(checkpoint_dir)
-  return int(latest.rsplit('-', 1)[1]) if latest else -1
 
 
 def _replay_info(address: str):
@@ -188,7 +52,7 @@ def test_launch_reaches_475_and_leaves_no_process(tmp_path):
   root = str(tmp_path / 'launch_job')
   command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}', GIN,
              '--num_collectors=2', '--timeout_s=600', '--status_interval_s=30']
-  launcher = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+  launcher = subprocess.Popen(command, cwd=REPO, env=program_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
   try:
     stdout, stderr = launcher.communicate(timeout=1200)
@@ -221,13 +85,13 @@ def test_multi_worker_trainers_stay_in_sync(programs):
   bindings = SMALL + ['Experiment.num_train_steps=48']
   server_port, port_0, port_1 = (portpicker.pick_unused_port() for _ in range(3))
   address = programs.start_server('reverb_server', server_port, bindings)
-  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   programs.start('collect', 'collect', *common)
   cluster = {'worker': [f'localhost:{port_0}', f'localhost:{port_1}']}
   for index in (0, 1):
     tf_config = json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
     programs.start(f'train_{index}', 'train', *common, '--strategy=multi_worker',
-                   env=_env(TF_CONFIG=tf_config))
+                   env=program_env(TF_CONFIG=tf_config))
   for index in (0, 1):
     code = programs.wait(f'train_{index}', timeout_s=420)
     assert code == 0, programs.tail(f'train_{index}')
@@ -235,8 +99,8 @@ def test_multi_worker_trainers_stay_in_sync(programs):
 
   chief_dir = os.path.join(root, 'train', 'checkpoints')
   worker_dir = os.path.join(root, 'worker_1', 'train', 'checkpoints')
-  assert _checkpoint_step(chief_dir) == 48
-  assert _checkpoint_step(worker_dir) == 48
+  assert checkpoint_step(chief_dir) == 48
+  assert checkpoint_step(worker_dir) == 48
   chief = tf.train.load_checkpoint(tf.train.latest_checkpoint(chief_dir))
   worker = tf.train.load_checkpoint(tf.train.latest_checkpoint(worker_dir))
   keys = sorted(k for k in chief.get_variable_to_shape_map() if 'agent/' in k)
@@ -263,20 +127,20 @@ def test_killed_trainer_resumes_from_latest_checkpoint(programs):
   root = programs.root_dir
   bindings = SMALL + ['Experiment.num_train_steps=1000000']
   address = programs.start_server('reverb_server', portpicker.pick_unused_port(), bindings)
-  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   programs.start('collect', 'collect', *common)
   programs.start('train', 'train', *common, '--log_interval_s=0')
   checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
-  wait_until(lambda: _checkpoint_step(checkpoint_dir) >= 64, 300,
+  wait_until(lambda: checkpoint_step(checkpoint_dir) >= 64, 300,
              'a checkpoint at train step >= 64', programs, ['reverb_server', 'collect',
                                                            'train'])
   programs.processes['train'].kill()
   assert programs.wait('train', timeout_s=30) == -signal.SIGKILL
-  step = _checkpoint_step(checkpoint_dir)
+  step = checkpoint_step(checkpoint_dir)
   assert step >= 64 and step % 32 == 0, step
 
   programs.start('train_restarted', 'train', *common, '--log_interval_s=0')
-  wait_until(lambda: _checkpoint_step(checkpoint_dir) > step, 300,
+  wait_until(lambda: checkpoint_step(checkpoint_dir) > step, 300,
              f'a checkpoint past train step {step}', programs,
              ['reverb_server', 'collect', 'train_restarted'])
   log = programs.log('train_restarted')
@@ -284,7 +148,7 @@ def test_killed_trainer_resumes_from_latest_checkpoint(programs):
   assert f'from train step {step} to' in log
   logged = _train_steps_logged(log)
   assert logged and min(logged) > step, logged
-  later = _checkpoint_step(checkpoint_dir)
+  later = checkpoint_step(checkpoint_dir)
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
   assert reader.get_tensor('train_step/.ATTRIBUTES/VARIABLE_VALUE') == later > step
   programs.processes['train_restarted'].kill()  # (a SIGTERM would export policies first)
@@ -303,7 +167,7 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
   port = portpicker.pick_unused_port()
   address = programs.start_server('reverb_server', port, bindings,
                                   '--checkpoint_interval_s=2')
-  common = [f'--root_dir={root}', f'--reverb_address={address}', *_gin_args(bindings)]
+  common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   # The trainer pushes the variables the collector waits for, trains 32 steps, exits.
   programs.start('train', 'train', *common)
   # A short write timeout, so that a lost server is noticed in seconds; no variable
@@ -360,7 +224,7 @@ def test_unreachable_server_fails_within_seconds(programs):
   start = time.monotonic()
   for program in ('collect', 'train', 'eval'):
     programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',
-                   *_gin_args(SMALL))
+                   *gin_args(SMALL))
   for program in ('collect', 'train', 'eval'):
     code = programs.wait(program, timeout_s=120)
     log = programs.log(program)
@@ -378,10 +242,10 @@ def test_spec_mismatch_between_server_and_programs_fails_fast(programs):
   start = time.monotonic()
   # 8 envs: items of 8 envs instead of the server's 16.
   programs.start('collect', 'collect', *common,
-                 *_gin_args(SMALL + ['Experiment.num_envs=8']))
+                 *gin_args(SMALL + ['Experiment.num_envs=8']))
   # Another environment: 6 observations instead of 4.
   programs.start('train', 'train', *common,
-                 *_gin_args(SMALL + ['Experiment.env_name="Acrobot-v1"']))
+                 *gin_args(SMALL + ['Experiment.env_name="Acrobot-v1"']))
   for name in ('collect', 'train'):
     code = programs.wait(name, timeout_s=150)
     log = programs.log(name)
@@ -410,3 +274,26 @@ def test_missing_gin_file_fails_fast_in_every_program(programs):
     assert code != 0, log[-3000:]
     assert "gin file 'no_such_config.gin' not found" in log, log[-3000:]
   assert time.monotonic() - start < 120
+
+
+BAD_INPUTS = {
+    'malformed binding': ('Experiment.seed = (', 'Experiment.seed = ('),
+    'failing import': ('import no_such_module_for_tfrl', 'no_such_module_for_tfrl'),
+    'invalid Experiment value': ("Experiment.data_layout = 'bogus'", 'data_layout'),
+}
+
+
+def test_bad_gin_input_is_one_line_and_status_2_in_every_program(programs):
+  for case, (binding, _) in BAD_INPUTS.items():
+    for program in PROGRAMS:
+      programs.start(f'{program}_{case}', program, f'--root_dir={programs.root_dir}', GIN,
+                     f'--gin_bindings={binding}')
+  for case, (_, named) in BAD_INPUTS.items():
+    for program in PROGRAMS:
+      name = f'{program}_{case}'
+      code = programs.wait(name, timeout_s=300)
+      log = programs.log(name)
+      errors = [line for line in log.splitlines() if line.startswith('error: ')]
+      assert code == 2, (name, log[-3000:])
+      assert len(errors) == 1 and named in errors[0], (name, log[-3000:])
+      assert 'Traceback' not in log, (name, log[-3000:])

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import train_eval
+from tfrl import export
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_per_iteration=1,
@@ -136,3 +137,43 @@ def test_exported_demo_policy_replays_10_episodes_in_a_fresh_process(demo_run):
   assert result.returncode == 0, result.stderr[-3000:]
   mean = float(re.search(r'RETURNS (\S+)', result.stdout).group(1))
   assert mean >= 475.0, result.stdout
+
+
+@pytest.mark.parametrize('gin_file,overrides', [
+    # sac_pendulum.gin's 4 items of 64 rows with no random steps asked for: the first
+    # train call used to wait for ever on MinSize(4) with 1 item in the table.
+    ('sac_pendulum.gin', dict(initial_collect_steps=0)),
+    # n-step transitions written n - 1 steps late, 3 steps per item, one env per item.
+    ('dqn_cartpole.gin', dict(TINY, initial_collect_steps=0, n_step=5, steps_per_item=3,
+                              num_envs=4, batch_size=24)),
+])
+def test_warm_up_fills_the_first_batch_whatever_the_item_layout(tmp_path, gin_file,
+                                                               overrides):
+  short = dict(num_train_steps=10, eval_interval=10, checkpoint_interval=10,
+               policy_checkpoint_interval=10, num_eval_episodes=1, target_return=None)
+  result = train_eval.run(str(tmp_path / 'run'), [gin_file], **dict(overrides, **short))
+  assert result['train_step'] >= 10  # (and it did not wait for ever)
+
+
+def test_a_run_resumed_after_a_kill_never_exports_older_policies(tmp_path):
+  root = str(tmp_path / 'run')
+  first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **TINY)
+  path = first['greedy_policy_dir']
+  assert export.exported_train_step(path) == 50
+  # A restart is killed (-9) right after its restore: the export still holds step 50.
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
+       '--gin_file=dqn_cartpole.gin', '--gin_bindings=Experiment.num_train_steps=100000'],
+      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
+      stderr=subprocess.PIPE, text=True)
+  try:
+    for line in process.stderr:
+      if 'Training DdqnAgent' in line:
+        break
+    process.kill()
+  finally:
+    process.kill()
+    process.communicate(timeout=60)
+  assert 'from train step 50' in line
+  policy = export.load_policy(path)
+  assert policy.get_train_step() == 50 == export.exported_train_step(path)

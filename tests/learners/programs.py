@@ -1,0 +1,167 @@
+"""Running tfrl's programs as real subprocesses in tests (shared by the program and
+fault-injection tests): `Programs` starts `python -m learners.<program>` with its output
+in log files and stops whatever a test leaves running, servers last."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrl import actors
+from tfrl import export
+from tfrl import replay
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GIN = '--gin_file=dqn_cartpole.gin'
+# Small job: 16 envs in one item, 4 items per batch of 64, no rate limiter (so no side
+# blocks the other when a process is stopped or killed).
+SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
+         'Experiment.initial_collect_steps=64', 'Experiment.samples_per_insert=None',
+         'Experiment.train_steps_per_iteration=16', 'Experiment.checkpoint_interval=32',
+         'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
+         'Experiment.num_eval_episodes=2']
+START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
+
+
+def program_env(**extra: str) -> Dict[str, str]:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  env.pop('TF_CONFIG', None)
+  env.update(extra)
+  return env
+
+
+def gin_args(bindings: Sequence[str]) -> List[str]:
+  return [GIN] + [f'--gin_bindings={b}' for b in bindings]
+
+
+class Programs:
+  """Starts learners.* programs as subprocesses logging to files; stops them all."""
+
+  def __init__(self, root_dir: str):
+    self.root_dir = root_dir
+    self.log_dir = os.path.join(root_dir, 'test_logs')
+    os.makedirs(self.log_dir, exist_ok=True)
+    self.processes: Dict[str, subprocess.Popen] = {}
+    self._programs: Dict[str, str] = {}
+    self._files = []
+
+  def start(self, name: str, program: str, *args: str,
+            env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    assert name not in self.processes, name
+    out = open(os.path.join(self.log_dir, f'{name}.out'), 'w')
+    log = open(self.log_path(name), 'w')
+    self._files += [out, log]
+    self._programs[name] = program
+    self.processes[name] = subprocess.Popen(
+        [sys.executable, '-u', '-m', f'learners.{program}', *args], cwd=REPO,
+        env=env or program_env(), stdout=out, stderr=log)
+    return self.processes[name]
+
+  def log_path(self, name: str) -> str:
+    """The program's stderr (absl logs and error messages)."""
+    return os.path.join(self.log_dir, f'{name}.log')
+
+  def log(self, name: str) -> str:
+    with open(self.log_path(name), errors='replace') as f:
+      return f.read()
+
+  def tail(self, name: str, lines: int = 40) -> str:
+    return '\n'.join(self.log(name).splitlines()[-lines:])
+
+  def check_alive(self, *names: str) -> None:
+    """Fails the test, with the log's tail, if one of `names` has exited."""
+    for name in names:
+      code = self.processes[name].poll()
+      if code is not None:
+        pytest.fail(f'{name} exited with code {code} unexpectedly:\n{self.tail(name)}')
+
+  def wait(self, name: str, timeout_s: float) -> int:
+    try:
+      return self.processes[name].wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      pytest.fail(f'{name} did not exit within {timeout_s:.0f} s:\n{self.tail(name)}')
+
+  def stop(self, name: str, grace_s: float = 30.0) -> Optional[int]:
+    process = self.processes[name]
+    if process.poll() is None:
+      process.send_signal(signal.SIGTERM)
+      try:
+        process.wait(timeout=grace_s)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+    return process.returncode
+
+  def close(self) -> None:
+    """Stops every program still running: servers last, so that collectors and trainers
+    stop cleanly (a collector's final flush needs its server)."""
+    names = list(reversed(self.processes))
+    for name in sorted(names, key=lambda n: self._programs[n] == 'reverb_server'):
+      self.stop(name)
+    for f in self._files:
+      f.close()
+
+  def start_server(self, name: str, port: int, bindings: Sequence[str], *extra: str
+                  ) -> str:
+    """Starts a reverb_server and returns its address once it answers."""
+    self.start(name, 'reverb_server', f'--root_dir={self.root_dir}', f'--port={port}',
+               *gin_args(bindings), *extra)
+    address = f'localhost:{port}'
+    wait_until(lambda: answers(address), START_TIMEOUT_S, f'{name} answering', self,
+               [name])
+    return address
+
+
+def answers(address: str) -> bool:
+  try:
+    replay.wait_for_server(address, timeout_s=1)
+    return True
+  except replay.ReplayServerUnreachableError:
+    return False
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
+               progs: Programs, watch: Sequence[str] = (), poll_s: float = 0.5) -> None:
+  """Polls `condition` until true; fails on timeout or if a watched program exits."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    if condition():
+      return
+    progs.check_alive(*watch)
+    if time.monotonic() > deadline:
+      tails = '\n'.join(f'--- {n}:\n{progs.tail(n)}' for n in watch)
+      pytest.fail(f'Timed out after {timeout_s:.0f} s waiting for {what}.\n{tails}')
+    time.sleep(poll_s)
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+  """The train step of the latest checkpoint in `checkpoint_dir` (-1: none)."""
+  latest = tf.train.latest_checkpoint(checkpoint_dir)
+  return int(latest.rsplit('-', 1)[1]) if latest else -1
+
+
+def evaluate_export(path: str, num_episodes: int = 10, seed: int = 12_345) -> float:
+  """Average return of the exported greedy policy at `path` on the gin-bound Experiment's
+  eval env (call `learners.config.parse` first), loaded as a user would."""
+  from learners.experiment import Experiment  # pylint: disable=g-import-not-at-top
+  env = Experiment().make_eval_env()
+  try:
+    return actors.Evaluator(env, export.load_policy(path), num_episodes,
+                            seed=seed).run()['AverageReturn']
+  finally:
+    env.close()
+
+
+def final_state(root_dir: str) -> Dict[str, int]:
+  """Train steps of the latest checkpoint, the three exports, and the trainer's final
+  'Trainer stopped at train step N' log line (-1 where absent)."""
+  state = {'checkpoint': checkpoint_step(os.path.join(root_dir, 'train', 'checkpoints'))}
+  for name in ('greedy_policy', 'collect_policy', 'policy'):
+    step = export.exported_train_step(os.path.join(root_dir, 'policies', name))
+    state[name] = -1 if step is None else step
+  return state
