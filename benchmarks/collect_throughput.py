@@ -157,7 +157,7 @@ def bench_tf_agents(seconds: float) -> Result:
       remover=reverb.selectors.Fifo(), rate_limiter=reverb.rate_limiters.MinSize(1),
       signature=signature)
   server = reverb.Server([table])
-  client = reverb.Client(f'localhost:{server.port}')
+  client = reverb.Client(f'127.0.0.1:{server.port}')
   observer = reverb_utils.ReverbAddTrajectoryObserver(
       client, TABLE, sequence_length=2, stride_length=1)
 

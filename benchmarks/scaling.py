@@ -339,7 +339,7 @@ class System:
     self.log_dir = os.path.join(self.job_dir, 'logs')
     os.makedirs(self.log_dir, exist_ok=True)
     self.port = portpicker.pick_unused_port()
-    self.address = f'localhost:{self.port}'
+    self.address = f'127.0.0.1:{self.port}'
     self.server: Optional[Process] = None
 
   def server_argv(self) -> List[str]:

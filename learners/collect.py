@@ -30,7 +30,7 @@ from tfrl import replay
 from tfrl.agents import dqn
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', 'localhost:8000', 'host:port of the Reverb server.')
+flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 flags.DEFINE_integer('num_envs', None, 'Envs in this collector (default: Experiment.'
                      'num_envs); a multiple of the envs per item.')
 flags.DEFINE_integer('task_id', 0, 'This collector\'s index: seeds its envs and sets its '

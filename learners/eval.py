@@ -11,7 +11,9 @@ Experiment.eval_interval) since the last evaluation. Each evaluation is appended
 root_dir/eval/results.csv and results.json as (train_step, env_steps, return) and written
 as TensorBoard summaries to root_dir/eval. It exits 0 once the train step budget is
 evaluated, or once Experiment.target_return is reached and confirmed by a second
-evaluation (what `launch` stops on).
+evaluation (what `launch` stops on). Before it confirms a candidate it has the trainer
+hold still, and judges the policy held there (see learners/eval_barrier.py), so a job
+that ends on its target exports exactly the confirmed policy.
 """
 import csv
 import json
@@ -26,6 +28,7 @@ from absl import logging
 import tensorflow as tf
 
 from learners import config
+from learners import eval_barrier
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
@@ -33,7 +36,7 @@ from tfrl import export
 from tfrl import replay
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', 'localhost:8000', 'host:port of the Reverb server.')
+flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 flags.DEFINE_string('saved_model_dir', None,
                     'Evaluate this exported policy once instead of following a trainer.')
 flags.DEFINE_integer('eval_interval', None, 'Train steps between evaluations.')
@@ -44,9 +47,10 @@ flags.DEFINE_float('reconnect_timeout_s', 600.0,
                    'How long to wait for a lost Reverb server to come back before giving '
                    f'up (status {process.EXIT_SERVER_LOST}).')
 FLAGS = flags.FLAGS
-EVAL_DIR = 'eval'
+PAUSE_TIMEOUT_S = 60.0  # for the trainer to hold still for a candidate policy
+EVAL_DIR = eval_barrier.EVAL_DIR
 RESULTS_CSV = 'results.csv'
-RESULTS_JSON = 'results.json'
+RESULTS_JSON = eval_barrier.RESULTS_JSON
 
 
 class ResultsLog:
@@ -103,11 +107,12 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
   evaluator = actors.Evaluator(experiment.make_eval_env(), agent.policy,
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   log = ResultsLog(root_dir)
+  barrier = eval_barrier.EvaluatorSide(root_dir)
   row = {}
   while not stop_event.is_set():
     try:
       row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
-                               interval, stop_event) or row
+                               interval, barrier, stop_event) or row
     except Exception as e:  # pylint: disable=broad-except
       if not replay.is_server_lost(e):  # only a lost server is worth a retry
         raise
@@ -123,6 +128,7 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
 def _evaluate_when_due(experiment: Experiment, address: str,
                        variables: replay.VariableContainer, train_step: tf.Variable,
                        evaluator: actors.Evaluator, log: ResultsLog, interval: int,
+                       barrier: eval_barrier.EvaluatorSide,
                        stop_event: threading.Event) -> Optional[Dict[str, Any]]:
   """Pulls the variables; evaluates if the train step advanced `interval` since the
   last evaluation (or reached the budget). Returns the new result row, or None."""
@@ -141,8 +147,21 @@ def _evaluate_when_due(experiment: Experiment, address: str,
   result = evaluator.run()
   target, confirmation = experiment.target_return, float('nan')
   if target is not None and result['AverageReturn'] >= target:
-    confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
+    # A candidate. Have the trainer hold still (see eval_barrier) and judge the policy
+    # it holds, which is what it will export if confirmed: an evaluation, then a
+    # confirmation on fresh episodes. (No trainer answering, e.g. one that finished
+    # its budget: confirm the policy just evaluated.)
+    barrier.request()
+    paused_at = barrier.wait_until_paused(PAUSE_TIMEOUT_S, stop_event)
+    if paused_at is not None:
+      variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+      step = int(train_step.numpy())
+      result = evaluator.run()
+    if result['AverageReturn'] >= target:
+      confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
   reached = target is not None and confirmation >= target
+  if not reached:
+    barrier.release()
   env_steps = (replay.inserted_items(address, experiment.experience_table) *
                experiment.env_steps_per_item)
   row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],

@@ -144,8 +144,8 @@ class Launcher:
     a collector that exits with an error (which the others will meet too), the last
     collector, or any other process ending fails the job.
     """
-    for name, process in self.processes.items():
-      code = process.poll()
+    for name, child in self.processes.items():
+      code = child.poll()
       if code is None or (code == 0 and name in ('eval', 'train')) or name in self.lost:
         continue
       others = [n for n, p in self.processes.items()
@@ -269,13 +269,13 @@ class Launcher:
             self.processes[name].send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for name in group:
-          process = self.processes[name]
+          child = self.processes[name]
           try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
           except subprocess.TimeoutExpired:
             logging.warning('%s ignored SIGTERM for %.0f s; killing it.', name, grace_s)
-            process.kill()
-            process.wait()
+            child.kill()
+            child.wait()
             killed.add(name)
       self._problems = [
           f'{name} {"ignored SIGTERM and was killed" if name in killed else _meaning(code)}'

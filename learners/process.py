@@ -66,6 +66,11 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
       sys.stdout.flush()
       sys.stderr.flush()
       os._exit(EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
+  # The work is done (and saved): a signal now must not kill the exit. Python restores
+  # the default action of signals with Python handlers while it shuts down (a SIGTERM
+  # then would end the process with -15 after a clean finish); ignored ones stay ignored.
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, signal.SIG_IGN)
   if 'error' in outcome:
     raise outcome['error']
   return outcome.get('result')

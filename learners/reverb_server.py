@@ -59,6 +59,8 @@ def main(argv):
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event)
   except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
     config.fail(str(e))
+  for sig in (signal.SIGTERM, signal.SIGINT):  # stopped and saved: see process.py
+    signal.signal(sig, signal.SIG_IGN)
 
 
 def run_main():

@@ -14,8 +14,9 @@ root_dir/worker_<i>.
 SIGTERM/SIGINT stop it after the current run, with a final checkpoint and (chief)
 policy exports at the final train step; a trainer waiting for experience notices within
 --sample_timeout_s. If the Reverb server stops answering for --server_lost_after_s, the
-trainer waits for it (up to --reconnect_timeout_s) and then restarts itself from its
-latest checkpoint: a Reverb dataset cannot recover from a lost server in-process.
+trainer waits for it (up to --reconnect_timeout_s); once it is back, training goes on if
+Reverb's sample stream resumes, and otherwise the trainer restarts itself from its latest
+checkpoint (a sample blocked on a lost server cannot be cancelled in-process).
 Exit statuses: see learners/process.py.
 """
 import os
@@ -30,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from learners import config
+from learners import eval_barrier
 from learners import process
 from learners.experiment import Experiment
 from tfrl import distribute
@@ -37,7 +39,7 @@ from tfrl import replay
 from tfrl import triggers
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', 'localhost:8000', 'host:port of the Reverb server.')
+flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 flags.DEFINE_enum('strategy', 'default', list(distribute.STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
@@ -74,13 +76,10 @@ def _worker_role(strategy: tf.distribute.Strategy):
                                   'chief' not in resolver.cluster_spec().as_dict()), task_id
 
 
-def _restart_when_server_returns(address: str, stop_event: threading.Event) -> None:
-  """Waits for a lost server, then re-executes this program (never returns).
-
-  A Reverb dataset whose server went away blocks inside TensorFlow for good, even after
-  the server returns, so the trainer cannot recover in-process: it starts over as the
-  same process (same pid, flags and log) and resumes from its latest checkpoint.
-  """
+def _wait_for_lost_server(address: str, stop_event: threading.Event) -> None:
+  """Returns once the lost server answers again; exits the process if it does not come
+  back within --reconnect_timeout_s (status 4) or a stop comes first (status 3: the
+  training thread may be stuck in a sample, so no final save is possible)."""
   try:
     back = process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s,
                                                 stop_event)
@@ -88,22 +87,42 @@ def _restart_when_server_returns(address: str, stop_event: threading.Event) -> N
     logging.error('%s Exiting with status %d.', e, process.EXIT_SERVER_LOST)
     print(f'error: {e}', file=sys.stderr, flush=True)
     os._exit(process.EXIT_SERVER_LOST)  # pylint: disable=protected-access
-  if not back:  # stopped while waiting: the work thread is stuck, nothing to save
-    logging.error('Stopped while the Reverb server at %s was gone.', address)
+  if not back:
+    logging.error('Stopped while the Reverb server at %s was gone: no final save.', address)
     os._exit(process.EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
+
+
+def _restart(address: str) -> None:
+  """Re-executes this program (same pid, flags and log): it resumes from its latest
+  checkpoint. Never returns."""
   argv = getattr(sys, 'orig_argv', None) or [sys.executable, '-m', 'learners.train',
                                              *sys.argv[1:]]
-  logging.warning('The Reverb server at %s is back: restarting the trainer from its latest '
-                  'checkpoint (%s).', address, ' '.join(argv))
+  logging.warning('The Reverb server at %s is back but training did not go on: '
+                  'restarting the trainer from its latest checkpoint (%s).', address,
+                  ' '.join(argv))
   sys.stdout.flush()
   sys.stderr.flush()
   os.execv(sys.executable, argv)
 
 
-def _watch_server(address: str, stop_event: threading.Event, checkpoint_dir: str) -> None:
+class _Heartbeat:
+  """When the training loop last got control back from `Learner.run`."""
+
+  def __init__(self):
+    self.last = time.monotonic()
+
+  def beat(self) -> None:
+    self.last = time.monotonic()
+
+
+def _watch_server(address: str, stop_event: threading.Event, heartbeat: _Heartbeat,
+                  checkpoint_dir: str) -> None:
   """Runs in a thread: takes over when the server stops answering for long enough.
 
-  Only this thread can notice: the training thread is then blocked in a sample.
+  The training thread cannot notice by itself: it is blocked in a sample. Once the
+  server is back, Reverb's sample streams often resume on their own; if the training
+  loop has not come back from `Learner.run` within --server_lost_after_s (plus one
+  sample timeout) by then, the trainer restarts itself.
   """
   last_answer = time.monotonic()
   while not stop_event.wait(_PROBE_INTERVAL_S):
@@ -114,11 +133,34 @@ def _watch_server(address: str, stop_event: threading.Event, checkpoint_dir: str
     except replay.ReplayServerUnreachableError:
       if time.monotonic() - last_answer < FLAGS.server_lost_after_s:
         continue
-    logging.error('Lost the Reverb server at %s (no answer for %.0f s). Training from '
-                  'the latest checkpoint (%s) once it is back; steps since are lost.',
-                  address, time.monotonic() - last_answer,
+    logging.error('Lost the Reverb server at %s (no answer for %.0f s); waiting for it. '
+                  'Latest checkpoint: %s.', address, time.monotonic() - last_answer,
                   tf.train.latest_checkpoint(checkpoint_dir))
-    _restart_when_server_returns(address, stop_event)
+    _wait_for_lost_server(address, stop_event)
+    back = last_answer = time.monotonic()
+    deadline = back + FLAGS.server_lost_after_s + FLAGS.sample_timeout_s
+    while heartbeat.last < back and time.monotonic() < deadline:
+      if stop_event.wait(0.5):
+        return
+    if heartbeat.last < back:
+      _restart(address)
+    logging.info('The Reverb server at %s is back and training goes on.', address)
+
+
+def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
+                       stop_event: threading.Event) -> bool:
+  """True while the evaluator asks the trainer to hold still (then waits a moment)."""
+  if not barrier.requested():
+    if barrier.paused_at is not None:
+      logging.info('Evaluator done with train step %d: training goes on.', barrier.paused_at)
+      barrier.resume()
+    return False
+  if barrier.paused_at is None:
+    logging.info('Holding still at train step %d while the evaluator confirms it.',
+                 learner.train_step_numpy)
+  barrier.hold(learner.train_step_numpy, variables.push)
+  stop_event.wait(0.1)
+  return True
 
 
 def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
@@ -150,7 +192,9 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   learner = experiment.make_learner(job_dir, address, agent, train_step, strategy,
                                     sample_timeout_ms=sample_timeout_ms,
                                     triggers=learner_triggers)
-  threading.Thread(target=_watch_server, args=(address, stop_event, learner.checkpoint_dir),
+  heartbeat = _Heartbeat()
+  threading.Thread(target=_watch_server,
+                   args=(address, stop_event, heartbeat, learner.checkpoint_dir),
                    name='server watchdog', daemon=True).start()
   if is_chief:
     variables.push()
@@ -160,13 +204,25 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   start_step, start_time, last_log = learner.train_step_numpy, time.monotonic(), 0.0
   logging.info('Trainer (chief=%s) from train step %d to %d.', is_chief, start_step,
                experiment.num_train_steps)
+  # The chief holds still while the evaluator confirms a candidate policy, and ends
+  # there once it is confirmed (see eval_barrier). Not under multi_worker: the other
+  # workers would wait in a collective.
+  barrier = eval_barrier.TrainerSide(root_dir) if is_chief and not multi_worker else None
   starved_since, error = None, None
   while learner.train_step_numpy < experiment.num_train_steps and not stop_event.is_set():
+    if barrier is not None and _held_by_evaluator(barrier, learner, variables, stop_event):
+      if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
+        logging.info('The evaluator confirmed the target at train step %d: stopping there.',
+                     barrier.paused_at)
+        break
+      continue
     iterations = min(experiment.train_steps_per_iteration,
                      experiment.num_train_steps - learner.train_step_numpy)
     try:
       loss_info = learner.run(iterations=iterations)
+      heartbeat.beat()
     except tf.errors.OutOfRangeError:
+      heartbeat.beat()
       # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
       # (the collectors may have stopped first), then wait on with a new dataset.
       now = time.monotonic()
@@ -185,10 +241,12 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
       try:
         variables.push()
       except replay.ReplayServerUnreachableError as e:
-        logging.error('Lost the Reverb server at %s while pushing variables (%s).',
-                      address, e)
-        learner.save_checkpoint()  # here (unlike in the watchdog) the state is in hand
-        _restart_when_server_returns(address, stop_event)
+        logging.error('Lost the Reverb server at %s while pushing variables (%s); '
+                      'waiting for it.', address, e)
+        learner.save_checkpoint()  # the state is in hand here, unlike in the watchdog
+        _wait_for_lost_server(address, stop_event)
+        learner.reset_iterator()  # the old sample stream may be stuck on the lost server
+        heartbeat.beat()
     if time.monotonic() - last_log >= FLAGS.log_interval_s:
       last_log = time.monotonic()
       step = learner.train_step_numpy

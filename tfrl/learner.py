@@ -166,7 +166,9 @@ class Learner(tf.Module):
       if hasattr(trigger, 'set_start'):
         trigger.set_start(start)
     if checkpoint_interval > 0:
-      self.triggers.append(triggers_lib.IntervalTrigger(
+      # First (tf-agents runs it last): a policy exported at a step always has the
+      # checkpoint of that step behind it, even if the process dies in between.
+      self.triggers.insert(0, triggers_lib.IntervalTrigger(
           checkpoint_interval, self.save_checkpoint, start=start))
     else:
       logging.warning('checkpoint_interval=%d: the Learner writes no checkpoints, so a '

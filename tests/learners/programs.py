@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -111,7 +110,7 @@ class Programs:
     """Starts a reverb_server and returns its address once it answers."""
     self.start(name, 'reverb_server', f'--root_dir={self.root_dir}', f'--port={port}',
                *gin_args(bindings), *extra)
-    address = f'localhost:{port}'
+    address = f'127.0.0.1:{port}'
     wait_until(lambda: answers(address), START_TIMEOUT_S, f'{name} answering', self,
                [name])
     return address

@@ -15,6 +15,9 @@ import sys
 
 import pytest
 
+from learners import config
+from programs import evaluate_export, final_state
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CASES = [
@@ -61,4 +64,10 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   with open(os.path.join(tmp_path, 'eval', 'results.json')) as f:
     last = json.load(f)[-1]
   assert last['reached_target'] and last['return'] >= threshold, last
-  assert os.path.isfile(os.path.join(tmp_path, 'policies', 'greedy_policy', 'saved_model.pb'))
+  # A target-reached end: the trainer's final checkpoint and the three exports are at
+  # its final train step, the one the evaluator confirmed, and the export plays.
+  state = final_state(str(tmp_path))
+  assert set(state.values()) == {last['train_step']}, (state, last)
+  config.parse([gin_file])
+  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'))
+  assert played >= threshold, (played, state, last)

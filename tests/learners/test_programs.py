@@ -9,18 +9,14 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from typing import List
 
 import numpy as np
 import portpicker
-import psutil
-import pytest
 import tensorflow as tf
 
-from programs import GIN, REPO, SMALL, checkpoint_step, gin_args, program_env, wait_until
+from programs import GIN, SMALL, checkpoint_step, gin_args, program_env, wait_until
 from tfrl import replay
 
 
@@ -32,49 +28,8 @@ def _train_steps_logged(log: str) -> List[int]:
   return [int(s) for s in re.findall(r'train step (\d+) \|', log)]
 
 
-# -- 1. The whole job through the launcher ---------------------------------------------
-
-
-def _job_processes(root_dir: str) -> List[psutil.Process]:
-  """Processes (other than this one) whose command line mentions `root_dir`."""
-  found = []
-  for process in psutil.process_iter(['pid', 'cmdline']):
-    if process.info['pid'] == os.getpid():
-      continue
-    if any(root_dir in arg for arg in (process.info['cmdline'] or ())):
-      found.append(process)
-  return found
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_launch_reaches_475_and_leaves_no_process(tmp_path):
-  root = str(tmp_path / 'launch_job')
-  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}', GIN,
-             '--num_collectors=2', '--timeout_s=600', '--status_interval_s=30']
-  launcher = subprocess.Popen(command, cwd=REPO, env=program_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-  try:
-    stdout, stderr = launcher.communicate(timeout=1200)
-  finally:
-    if launcher.poll() is None:
-      launcher.kill()
-      launcher.communicate(timeout=60)
-    leftovers = _job_processes(root)
-    for process in leftovers:  # started by this test (through the launcher)
-      process.kill()
-    psutil.wait_procs(leftovers, timeout=30)
-  assert launcher.returncode == 0, stderr[-5000:]
-  assert not leftovers, [p.info['cmdline'] for p in leftovers]
-  with open(os.path.join(root, 'eval', 'results.json')) as f:
-    results = json.load(f)
-  assert results, 'no evaluation was recorded'
-  assert results[-1]['return'] >= 475.0, results[-1]
-  assert results[-1]['reached_target'] is True, results[-1]
-  assert 'reached target: True' in stdout, stdout
-  for name in ('reverb_server', 'train', 'collect_0', 'collect_1', 'eval'):
-    path = os.path.join(root, 'logs', f'{name}.log')
-    assert os.path.getsize(path) > 0, path
+# -- 1. The whole job through the launcher: see test_faults.py (a collector is killed
+# on the way, and the end's checkpoint and exports are checked). ----------------------
 
 
 # -- 2. Multi-worker training ------------------------------------------------------------
@@ -87,7 +42,7 @@ def test_multi_worker_trainers_stay_in_sync(programs):
   address = programs.start_server('reverb_server', server_port, bindings)
   common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   programs.start('collect', 'collect', *common)
-  cluster = {'worker': [f'localhost:{port_0}', f'localhost:{port_1}']}
+  cluster = {'worker': [f'127.0.0.1:{port_0}', f'127.0.0.1:{port_1}']}
   for index in (0, 1):
     tf_config = json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
     programs.start(f'train_{index}', 'train', *common, '--strategy=multi_worker',
@@ -220,7 +175,7 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
 
 def test_unreachable_server_fails_within_seconds(programs):
   root = programs.root_dir
-  address = f'localhost:{portpicker.pick_unused_port()}'
+  address = f'127.0.0.1:{portpicker.pick_unused_port()}'
   start = time.monotonic()
   for program in ('collect', 'train', 'eval'):
     programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',

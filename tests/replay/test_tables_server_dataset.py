@@ -186,7 +186,7 @@ def test_connect_to_embedded_server_shares_its_tables(reverb_server_factory):
   remote.client.insert(np.int64(7), priorities={'queue': 1.0})
 
   assert server.is_embedded and not remote.is_embedded
-  assert remote.address == server.address == f'localhost:{server.port}'
+  assert remote.address == server.address == f'127.0.0.1:{server.port}'
   assert remote.port == server.port
   assert server.table_info()['queue'].current_size == 1
   remote.stop()  # A connected handle does not own the server: it keeps serving.
@@ -194,7 +194,7 @@ def test_connect_to_embedded_server_shares_its_tables(reverb_server_factory):
 
 
 def test_connect_to_unused_port_fails_fast_naming_the_address():
-  address = f'localhost:{portpicker.pick_unused_port()}'
+  address = f'127.0.0.1:{portpicker.pick_unused_port()}'
   start = time.monotonic()
 
   with pytest.raises(replay.ReplayServerUnreachableError) as error:

@@ -40,7 +40,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: Optional[float], what: s
     fn: the call, taking no arguments.
     timeout_s: how long to wait; None waits forever (calls `fn` in this thread).
     what: what is being waited for, naming the server address, e.g. "the Reverb
-      server at 'localhost:1234' (opening a writer for table 'replay')".
+      server at '127.0.0.1:1234' (opening a writer for table 'replay')".
     discard: called with the result of a call that returns after the timeout, so
       what it opened (a writer, a sample stream) is released instead of leaked.
 

@@ -82,7 +82,7 @@ class ReplayServer:
       checkpointer = reverb.checkpointers.DefaultCheckpointer(path=checkpoint_dir)
     self._server = reverb.Server(tables=list(tables), port=self._port,
                                  checkpointer=checkpointer)
-    self._address = f'localhost:{self._port}'
+    self._address = f'127.0.0.1:{self._port}'
     self._client = reverb.Client(self._address)
     logging.warning(
         'Reverb server listening on port %d on ALL network interfaces, with no '

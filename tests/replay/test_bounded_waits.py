@@ -16,23 +16,14 @@ import reverb
 import tensorflow as tf
 from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory as trajectory_lib
 
+from test_writers import COLLECT_DATA_SPEC  # tests/replay/test_writers.py
 from tfrl import replay
 from tfrl.replay import variables as variables_lib
 
-COLLECT_DATA_SPEC = trajectory_lib.Trajectory(
-    step_type=tf.TensorSpec((), tf.int32),
-    observation=tf.TensorSpec((), tf.float32),
-    action=tf.TensorSpec((), tf.int64),
-    policy_info=(),
-    next_step_type=tf.TensorSpec((), tf.int32),
-    reward=tf.TensorSpec((), tf.float32),
-    discount=tf.TensorSpec((), tf.float32))
-
 
 def unused_address():
-  return f'localhost:{portpicker.pick_unused_port()}'
+  return f'127.0.0.1:{portpicker.pick_unused_port()}'
 
 
 def raised_within(seconds, fn):
