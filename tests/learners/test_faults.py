@@ -397,3 +397,21 @@ def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
     assert launcher.status()['train_step'] == 0
   finally:
     server.stop()
+
+
+def test_trainer_whose_server_never_returns_exits_naming_it(programs):
+  root = programs.root_dir
+  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), SMALL)
+  common = _common(root, address, SMALL + ['Experiment.num_train_steps=1000000'])
+  programs.start('collect', 'collect', *common)
+  programs.start('train', 'train', *common, '--log_interval_s=0',
+                 '--server_lost_after_s=2', '--reconnect_timeout_s=5')
+  wait_until(lambda: _last_logged_step(programs.log('train')) > 0, 300, 'training',
+             programs, ['reverb_server', 'collect', 'train'])
+  programs.processes['reverb_server'].kill()
+  start = time.monotonic()
+  assert programs.wait('train', timeout_s=120) == 4, programs.tail('train')
+  assert time.monotonic() - start < 60
+  errors = [line for line in programs.log('train').splitlines()
+            if line.startswith('error: ')]
+  assert errors and address in errors[-1] and 'did not come back within 5 s' in errors[-1]
