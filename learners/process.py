@@ -21,6 +21,7 @@ EXIT_STATUS_MEANING = {
     EXIT_STOP_TIMEOUT: 'did not stop in time after SIGTERM and left without its final save',
     EXIT_SERVER_LOST: 'lost the Reverb server for longer than its reconnect timeout',
     -signal.SIGKILL: 'was killed (SIGKILL)',
+    -signal.SIGTERM: 'was ended by SIGTERM before it could handle it',
 }
 
 

@@ -106,7 +106,7 @@ def _restart(address: str) -> None:
 
 
 class _Heartbeat:
-  """When the training loop last got control back from `Learner.run`."""
+  """When the training loop last went round (so was not stuck in a sample)."""
 
   def __init__(self):
     self.last = time.monotonic()
@@ -210,6 +210,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   barrier = eval_barrier.TrainerSide(root_dir) if is_chief and not multi_worker else None
   starved_since, error = None, None
   while learner.train_step_numpy < experiment.num_train_steps and not stop_event.is_set():
+    heartbeat.beat()  # this thread is not stuck in a sample
     if barrier is not None and _held_by_evaluator(barrier, learner, variables, stop_event):
       if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
         logging.info('The evaluator confirmed the target at train step %d: stopping there.',
@@ -220,9 +221,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
                      experiment.num_train_steps - learner.train_step_numpy)
     try:
       loss_info = learner.run(iterations=iterations)
-      heartbeat.beat()
     except tf.errors.OutOfRangeError:
-      heartbeat.beat()
       # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
       # (the collectors may have stopped first), then wait on with a new dataset.
       now = time.monotonic()
@@ -246,7 +245,6 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
         learner.save_checkpoint()  # the state is in hand here, unlike in the watchdog
         _wait_for_lost_server(address, stop_event)
         learner.reset_iterator()  # the old sample stream may be stuck on the lost server
-        heartbeat.beat()
     if time.monotonic() - last_log >= FLAGS.log_interval_s:
       last_log = time.monotonic()
       step = learner.train_step_numpy

@@ -415,3 +415,26 @@ def test_trainer_whose_server_never_returns_exits_naming_it(programs):
   errors = [line for line in programs.log('train').splitlines()
             if line.startswith('error: ')]
   assert errors and address in errors[-1] and 'did not come back within 5 s' in errors[-1]
+
+
+def test_launcher_reports_what_did_not_stop_cleanly(tmp_path):
+  from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
+  launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
+  scripts = {
+      'eval': 'import time; time.sleep(600)',  # SIGTERM's default action: -15
+      'train': ('import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); '
+                'print("up", flush=True); time.sleep(600)'),
+      'collect_0': 'raise SystemExit(1)',
+  }
+  for name, script in scripts.items():
+    launcher.processes[name] = subprocess.Popen([sys.executable, '-c', script],
+                                                stdout=subprocess.PIPE, text=True)
+  assert launcher.processes['train'].stdout.readline() == 'up\n'
+  problems = launcher.stop(grace_s=2)
+  assert sorted(problems) == sorted([
+      f'collect_0 failed (see its log) (exit status 1); see {launcher.log_path("collect_0")}',
+      f'eval was ended by SIGTERM before it could handle it (exit status -15); see '
+      f'{launcher.log_path("eval")}',
+      f'train ignored SIGTERM and was killed (exit status -9); see '
+      f'{launcher.log_path("train")}'])
+  assert launcher.stop() is problems  # stopping again changes nothing
