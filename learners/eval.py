@@ -34,6 +34,7 @@ from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
 from tfrl import replay
+from tfrl import triggers
 
 config.define_common_flags()
 flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
@@ -104,7 +105,7 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
   replay.wait_for_server(address)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
-  evaluator = actors.Evaluator(experiment.make_eval_env(), agent.policy,
+  evaluator = actors.Evaluator(experiment.make_eval_env(), triggers.greedy(agent),
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
@@ -145,7 +146,7 @@ def _evaluate_when_due(experiment: Experiment, address: str,
     stop_event.wait(FLAGS.poll_interval_s)
     return None
   result = evaluator.run()
-  target, confirmation = experiment.target_return, float('nan')
+  target, confirmation, confirmation_seed = experiment.target_return, float('nan'), None
   if target is not None and result['AverageReturn'] >= target:
     # A candidate. Have the trainer hold still (see eval_barrier) and judge the policy
     # it holds, which is what it will export if confirmed: an evaluation, then a
@@ -159,13 +160,17 @@ def _evaluate_when_due(experiment: Experiment, address: str,
       result = evaluator.run()
     if result['AverageReturn'] >= target:
       confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
+      confirmation_seed = evaluator.last_seed
   reached = target is not None and confirmation >= target
   if not reached:
     barrier.release()
   env_steps = (replay.inserted_items(address, experiment.experience_table) *
                experiment.env_steps_per_item)
   row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
-         'confirmation': confirmation, 'reached_target': reached, 'time': time.time()}
+         'confirmation': confirmation, 'reached_target': reached, 'time': time.time(),
+         # Evaluator(make_eval_env(), policy, num_eval_episodes, seed=this) replays the
+         # confirmation's episodes (e.g. to check an exported policy).
+         'confirmation_seed': confirmation_seed}
   log.add(row)
   logging.info('eval | train step %d | env steps %d | return %.1f', step, env_steps,
                result['AverageReturn'])

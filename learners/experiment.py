@@ -12,10 +12,11 @@ Two data layouts cover the algorithms:
   `replay_fraction` of each batch from it.
 """
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
 
 import tfrl.envs
 from tfrl import learner as learner_lib
@@ -117,6 +118,10 @@ class Experiment:
     unknown = set(self.train_kwargs) - set(TRAIN_KWARGS)
     if unknown:
       raise ValueError(f'Unknown train_kwargs {sorted(unknown)}; known: {TRAIN_KWARGS}.')
+    if self.replay_table == 'prioritized' and self.is_sequence:
+      raise ValueError("replay_table='prioritized' needs a priority per row, which only "
+                       "the 'transition' layout's agents (DQN) report: use "
+                       "replay_table='uniform' with data_layout='sequence'.")
 
   # -- Shapes ---------------------------------------------------------------------
 
@@ -180,7 +185,12 @@ class Experiment:
     return max(-(-self.initial_collect_steps // self.num_envs), needed)
 
   def replay_rows(self, batch_size: int) -> int:
-    """Rows of a batch mixed in from CLEAR's replay table (0 unless 'sequence')."""
+    """Rows of a (global) batch mixed in from CLEAR's replay table (0 unless 'sequence').
+
+    Raises:
+      ValueError: a replay_fraction that rounds to no replayed rows or no fresh ones
+        (items hold envs_per_item unrolls each).
+    """
     if not self.is_sequence:
       return 0
     rows = int(round(batch_size * self.replay_fraction / self.envs_per_item))
@@ -190,7 +200,33 @@ class Experiment:
           f'replay_fraction={self.replay_fraction} of batch_size={batch_size} leaves no '
           f'fresh unrolls (items hold {self.envs_per_item} unrolls each): lower '
           'replay_fraction or raise batch_size.')
+    if self.replay_fraction and not rows:
+      raise ValueError(
+          f'replay_fraction={self.replay_fraction} of batch_size={batch_size} rounds to no '
+          f'replayed unrolls (items hold {self.envs_per_item} unrolls each): raise '
+          'replay_fraction or batch_size.')
     return rows
+
+  def rows_per_replica(self, num_replicas: int) -> Tuple[int, int]:
+    """(fresh, replayed) rows of each replica's share of a batch.
+
+    The split is made once, on the global batch, and each part must divide into whole
+    items per replica: rounding each replica's share instead would give CLEAR on 2
+    replicas no replayed rows at all (round(0.5) == 0) and twice the fresh ones.
+
+    Raises:
+      ValueError: a part that does not divide into whole items per replica.
+    """
+    replayed = self.replay_rows(self.batch_size)
+    fresh = self.batch_size - replayed
+    for name, rows in (('fresh', fresh), ('replayed', replayed)):
+      if rows % (num_replicas * self.rows_per_item):
+        raise ValueError(
+            f'The batch\'s {rows} {name} rows (batch_size={self.batch_size}, '
+            f'replay_fraction={self.replay_fraction}) do not split into whole items of '
+            f'{self.rows_per_item} rows over {num_replicas} replicas: make each part a '
+            f'multiple of {num_replicas * self.rows_per_item}.')
+    return fresh // num_replicas, replayed // num_replicas
 
   # -- Builders -------------------------------------------------------------------
 
@@ -284,9 +320,8 @@ class Experiment:
           info, replay_mask=tf.fill([rows], float(is_replay)))))
 
     def dataset_fn(context: tf.distribute.InputContext):
-      rows = context.get_per_replica_batch_size(self.batch_size)
-      replay_rows = self.replay_rows(rows)
-      parts = [tagged(self.experience_table, rows - replay_rows, False)]
+      fresh_rows, replay_rows = self.rows_per_replica(context.num_replicas_in_sync)
+      parts = [tagged(self.experience_table, fresh_rows, False)]
       if replay_rows:
         parts.append(tagged(REPLAY_TABLE, replay_rows, True))
       dataset = parts[0] if len(parts) == 1 else tf.data.Dataset.zip(tuple(parts)).map(
@@ -310,10 +345,19 @@ class Experiment:
       kwargs[name] = info[name]
     return kwargs, info
 
-  def after_train_step_fn(self, server_address: str) -> Optional[Callable]:
-    """Writes |TD error| back as priorities (prioritized replay), else None."""
+  def after_train_step_fn(self, server_address: str, agent) -> Optional[Callable]:
+    """Writes |TD error| back as priorities (prioritized replay), else None.
+
+    Raises:
+      ValueError: prioritized replay with an agent that reports no TD error per row
+        (tf-agents' SAC, for one).
+    """
     if self.replay_table != 'prioritized' or not self.uses_replay_table:
       return None
+    if not isinstance(agent, dqn_agent.DqnAgent):
+      raise ValueError(f"replay_table='prioritized' needs per-row TD errors, which "
+                       f'{type(agent).__name__} does not report: use a DQN agent or '
+                       "replay_table='uniform'.")
     updater = replay.PriorityUpdater(server_address, REPLAY_TABLE)
 
     def update_priorities(sample, loss_info):
@@ -332,7 +376,7 @@ class Experiment:
     return learner_lib.Learner(
         root_dir, train_step, agent,
         experience_dataset_fn=self.dataset_fn(server_address, agent, sample_timeout_ms),
-        after_train_strategy_step_fn=self.after_train_step_fn(server_address),
+        after_train_strategy_step_fn=self.after_train_step_fn(server_address, agent),
         checkpoint_interval=self.checkpoint_interval,
         max_checkpoints_to_keep=self.max_checkpoints_to_keep,
         summary_interval=self.summary_interval, use_kwargs_in_agent_train=True,

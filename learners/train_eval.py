@@ -74,8 +74,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
     collect_actor = actors.Actor(env, agent.collect_policy, [writer],
                                  policy_version=train_step,
                                  summary_dir=os.path.join(root_dir, 'collect'))
-    evaluator = actors.Evaluator(eval_env, agent.policy, exp.num_eval_episodes,
-                                 seed=exp.seed + 10_000)
+    evaluator = actors.Evaluator(eval_env, triggers.greedy(agent),
+                                 exp.num_eval_episodes, seed=exp.seed + 10_000)
     env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
     policy_trigger = triggers.PolicySavedModelTrigger(

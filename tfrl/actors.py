@@ -204,6 +204,7 @@ class Evaluator:
     self._num_episodes = num_episodes
     self._seed = seed
     self._calls = 0
+    self.last_seed = None
     self._max_steps = max_steps
     self._action_fn = CompiledActionFn(policy, env.num_envs)
     n = env.num_envs
@@ -220,6 +221,7 @@ class Evaluator:
     """
     seed = None if self._seed is None else self._seed + 1000 * self._calls
     self._calls += 1
+    self.last_seed = seed  # an Evaluator(seed=last_seed) replays these episodes
     time_step = self._env.reset(seed=seed)
     state = self._policy.get_initial_state(self._env.num_envs)
     n = self._env.num_envs

@@ -47,12 +47,19 @@ class IntervalTrigger:
     self._last = start
 
 
-def _policies(agent: tf_agent.TFAgent):
-  """(greedy, collect, raw) policies of an agent."""
+def greedy(agent: tf_agent.TFAgent) -> greedy_policy.GreedyPolicy:
+  """The agent's greedy policy: what the evaluators play and `greedy_policy` exports
+  (tf-agents' SAC `policy` samples; its greedy form takes the mode)."""
   raw = agent.policy
   if isinstance(raw, greedy_policy.GreedyPolicy):
     raw = raw.wrapped_policy
-  return greedy_policy.GreedyPolicy(raw), agent.collect_policy, raw
+  return greedy_policy.GreedyPolicy(raw)
+
+
+def _policies(agent: tf_agent.TFAgent):
+  """(greedy, collect, raw) policies of an agent."""
+  greedy_one = greedy(agent)
+  return greedy_one, agent.collect_policy, greedy_one.wrapped_policy
 
 
 class PolicySavedModelTrigger(IntervalTrigger):

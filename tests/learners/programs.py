@@ -144,13 +144,15 @@ def checkpoint_step(checkpoint_dir: str) -> int:
   return int(latest.rsplit('-', 1)[1]) if latest else -1
 
 
-def evaluate_export(path: str, num_episodes: int = 10, seed: int = 12_345) -> float:
-  """Average return of the exported greedy policy at `path` on the gin-bound Experiment's
-  eval env (call `learners.config.parse` first), loaded as a user would."""
+def evaluate_export(path: str, seed: int) -> float:
+  """Average return of the exported greedy policy at `path`, loaded as a user would, on
+  the episodes an evaluator of the gin-bound Experiment (call `learners.config.parse`
+  first) played from `seed`: an eval row's 'confirmation_seed' replays its confirmation."""
   from learners.experiment import Experiment  # pylint: disable=g-import-not-at-top
-  env = Experiment().make_eval_env()
+  experiment = Experiment()
+  env = experiment.make_eval_env()
   try:
-    return actors.Evaluator(env, export.load_policy(path), num_episodes,
+    return actors.Evaluator(env, export.load_policy(path), experiment.num_eval_episodes,
                             seed=seed).run()['AverageReturn']
   finally:
     env.close()

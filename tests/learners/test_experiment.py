@@ -4,7 +4,12 @@ The learning tests show each algorithm learns; these check the data each one tra
 CLEAR's fresh/replayed mix and its replay mask, prioritized replay's importance weights
 and priority write-back, APPO's policy versions, and the settings errors.
 """
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,7 +20,10 @@ from tf_agents.agents.dqn import dqn_agent
 from tfrl import actors
 from tfrl import replay
 from tfrl.agents import impala
+from tfrl.agents import sac
 from learners.experiment import Experiment, QUEUE_TABLE, REPLAY_TABLE
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def start(exp, reverb_server_factory):
@@ -56,6 +64,8 @@ def sizes(server):
     (dict(replay_table='rank'), 'replay_table must be one of'),
     (dict(train_kwargs=['behaviour_logits']), "Unknown train_kwargs ['behaviour_logits']"),
     (dict(replay_fraction=1.0), 'replay_fraction must be in [0, 1)'),
+    (dict(data_layout='sequence', replay_table='prioritized'),
+     "replay_table='prioritized' needs a priority per row"),
 ])
 def test_bad_settings_fail_at_construction_naming_the_setting(kwargs, message):
   with pytest.raises(ValueError, match=re.escape(message)):
@@ -170,7 +180,7 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 4)
   keys = sampled_keys(server)
-  after_step = exp.after_train_step_fn(server.address)
+  after_step = exp.after_train_step_fn(server.address, agent)
   # One row per key, negative errors: the priority is |TD error| (+ a floor of 1e-6).
   td_error = -np.arange(1, len(keys) + 1, dtype=np.float32)
   info = {'key': tf.constant(keys, tf.uint64)}
@@ -184,13 +194,76 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
     assert seen[key] == pytest.approx(abs(error) + 1e-6, rel=1e-6)
 
 
+def test_prioritized_replay_with_an_agent_without_td_errors_is_rejected():
+  exp = Experiment(env_name='Pendulum-v1', agent_fn=sac.create_sac_agent,
+                   replay_table='prioritized')
+  _, agent = exp.build_agent()
+  with pytest.raises(ValueError, match="needs per-row TD errors, which SacAgent does not"):
+    exp.after_train_step_fn('127.0.0.1:1', agent)
+
+
 def test_uniform_replay_weights_only_mask_boundary_rows(reverb_server_factory):
   exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000)
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 40)
-  assert exp.after_train_step_fn(server.address) is None
+  assert exp.after_train_step_fn(server.address, agent) is None
   dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
   for kwargs, _ in dataset.take(20):
     assert set(kwargs) == {'experience', 'weights'}
     np.testing.assert_array_equal(kwargs['weights'],
                                   replay.valid_mask(kwargs['experience']))
+
+
+_MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
+    import json
+    from tfrl import distribute
+    devices = distribute.split_cpu(2)
+    import tensorflow as tf
+    from learners import config
+    from learners.experiment import Experiment
+    from tfrl import actors, replay
+    config.parse(['clear_cartpole.gin'], ['Experiment.batch_size = 32'])
+    exp = Experiment()
+    strategy = tf.distribute.MirroredStrategy(devices)
+    _, agent = exp.build_agent()
+    server = replay.ReplayServer(exp.experience_tables(agent))
+    env = exp.make_env()
+    writer = exp.make_writer(server.client)
+    # Enough unrolls for both replicas' pipelines, which take queue items ahead.
+    actors.Actor(env, agent.collect_policy, [writer]).run(10 * exp.unroll_length + 1)
+    writer.flush()
+    dataset = strategy.distribute_datasets_from_function(
+        exp.dataset_fn(server.address, agent))
+    kwargs, _ = next(iter(dataset))
+    masks = [m.numpy().tolist() for m in
+             strategy.experimental_local_results(kwargs['replay_mask'])]
+    try:
+      Experiment(**dict(vars(exp), batch_size=16)).rows_per_replica(2)
+      error = None
+    except ValueError as e:
+      error = str(e)
+    print('RESULT ' + json.dumps({'masks': masks, 'error': error}))
+    server.stop()
+''')
+
+
+def test_clear_split_is_made_on_the_global_batch_under_two_replicas():
+  """The real dataset path under MirroredStrategy on 2 logical CPUs: each replica gets
+  its whole-item share of fresh and replayed unrolls (per-replica rounding gave CLEAR on
+  2 replicas no replayed rows at all), and a split that whole items cannot make fails."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
+  result = subprocess.run([sys.executable, '-c', _MIRRORED_CLEAR_SCRIPT], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-5000:]
+  out = json.loads(result.stdout.split('RESULT ', 1)[1])
+  # clear_cartpole.gin with batch 32: items of 8 unrolls, half of them replayed.
+  assert out['masks'] == [[0.0] * 8 + [1.0] * 8] * 2
+  assert out['error'] == (
+      "The batch's 8 fresh rows (batch_size=16, replay_fraction=0.5) do not split into "
+      'whole items of 8 rows over 2 replicas: make each part a multiple of 16.')
+
+
+def test_replay_fraction_that_rounds_to_no_replayed_rows_fails():
+  exp = Experiment(data_layout='sequence', num_envs=8, batch_size=8, replay_fraction=0.3)
+  with pytest.raises(ValueError, match='rounds to no replayed unrolls'):
+    exp.replay_rows(exp.batch_size)

@@ -69,5 +69,6 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   state = final_state(str(tmp_path))
   assert set(state.values()) == {last['train_step']}, (state, last)
   config.parse([gin_file])
-  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'))
+  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'),
+                           last['confirmation_seed'])  # the confirmation's episodes
   assert played >= threshold, (played, state, last)

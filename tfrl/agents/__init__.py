@@ -1,1 +1,2 @@
-"""Agent builders: DQN/SAC/PPO from tf-agents, tfrl's own IMPALA and APPO."""
+"""Agent builders: DQN and SAC (tf-agents agents), and tfrl's own actor-critics: PPO and
+IMPALA (with CLEAR and APPO as configurations of it)."""

@@ -280,8 +280,6 @@ class NStepTransitionWriter(BatchedWriter):
   for Reverb's per-item costs, at K - 1 steps of extra delay.
   """
 
-  LAYOUT = 'transition'
-
   def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
                n: int = 1, discount: float = 1.0, steps_per_item: int = 1, **kwargs):
     """Args:
@@ -391,8 +389,6 @@ class SequenceWriter(BatchedWriter):
   use length = T + 1 and stride = T (consecutive unrolls share one step).
   """
 
-  LAYOUT = 'sequence'
-
   def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
                length: int, stride: Optional[int] = None, **kwargs):
     """Args:
@@ -440,8 +436,6 @@ class EpisodeWriter(BatchedWriter):
   next_step_type FIRST and an ignored action, tf-agents' convention). An episode longer
   than `max_length` is written as consecutive items of `max_length` rows.
   """
-
-  LAYOUT = 'episode'
 
   def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
                max_length: int, **kwargs):
