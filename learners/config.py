@@ -35,6 +35,8 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
       `Experiment` settings it rejects.
   """
   files = [resolve_gin_file(f) for f in gin_files]
+  # Registers Experiment and the agent builders with gin (imports TensorFlow).
+  from learners import experiment  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   # `include 'dqn_cartpole.gin'` in a config means the bundled file. Searched first,
   # so gin does not log a "Path not found" error for the cwd-relative try.
@@ -48,7 +50,6 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
     # gin raises ValueError, KeyError, SyntaxError, ImportError or TypeError (from a
     # configurable's code): all of them are this configuration's fault.
     raise ConfigError(f'Bad gin configuration ({where}): {_one_line(e)}') from e
-  from learners import experiment  # pylint: disable=g-import-not-at-top (imports TF)
   try:
     experiment.Experiment()
   except (ValueError, TypeError) as e:

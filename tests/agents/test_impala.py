@@ -461,16 +461,19 @@ def test_clear_cloning_losses(specs):
   np.testing.assert_allclose(same.extra.policy_cloning_loss.numpy(), 0.0, atol=1e-6)
   np.testing.assert_allclose(same.extra.value_cloning_loss.numpy(), 0.0, atol=1e-6)
 
-  # Different stored logits/values: KL(mu || pi) and squared value error averaged over
-  # the valid steps of replayed rows.
+  # Different stored logits/values: KL(mu || pi) and squared value error summed over
+  # the valid steps of replayed rows and, like the V-trace terms, divided by the count
+  # of all valid steps (as CLEAR's learner normalizes every term alike).
   info = agent.loss(tensors(traj), replay_mask=mask)
   mu = log_softmax(traj.policy_info['logits'][:, :-1])
   pi = log_softmax(logits[:, :-1])
   kl = (np.exp(mu) * (mu - pi)).sum(-1)
   value_error = (values[:, :-1] - traj.policy_info['value'][:, :-1]) ** 2
-  replayed = (traj.step_type[:, :-1] != LAST) * np.array([1.0, 0.0, 1.0])[:, None]
-  expected_kl = (replayed * kl).sum() / replayed.sum()
-  expected_value = (replayed * value_error).sum() / replayed.sum()
+  valid = (traj.step_type[:, :-1] != LAST).astype(np.float64)
+  replayed = valid * np.array([1.0, 0.0, 1.0])[:, None]
+  assert replayed.sum() < valid.sum()  # the two normalizers differ
+  expected_kl = (replayed * kl).sum() / valid.sum()
+  expected_value = (replayed * value_error).sum() / valid.sum()
   np.testing.assert_allclose(info.extra.policy_cloning_loss.numpy(), expected_kl,
                              rtol=1e-4)
   np.testing.assert_allclose(info.extra.value_cloning_loss.numpy(), expected_value,
@@ -479,6 +482,24 @@ def test_clear_cloning_losses(specs):
   np.testing.assert_allclose(
       info.loss.numpy(), ref['total'] + 0.3 * expected_kl + 0.2 * expected_value,
       rtol=1e-4)
+
+
+def test_clear_cloning_scales_with_the_replayed_share(specs):
+  """Per replayed step, cloning weighs the same against the V-trace terms: replaying
+  one row of three gives a third of the cloning loss of replaying all three rows when
+  the rows are identical (the count is all valid steps, not the replayed ones)."""
+  agent = make_agent(specs, policy_cloning_cost=0.3, value_cloning_cost=0.2)
+  row = take_rows(make_unrolls(), [0])  # No boundary: every step is valid.
+  traj = tf.nest.map_structure(lambda x: np.concatenate([x] * 3), row)
+  one = agent.loss(tensors(traj), replay_mask=tf.constant([1.0, 0.0, 0.0]))
+  every = agent.loss(tensors(traj), replay_mask=tf.ones([3]))
+  for name in ('policy_cloning_loss', 'value_cloning_loss'):
+    value = float(getattr(every.extra, name))
+    assert value > 1e-3, name
+    np.testing.assert_allclose(float(getattr(one.extra, name)), value / 3, rtol=1e-5,
+                               err_msg=name)
+  # The V-trace terms do not depend on which rows are replayed.
+  np.testing.assert_allclose(loss_values(one)[1:4], loss_values(every)[1:4], rtol=1e-6)
 
 
 # -- Training -----------------------------------------------------------------------

@@ -283,10 +283,91 @@ def test_each_epoch_partitions_the_rows_into_minibatches(specs):
     assert sorted(first + second) == [0, 1, 2, 3]
 
 
-def test_single_minibatch_train_is_one_gradient_step(specs):
+def test_steps_shuffle_mixes_steps_of_different_unrolls(specs):
+  """shuffle='steps': each epoch partitions the (unroll, t) steps into minibatches that
+  mix unrolls; every step keeps the GAE of its whole unroll; the gradient step count
+  is the same as with rows."""
+  agent = make_agent(specs, num_epochs=3, num_minibatches=2, shuffle='steps')
+  traj = make_unrolls()
+  advantages, targets, valid = gae_reference(traj)  # on the whole unrolls
+  # Step identity: the observation's first feature (distinct per step).
+  features = traj.observation[:, :-1, 0]
+  assert len(np.unique(features)) == features.size
+  seen = []
+  minibatch_loss = agent._minibatch_loss
+
+  def spy(batch):
+    observation = batch['observation'].numpy()
+    assert observation.shape == (1, 2 * T, 4)  # 24 steps / 2: a [1, 12] "unroll"
+    steps = [tuple(int(i) for i in np.argwhere(features == x)[0])
+             for x in observation[0, :, 0]]
+    rows, times = (np.array(i) for i in zip(*steps))
+    # Everything else in the minibatch belongs to the same steps.
+    np.testing.assert_array_equal(batch['action'].numpy()[0], traj.action[rows, times])
+    np.testing.assert_array_equal(batch['valid'].numpy()[0], valid[rows, times])
+    np.testing.assert_allclose(batch['advantage'].numpy()[0], advantages[rows, times],
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch['value_target'].numpy()[0], targets[rows, times],
+                               rtol=1e-5, atol=1e-6)
+    seen.append(steps)
+    return minibatch_loss(batch)
+
+  agent._minibatch_loss = spy
+  agent.train(tensors(traj))
+  assert int(agent._optimizer.iterations.numpy()) == 3 * 2
+  assert len(seen) == 6
+  every_step = sorted((row, t) for row in range(4) for t in range(T))
+  for epoch in range(3):
+    assert sorted(seen[2 * epoch] + seen[2 * epoch + 1]) == every_step
+  for steps in seen:
+    assert len({row for row, _ in steps}) > 1  # steps of several unrolls
+  # Unrolls are split across minibatches (with rows, each holds 0 or T of a row's steps).
+  per_row = [sum(1 for r, _ in steps if r == row) for steps in seen for row in range(4)]
+  assert any(count not in (0, T) for count in per_row)
+
+
+def test_num_minibatches_must_divide_the_rows(specs):
+  traj = tensors(make_unrolls())  # 4 rows of T = 6 steps
+  agent = make_agent(specs, num_minibatches=3)
+  with pytest.raises(ValueError, match=r'num_minibatches=3 must divide .*rows.*got 4'):
+    agent.train(traj)
+  assert int(agent._optimizer.iterations.numpy()) == 0
+  # With shuffle='steps' the unit is a step: 3 divides 24 steps, 5 does not.
+  agent = make_agent(specs, num_epochs=1, num_minibatches=3, shuffle='steps')
+  agent.train(traj)
+  assert int(agent._optimizer.iterations.numpy()) == 3
+  agent = make_agent(specs, num_minibatches=5, shuffle='steps')
+  with pytest.raises(ValueError, match=r'num_minibatches=5 must divide .*steps.*got 24'):
+    agent.train(traj)
+
+
+def test_num_minibatches_checked_when_rows_are_unknown_when_traced(specs):
+  agent = make_agent(specs, num_minibatches=3)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None])])
+  def checked_rows(valid):
+    return agent._checked_rows(valid)
+
+  assert int(checked_rows(tf.zeros([T, 6]))) == 6
+  with pytest.raises(tf.errors.InvalidArgumentError, match='num_minibatches=3'):
+    checked_rows(tf.zeros([T, 4]))
+
+
+def test_constructor_checks_its_arguments(specs):
+  with pytest.raises(ValueError, match='num_minibatches'):
+    make_agent(specs, num_minibatches=0)
+  with pytest.raises(ValueError, match='num_epochs'):
+    make_agent(specs, num_epochs=0)
+  with pytest.raises(ValueError, match='shuffle'):
+    make_agent(specs, shuffle='episodes')
+
+
+@pytest.mark.parametrize('shuffle', ['rows', 'steps'])
+def test_single_minibatch_train_is_one_gradient_step(specs, shuffle):
   learning_rate = 0.1
   agent = make_agent(specs, optimizer=tf.keras.optimizers.SGD(learning_rate),
-                     num_epochs=1, num_minibatches=1, gradient_clipping=None)
+                     num_epochs=1, num_minibatches=1, gradient_clipping=None,
+                     shuffle=shuffle)
   traj = make_unrolls()
   variables = agent._network.trainable_variables
   with tf.GradientTape() as tape:
@@ -300,11 +381,13 @@ def test_single_minibatch_train_is_one_gradient_step(specs):
                                atol=1e-7)
 
 
-def test_trains_under_learner(specs, tmp_path):
+@pytest.mark.parametrize('shuffle', ['rows', 'steps'])
+def test_trains_under_learner(specs, tmp_path, shuffle):
   time_step_spec, action_spec = specs
   train_step = learner_lib.new_train_step()
   agent = ppo.create_ppo_agent(time_step_spec, action_spec, train_step,
-                               fc_layer_params=HIDDEN, num_epochs=2, num_minibatches=2)
+                               fc_layer_params=HIDDEN, num_epochs=2, num_minibatches=2,
+                               shuffle=shuffle)
   traj = tensors(make_unrolls())
   before = [v.numpy() for v in agent._network.trainable_variables]
   learner = learner_lib.Learner(

@@ -29,6 +29,8 @@ from tf_agents.trajectories import time_step as ts
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.losses import cloning
+from tfrl.losses import policy_gradient
+from tfrl.losses import reductions
 from tfrl.losses import vtrace
 from tfrl.networks import actor_critic
 
@@ -92,8 +94,9 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       ppo_clip_ratio: epsilon of the clipped surrogate.
       normalize_advantages: standardize the policy-gradient advantages per batch.
       max_policy_lag: drop rows whose train_step - policy_version exceeds this.
-      policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights (applied to
-        replayed rows only).
+      policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights. The
+        cloning losses sum over the valid steps of replayed rows and, like every other
+        term, divide by the count of all valid steps (fresh and replayed).
       name: agent name.
 
     Raises:
@@ -169,8 +172,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     behaviour_logits = time_major.policy_info[actor_critic_policy.LOGITS][:-1]
     target_logits = logits[:-1]
     actions = time_major.action[:-1]
-    target_log_probs = vtrace.action_log_probs(target_logits, actions)
-    behaviour_log_probs = vtrace.action_log_probs(behaviour_logits, actions)
+    target_log_probs = policy_gradient.categorical_log_prob(target_logits, actions)
+    behaviour_log_probs = policy_gradient.categorical_log_prob(behaviour_logits, actions)
     # Boundary steps: rho = c = 0, so their V-trace target is V itself.
     log_rhos = tf.where(valid > 0, target_log_probs - behaviour_log_probs, -1e9)
     returns = vtrace.from_importance_weights(
@@ -178,32 +181,40 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         self._clip_rho_threshold, self._clip_pg_rho_threshold, self._lambda)
     advantages = returns.pg_advantages
     if self._normalize_advantages:
-      mean, variance = actor_critic_agent.global_weighted_moments(advantages, valid)
-      advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
+      # Moments over every replica's steps: each shard is scaled as the whole batch.
+      advantages = policy_gradient.normalize_advantages(
+          advantages, valid, actor_critic_agent.global_weighted_moments)
     policy_weight = valid
     if self._positive_advantages_only:
       policy_weight *= tf.cast(advantages > 0, tf.float32)
+    # Every term is averaged over all valid steps (of all replicas), whatever subset
+    # of them it sums over: the weights of the terms do not depend on the mix.
     count = actor_critic_agent.global_count(tf.reduce_sum(valid))
     if self._policy_loss == 'ppo':
       ratio = tf.exp(target_log_probs - behaviour_log_probs)
-      clipped = tf.clip_by_value(ratio, 1 - self._ppo_clip_ratio, 1 + self._ppo_clip_ratio)
-      surrogate = tf.minimum(ratio * advantages, clipped * advantages)
-      policy_loss = -tf.reduce_sum(policy_weight * surrogate) / count
+      policy_loss = policy_gradient.clipped_surrogate_loss(
+          ratio, advantages, policy_weight, self._ppo_clip_ratio, count)
     else:
-      policy_loss = -tf.reduce_sum(policy_weight * target_log_probs * advantages) / count
-    baseline_loss = 0.5 * tf.reduce_sum(valid * tf.square(returns.vs - values[:-1])) / count
-    entropy = -tf.reduce_sum(tf.nn.softmax(target_logits) *
-                             tf.nn.log_softmax(target_logits), axis=-1)
-    entropy_loss = -tf.reduce_sum(valid * entropy) / count
+      policy_loss = policy_gradient.policy_gradient_loss(
+          target_log_probs, advantages, policy_weight, count)
+    baseline_loss = 0.5 * reductions.masked_mean(
+        tf.square(returns.vs - values[:-1]), valid, count)
+    entropy_loss = -reductions.masked_mean(
+        policy_gradient.categorical_entropy(target_logits), valid, count)
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
-      replay_count = actor_critic_agent.global_count(tf.reduce_sum(replayed))
-      policy_cloning_loss = tf.reduce_sum(replayed * cloning.policy_cloning_loss(
-          behaviour_logits, target_logits)) / replay_count
-      value_cloning_loss = tf.reduce_sum(replayed * cloning.value_cloning_loss(
-          values[:-1], time_major.policy_info[actor_critic_policy.VALUE][:-1])
-                                         ) / replay_count
+      # Summed over the replayed steps and divided by the count of all valid steps,
+      # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
+      # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
+      # grows with the replayed share of the batch. (Dividing by the replayed count
+      # made the costs act 1 / replay_fraction times larger.)
+      policy_cloning_loss = reductions.masked_mean(
+          cloning.policy_cloning_loss(behaviour_logits, target_logits), replayed, count)
+      value_cloning_loss = reductions.masked_mean(
+          cloning.value_cloning_loss(
+              values[:-1], time_major.policy_info[actor_critic_policy.VALUE][:-1]),
+          replayed, count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._entropy_cost * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +

@@ -10,8 +10,10 @@ batch), and it expects its own policy-info layout and trajectory handling; this 
 reuses tfrl's tested GAE (`tfrl.losses.returns`) and the on-policy data path.
 
 One `train` call = `num_epochs` passes over the batch, each in `num_minibatches`
-shuffled minibatches of rows: num_epochs * num_minibatches gradient steps. The train
-step counter advances by one per call.
+shuffled minibatches: num_epochs * num_minibatches gradient steps. The train step
+counter advances by one per call. GAE always runs on whole unrolls first; what is then
+shuffled is `shuffle`'s unit: 'rows' (whole unrolls per minibatch, the default) or
+'steps' (single (unroll, t) steps drawn from all unrolls, as Stable-Baselines3 does).
 """
 import collections
 from typing import Optional, Sequence
@@ -23,12 +25,24 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
+from tfrl.losses import policy_gradient
+from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
-from tfrl.losses import vtrace
 from tfrl.networks import actor_critic
 
 PpoLossInfo = collections.namedtuple(
     'PpoLossInfo', ['policy_loss', 'value_loss', 'entropy', 'approx_kl', 'clip_fraction'])
+
+SHUFFLE = ('rows', 'steps')
+
+
+def _steps_as_rows(x):
+  """[T, B, ...] -> [1, T * B, ...]: every step becomes a row of its own."""
+  trailing = x.shape[2:]
+  if trailing.is_fully_defined():
+    # Static trailing dims keep the network's input shape known when traced.
+    return tf.reshape(x, [1, -1] + trailing.as_list())
+  return tf.reshape(x, tf.concat([[1, -1], tf.shape(x)[2:]], 0))
 
 
 @gin.configurable
@@ -41,7 +55,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
                value_clip: Optional[float] = 0.2, value_cost: float = 0.5,
                entropy_cost: float = 0.0, num_epochs: int = 4,
                num_minibatches: int = 1, normalize_advantages: bool = True,
-               gradient_clipping: Optional[float] = 0.5, name: str = 'PpoAgent'):
+               gradient_clipping: Optional[float] = 0.5, shuffle: str = 'rows',
+               name: str = 'PpoAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
       network: an `ActorCriticNetwork`.
@@ -52,12 +67,24 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       clip_ratio: epsilon of the clipped surrogate.
       value_clip: clip the new value to old value +- this in the value loss (None: off).
       value_cost, entropy_cost: loss weights.
-      num_epochs, num_minibatches: passes over the batch, and minibatches per pass
-        (must divide the batch's rows).
+      num_epochs, num_minibatches: passes over the batch, and minibatches per pass.
+        num_minibatches must divide the batch's rows (its unrolls, per replica under
+        a strategy) with shuffle='rows', its steps (rows x unroll length) with
+        shuffle='steps'; the first `train` call checks.
       normalize_advantages: standardize advantages per minibatch.
       gradient_clipping: global gradient norm clip (None: off).
+      shuffle: what a minibatch is made of. 'rows': whole unrolls. 'steps': single
+        steps of any unrolls (GAE is computed on the whole unrolls before).
       name: agent name.
+
+    Raises:
+      ValueError: num_epochs or num_minibatches below 1, or an unknown shuffle.
     """
+    if num_epochs < 1 or num_minibatches < 1:
+      raise ValueError(f'num_epochs and num_minibatches must be at least 1, got '
+                       f'num_epochs={num_epochs}, num_minibatches={num_minibatches}.')
+    if shuffle not in SHUFFLE:
+      raise ValueError(f'shuffle must be one of {SHUFFLE}, got {shuffle!r}.')
     self._gamma = gamma
     self._lambda = lambda_
     self._clip_ratio = clip_ratio
@@ -68,6 +95,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     self._num_minibatches = num_minibatches
     self._normalize_advantages = normalize_advantages
     self._gradient_clipping = gradient_clipping
+    self._shuffle = shuffle
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name)
 
@@ -82,7 +110,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     advantages, value_targets = returns_lib.generalized_advantage_estimation(
         data.reward[:-1], discounts, old_values[:-1], old_values[-1], self._lambda, valid)
     return {'observation': data.observation[:-1], 'action': actions, 'valid': valid,
-            'old_log_prob': vtrace.action_log_probs(old_logits, actions),
+            'old_log_prob': policy_gradient.categorical_log_prob(old_logits, actions),
             'old_value': old_values[:-1], 'advantage': advantages,
             'value_target': value_targets}
 
@@ -97,32 +125,38 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     count = actor_critic_agent.global_count(tf.reduce_sum(valid))
     advantages = batch['advantage']
     if self._normalize_advantages:
-      mean, variance = actor_critic_agent.global_weighted_moments(advantages, valid)
-      advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
-    log_prob = vtrace.action_log_probs(logits, batch['action'])
+      # Moments over every replica's minibatch: each shard is scaled as the whole one.
+      advantages = policy_gradient.normalize_advantages(
+          advantages, valid, actor_critic_agent.global_weighted_moments)
+    log_prob = policy_gradient.categorical_log_prob(logits, batch['action'])
     log_ratio = log_prob - batch['old_log_prob']
     ratio = tf.exp(log_ratio)
-    clipped = tf.clip_by_value(ratio, 1 - self._clip_ratio, 1 + self._clip_ratio)
-    surrogate = tf.minimum(ratio * advantages, clipped * advantages)
-    policy_loss = -tf.reduce_sum(valid * surrogate) / count
+    policy_loss = policy_gradient.clipped_surrogate_loss(
+        ratio, advantages, valid, self._clip_ratio, count)
     value_error = tf.square(values - batch['value_target'])
     if self._value_clip is not None:
       clipped_values = batch['old_value'] + tf.clip_by_value(
           values - batch['old_value'], -self._value_clip, self._value_clip)
       value_error = tf.maximum(value_error, tf.square(clipped_values - batch['value_target']))
-    value_loss = 0.5 * tf.reduce_sum(valid * value_error) / count
-    entropy = tf.reduce_sum(valid * -tf.reduce_sum(
-        tf.nn.softmax(logits) * tf.nn.log_softmax(logits), -1)) / count
+    value_loss = 0.5 * reductions.masked_mean(value_error, valid, count)
+    entropy = reductions.masked_mean(policy_gradient.categorical_entropy(logits), valid,
+                                     count)
     total = policy_loss + self._value_cost * value_loss - self._entropy_cost * entropy
-    approx_kl = tf.reduce_sum(valid * ((ratio - 1) - log_ratio)) / count
-    clip_fraction = tf.reduce_sum(
-        valid * tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32)) / count
+    # Diagnostics: KL(old || new) by the low-variance estimator (r - 1) - log r, and
+    # the share of steps whose ratio is outside the clip range.
+    approx_kl = reductions.masked_mean((ratio - 1) - log_ratio, valid, count)
+    clip_fraction = reductions.masked_mean(
+        tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32), valid, count)
     return total, PpoLossInfo(policy_loss, value_loss, entropy, approx_kl, clip_fraction)
 
   def _train(self, experience, weights=None):
     del weights
     data = self._prepare(experience)
-    rows = tf.shape(data['valid'])[1]
+    if self._shuffle == 'steps':
+      # GAE has run on the whole unrolls: from here on a step needs nothing of its
+      # neighbours, so every step becomes a row (a length-1 unroll) to shuffle.
+      data = tf.nest.map_structure(_steps_as_rows, data)
+    rows = self._checked_rows(data['valid'])
     minibatch = rows // self._num_minibatches
     # One shuffled row order per epoch, drawn up front.
     orders = tf.argsort(tf.random.uniform([self._num_epochs, rows]), axis=1)
@@ -153,6 +187,40 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     actor_critic_agent.write_summaries('losses', PpoLossInfo._fields, loss_info.extra,
                                        self.train_step_counter)
     return loss_info
+
+  def _checked_rows(self, valid):
+    """The rows of [T', rows] `valid`, checked to split into num_minibatches.
+
+    Args:
+      valid: the prepared batch's [T, B] mask ([1, T * B] with shuffle='steps').
+
+    Returns:
+      The number of rows: a Python int when known while tracing, else a tensor that
+      asserts the division when run.
+
+    Raises:
+      ValueError: the rows are known and num_minibatches does not divide them (a
+        silent remainder would leave rows out of every epoch).
+    """
+    if self._shuffle == 'rows':
+      unit = 'rows (unrolls; per replica under a strategy)'
+    else:
+      unit = 'steps (rows x unroll length; per replica under a strategy)'
+    rows = valid.shape[1]
+    if rows is not None:
+      if rows % self._num_minibatches:
+        raise ValueError(
+            f'PpoAgent: num_minibatches={self._num_minibatches} must divide the '
+            f'batch\'s {unit}, got {rows}. Choose a num_minibatches that divides '
+            f'{rows}, or change the batch size.')
+      return rows
+    rows = tf.shape(valid)[1]
+    check = tf.debugging.assert_equal(
+        rows % self._num_minibatches, 0,
+        message=f'PpoAgent: num_minibatches={self._num_minibatches} must divide the '
+                f'batch\'s {unit}')
+    with tf.control_dependencies([check]):
+      return tf.identity(rows)
 
   def _loss(self, experience, weights=None, training=False):
     del weights, training

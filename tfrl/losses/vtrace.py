@@ -15,6 +15,8 @@ import collections
 
 import tensorflow as tf
 
+from tfrl.losses import policy_gradient
+
 VTraceReturns = collections.namedtuple('VTraceReturns', ['vs', 'pg_advantages'])
 VTraceFromLogitsReturns = collections.namedtuple(
     'VTraceFromLogitsReturns',
@@ -72,12 +74,6 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
                          pg_advantages=tf.stop_gradient(pg_advantages))
 
 
-def action_log_probs(logits, actions):
-  """log softmax(logits)[action], for [T, B, A] logits and [T, B] int actions."""
-  return -tf.nn.sparse_softmax_cross_entropy_with_logits(
-      logits=logits, labels=tf.cast(actions, tf.int32))
-
-
 def from_logits(behaviour_policy_logits, target_policy_logits, actions, discounts,
                 rewards, values, bootstrap_value, clip_rho_threshold=1.0,
                 clip_pg_rho_threshold=1.0, lambda_=1.0, name='vtrace_from_logits'):
@@ -96,8 +92,9 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
     log-probabilities (the target's keeps its gradient, for the policy loss).
   """
   with tf.name_scope(name):
-    target_log_probs = action_log_probs(target_policy_logits, actions)
-    behaviour_log_probs = action_log_probs(behaviour_policy_logits, actions)
+    target_log_probs = policy_gradient.categorical_log_prob(target_policy_logits, actions)
+    behaviour_log_probs = policy_gradient.categorical_log_prob(behaviour_policy_logits,
+                                                               actions)
     log_rhos = target_log_probs - behaviour_log_probs
     returns = from_importance_weights(
         log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold,

@@ -1,0 +1,168 @@
+"""Policy-gradient loss primitives: log-probs, entropy, surrogates, advantage scaling.
+
+Pure functions over time-major tensors (`[T, B]` per step, `[T, B, A]` logits), named
+by what they index: `logits_t`, `a_t`, `adv_t`, `ratio_t`, `mask_t`. Functions that
+reduce take the mask (and optionally the count to divide by, see
+`reductions.masked_mean`) explicitly; static shape mismatches raise ValueError at
+entry, naming the arguments, rather than broadcasting into a wrong loss.
+
+The distribution-specific functions are per family (`categorical_*`); the losses take
+log-probabilities or probability ratios, so another family (a Gaussian for continuous
+actions) only adds its own `*_log_prob` and `*_entropy` beside them.
+"""
+from typing import Callable, Optional, Tuple
+
+import tensorflow as tf
+
+from tfrl.losses import reductions
+
+# (x, weights) -> (mean, variance) of x weighted by weights, as tf.nn.weighted_moments.
+MomentsFn = Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
+
+
+def _check_logits_and_actions(logits_t: tf.Tensor, a_t: tf.Tensor) -> None:
+  """Raises ValueError unless logits_t is a_t's shape plus one trailing action axis."""
+  if logits_t.shape.rank is None or a_t.shape.rank is None:
+    return
+  if (logits_t.shape.rank != a_t.shape.rank + 1 or
+      not logits_t.shape[:-1].is_compatible_with(a_t.shape)):
+    raise ValueError(f'logits_t must have the shape of a_t plus an action axis, got '
+                     f'logits_t: {logits_t.shape} and a_t: {a_t.shape}.')
+
+
+def categorical_log_prob(logits_t: tf.Tensor, a_t: tf.Tensor) -> tf.Tensor:
+  """log softmax(logits_t)[a_t]: the log-probability of the taken actions.
+
+  Args:
+    logits_t: [..., A] unnormalized log-probabilities, e.g. [T, B, A].
+    a_t: [...] integer actions in [0, A), e.g. [T, B].
+
+  Returns:
+    [...] log-probabilities, with gradients to logits_t.
+
+  Raises:
+    ValueError: logits_t's shape is not a_t's plus one trailing axis.
+  """
+  logits_t = tf.convert_to_tensor(logits_t)
+  a_t = tf.convert_to_tensor(a_t)
+  _check_logits_and_actions(logits_t, a_t)
+  # The cross entropy against the action as a label is -log pi(a), computed stably.
+  return -tf.nn.sparse_softmax_cross_entropy_with_logits(
+      logits=logits_t, labels=tf.cast(a_t, tf.int32))
+
+
+def categorical_entropy(logits_t: tf.Tensor) -> tf.Tensor:
+  """-sum_a pi(a) log pi(a) per step, for pi = softmax(logits_t).
+
+  Args:
+    logits_t: [..., A] unnormalized log-probabilities.
+
+  Returns:
+    [...] entropies, with gradients to logits_t.
+  """
+  logits_t = tf.convert_to_tensor(logits_t)
+  return -tf.reduce_sum(tf.nn.softmax(logits_t) * tf.nn.log_softmax(logits_t), axis=-1)
+
+
+def policy_gradient_loss(logp_t: tf.Tensor, adv_t: tf.Tensor, mask_t: tf.Tensor,
+                         count: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """The REINFORCE-style loss -mean(log pi(a_t) * A_t) over the masked steps.
+
+  Args:
+    logp_t: [T, B] log-probabilities of the taken actions (with gradients).
+    adv_t: [T, B] advantages; treated as constants (no gradient flows into them).
+    mask_t: [T, B] step weights (0 drops a step).
+    count: the normalizer (see `reductions.masked_mean`; None: the mask's sum).
+
+  Returns:
+    A scalar loss.
+
+  Raises:
+    ValueError: logp_t, adv_t and mask_t have incompatible static shapes.
+  """
+  logp_t = tf.convert_to_tensor(logp_t)
+  adv_t = tf.convert_to_tensor(adv_t)
+  reductions.check_same_shape('logp_t', logp_t, 'adv_t', adv_t)
+  # The advantage weights the score function; its own gradient is no policy gradient.
+  return -reductions.masked_mean(logp_t * tf.stop_gradient(adv_t), mask_t, count)
+
+
+def clipped_surrogate(ratio_t: tf.Tensor, adv_t: tf.Tensor,
+                      epsilon: float) -> tf.Tensor:
+  """PPO's clipped surrogate objective per step (to be maximized).
+
+  min(r_t A_t, clip(r_t, 1 - epsilon, 1 + epsilon) A_t) (Schulman et al. 2017,
+  arXiv:1707.06347, eq. 7): past the clip in the direction the advantage favours, the
+  objective is flat, so the step gets no gradient.
+
+  Args:
+    ratio_t: [T, B] probability ratios pi(a_t) / pi_old(a_t) (with gradients).
+    adv_t: [T, B] advantages; treated as constants.
+    epsilon: the clip range.
+
+  Returns:
+    [T, B] the per-step objective.
+
+  Raises:
+    ValueError: ratio_t and adv_t have incompatible static shapes.
+  """
+  ratio_t = tf.convert_to_tensor(ratio_t)
+  adv_t = tf.stop_gradient(tf.convert_to_tensor(adv_t))
+  reductions.check_same_shape('ratio_t', ratio_t, 'adv_t', adv_t)
+  clipped_ratio_t = tf.clip_by_value(ratio_t, 1.0 - epsilon, 1.0 + epsilon)
+  return tf.minimum(ratio_t * adv_t, clipped_ratio_t * adv_t)
+
+
+def clipped_surrogate_loss(ratio_t: tf.Tensor, adv_t: tf.Tensor, mask_t: tf.Tensor,
+                           epsilon: float,
+                           count: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """-mean(clipped_surrogate) over the masked steps: PPO's policy loss.
+
+  Args:
+    ratio_t: [T, B] probability ratios pi(a_t) / pi_old(a_t).
+    adv_t: [T, B] advantages (constants).
+    mask_t: [T, B] step weights.
+    epsilon: the clip range.
+    count: the normalizer (see `reductions.masked_mean`; None: the mask's sum).
+
+  Returns:
+    A scalar loss.
+
+  Raises:
+    ValueError: ratio_t, adv_t and mask_t have incompatible static shapes.
+  """
+  return -reductions.masked_mean(clipped_surrogate(ratio_t, adv_t, epsilon), mask_t,
+                                 count)
+
+
+def _local_moments(x: tf.Tensor, weights: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  return tf.nn.weighted_moments(x, list(range(x.shape.rank)), weights)
+
+
+def normalize_advantages(adv_t: tf.Tensor, mask_t: tf.Tensor,
+                         moments_fn: Optional[MomentsFn] = None,
+                         epsilon: float = 1e-8) -> tf.Tensor:
+  """(A - mean) / (std + epsilon), with the moments taken over the masked steps.
+
+  Args:
+    adv_t: [T, B] advantages.
+    mask_t: [T, B] weights of the steps in the moments (0: a step that is no
+      experience). Every step is shifted and scaled, masked ones too: the losses
+      drop them through the same mask.
+    moments_fn: (x, weights) -> (mean, variance). None: the weighted moments of this
+      tensor alone. Under tf.distribute pass moments over all replicas
+      (`actor_critic_agent.global_weighted_moments`), so that each replica scales its
+      shard as the whole batch would be scaled.
+    epsilon: added to the standard deviation (a constant batch stays finite).
+
+  Returns:
+    [T, B] normalized advantages.
+
+  Raises:
+    ValueError: adv_t and mask_t have incompatible static shapes.
+  """
+  adv_t = tf.convert_to_tensor(adv_t)
+  mask_t = tf.cast(mask_t, adv_t.dtype)
+  reductions.check_same_shape('adv_t', adv_t, 'mask_t', mask_t)
+  mean, variance = (moments_fn or _local_moments)(adv_t, mask_t)
+  return (adv_t - mean) / (tf.sqrt(variance) + epsilon)
