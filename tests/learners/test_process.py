@@ -1,5 +1,4 @@
 """learners/process: a program that cannot stop in time says so with its exit status."""
-import os
 import signal
 import subprocess
 import sys
