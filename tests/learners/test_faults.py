@@ -153,33 +153,36 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   root = programs.root_dir
   port = portpicker.pick_unused_port()
   server_flags = ('--checkpoint_interval_s=1',)
-  # dqn_cartpole.gin learning slower (it solves in ~5 s of training otherwise), so the
-  # fault lands early in the job.
-  bindings = ['create_dqn_agent.learning_rate = 2e-4',
-              'Experiment.checkpoint_interval = 1000']
+  bindings = ['Experiment.checkpoint_interval = 1000',
+              'Experiment.num_train_steps = 500000']
   address = programs.start_server('reverb_server', port, bindings, *server_flags)
   common = _common(root, address, bindings)
-  programs.start('train', 'train', *common, '--server_lost_after_s=5',
+  programs.start('train', 'train', *common, '--server_lost_after_s=3',
                  '--log_interval_s=1')
   for task in (0, 1):
     programs.start(f'collect_{task}', 'collect', *common, f'--task_id={task}',
                    '--num_collectors=2', '--write_timeout_s=10')
-  programs.start('eval', 'eval', *common)
-  everyone = ['reverb_server', 'train', 'collect_0', 'collect_1', 'eval']
+  # The evaluator, which ends the job at its target, starts after the fault: DQN can
+  # solve CartPole in 3 s of training, before the fault would land.
+  everyone = ['reverb_server', 'train', 'collect_0', 'collect_1']
   wait_until(lambda: _last_logged_step(programs.log('train')) > 0, 300,
              'the first train steps', programs, everyone, poll_s=0.1)
   size = replay.wait_for_server(address, timeout_s=10)['replay'].current_size
-  checkpoints = len(_reverb_checkpoints(root))
-  wait_until(lambda: len(_reverb_checkpoints(root)) > checkpoints, 60,
+  latest = _reverb_checkpoints(root)[-1:]  # (Reverb keeps only its newest few)
+  wait_until(lambda: _reverb_checkpoints(root)[-1:] not in ([], latest), 60,
              'the next Reverb checkpoint', programs, everyone, poll_s=0.1)
   programs.processes['reverb_server'].kill()
   assert programs.wait('reverb_server', timeout_s=30) == -signal.SIGKILL
-  time.sleep(3)
+  # Out long enough for everyone to notice: the collectors' 10 s write timeout, the
+  # trainer's 3 s (probed every 5 s, each probe up to 5 s).
+  time.sleep(15)
 
   programs.start_server('reverb_server_2', port, bindings, *server_flags)
   restored = replay.wait_for_server(address, timeout_s=10)['replay'].current_size
   assert restored >= size > 0, (restored, size)
   everyone[0] = 'reverb_server_2'
+  programs.start('eval', 'eval', *common)
+  everyone.append('eval')
   for task in (0, 1):
     wait_until(lambda t=task: 'is back; collecting again' in programs.log(f'collect_{t}'),
                180, f'collector {task} to reconnect', programs, everyone)
