@@ -38,26 +38,18 @@ Run (from the repository root):
 
 Results are recorded in benchmarks/RESULTS.md.
 """
-from importlib import metadata
-import os
-import sys
 import time
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# Run as a script from the repository root: make `tfrl` importable without installing.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+# First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
+import common  # pylint: disable=g-bad-import-order
+from absl import app
 from absl import flags
 from absl import logging
 import gymnasium
 import numpy as np
 import reverb
-import tensorflow as tf
-from tf_agents.agents.dqn import dqn_agent
 from tf_agents.specs import tensor_spec
 
-import common  # benchmarks/common.py
 import tfrl.actors
 import tfrl.envs
 import tfrl.replay
@@ -75,10 +67,6 @@ flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 flags.DEFINE_integer('replay_capacity', 100_000,
                      'Table capacity in transitions (tfrl items hold num_envs each).')
 flags.DEFINE_integer('seed', 0, 'Environment seed.')
-
-
-def make_dqn_agent(time_step_spec, action_spec) -> dqn_agent.DqnAgent:
-  return common.make_dqn_agent(time_step_spec, action_spec, FLAGS.seed)
 
 
 class Result:
@@ -100,7 +88,7 @@ class Result:
 def bench_tfrl(seconds: float, num_envs: int, write: bool) -> Result:
   """tfrl's batched Actor, with or without the 2-step transition writer."""
   env = tfrl.envs.make(ENV_ID, num_envs=num_envs, seed=FLAGS.seed)
-  agent = make_dqn_agent(env.time_step_spec(), env.action_spec())
+  agent = common.make_dqn_agent(env.time_step_spec(), env.action_spec(), FLAGS.seed)
   server, writers = None, []
   if write:
     signature = tfrl.replay.NStepTransitionWriter.item_signature(
@@ -148,8 +136,8 @@ def bench_tf_agents(seconds: float) -> Result:
 
   env = suite_gym.load(ENV_ID)
   env.seed(FLAGS.seed)
-  agent = make_dqn_agent(tensor_spec.from_spec(env.time_step_spec()),
-                         tensor_spec.from_spec(env.action_spec()))
+  agent = common.make_dqn_agent(tensor_spec.from_spec(env.time_step_spec()),
+                                tensor_spec.from_spec(env.action_spec()), FLAGS.seed)
   signature = tensor_spec.add_outer_dims_nest(
       tensor_spec.from_spec(agent.collect_data_spec), (2,))
   table = reverb.Table(
@@ -221,27 +209,20 @@ def bench_raw(seconds: float, num_envs: int) -> Result:
 def _ratio_line(label, num, den, target):
   """'label  ratio  target  PASS|MISS', judged on env steps/s (all steps/s in brackets)."""
   if num is None or den is None:
-    return f'{label:<28} n/a (path not run)'
+    return common.target_line(label, None, target, '', 28, 28)
   ratio, all_ratio = num.rate / den.rate, num.all_rate / den.all_rate
-  verdict = 'PASS' if ratio >= target else 'MISS'
-  if target >= 1:
-    shown, target_text = f'{ratio:.1f}x (all steps {all_ratio:.1f}x)', f'{target:g}x'
-  else:
-    shown, target_text = f'{ratio:.1%} (all steps {all_ratio:.1%})', f'{target:.0%}'
-  return f'{label:<28} {shown:<28} target >= {target_text:<4} {verdict}'
+  shown = (f'{common.format_ratio(ratio, target)} '
+           f'(all steps {common.format_ratio(all_ratio, target)})')
+  return common.target_line(label, ratio, target, shown, 28, 28)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  unknown = [p for p in FLAGS.paths if p not in ALL_PATHS]
-  if unknown:
-    raise app.UsageError(f'Unknown --paths {unknown}; choose from {ALL_PATHS}.')
+  common.check_choices('paths', FLAGS.paths, ALL_PATHS)
   print(f'Collection throughput on {ENV_ID}: num_envs={FLAGS.num_envs} (tf-agents: 1), '
-        f'{FLAGS.seconds:g} s per path, {os.cpu_count()} CPUs, '
-        f'GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
-        f'tf {tf.__version__}, dm-reverb {metadata.version("dm-reverb")}, '
-        f'gymnasium {gymnasium.__version__}', flush=True)
+        f'{FLAGS.seconds:g} s per path, '
+        f'{common.machine_and_versions("dm-reverb", "gymnasium")}', flush=True)
 
   results = {}
   for path in FLAGS.paths:

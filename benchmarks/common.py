@@ -1,17 +1,54 @@
-"""What the benchmarks share: the DQN agent every path runs, and load readings."""
+"""What the benchmarks share: script set-up, the DQN agent, the header and target lines.
+
+Importing this module prepares a benchmark run as a script from the repository root
+(`.venv/bin/python benchmarks/<name>.py`): it puts the repository on sys.path, so that
+`tfrl` and `learners` import without installing, and quiets TensorFlow's C++ logging
+(unless TF_CPP_MIN_LOG_LEVEL is set). So a script imports it before TensorFlow, Reverb
+or tfrl.
+
+It imports TensorFlow and tf-agents only inside the functions that need them:
+solve_time.py, which only drives subprocesses, imports it without paying for TensorFlow.
+"""
+from importlib import metadata
 import os
+import sys
+from typing import Optional
 
-import tensorflow as tf
-from tf_agents.agents.dqn import dqn_agent
-from tf_agents.networks import q_network
+from absl import app
+
+# Before anything imports TensorFlow: the variable is read once, when TF loads.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
 
 
-def make_dqn_agent(time_step_spec, action_spec, seed: int) -> dqn_agent.DqnAgent:
+def check_choices(flag: str, chosen, allowed) -> None:
+  """Raises app.UsageError naming what in `chosen` (a list flag's values) is not allowed.
+
+  Args:
+    flag: the flag's name, without dashes, for the message.
+    chosen: the values given.
+    allowed: the values it may take (shown as given: a tuple, a dict's keys...).
+  """
+  unknown = [c for c in chosen if c not in allowed]
+  if unknown:
+    raise app.UsageError(f'Unknown --{flag} {unknown}; choose from {allowed}.')
+
+
+def make_dqn_agent(time_step_spec, action_spec, seed: int):
   """The benchmarks' DQN agent: QNetwork fc(100), Adam 1e-3, epsilon-greedy 0.1.
 
   Seeded, so every path starts from the same weights: an untrained policy's episode
   lengths (and so the share of autoreset steps) depend on them.
+
+  Returns:
+    An initialized tf_agents DqnAgent.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_agents.agents.dqn import dqn_agent  # pylint: disable=g-import-not-at-top
+  from tf_agents.networks import q_network  # pylint: disable=g-import-not-at-top
+
   tf.random.set_seed(seed)
   q_net = q_network.QNetwork(time_step_spec.observation, action_spec,
                              fc_layer_params=(100,))
@@ -24,6 +61,55 @@ def make_dqn_agent(time_step_spec, action_spec, seed: int) -> dqn_agent.DqnAgent
   return agent
 
 
+def machine_and_versions(*packages: str) -> str:
+  """'2 CPUs, GPUs: 0; tf 2.15.1, dm-reverb 0.14.0, <package> <version>...', for headers.
+
+  Args:
+    *packages: distribution names (as pip knows them) whose versions follow TF's.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  versions = [f'tf {tf.__version__}'] + [f'{p} {metadata.version(p)}' for p in packages]
+  return (f'{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
+          + ', '.join(versions))
+
+
 def load_average() -> str:
   """The 1, 5 and 15 minute load averages, for the record next to each figure."""
   return ', '.join(f'{x:.2f}' for x in os.getloadavg())
+
+
+def load_1min() -> float:
+  """The 1-minute load average: on a shared machine, other jobs only slow a figure down."""
+  return os.getloadavg()[0]
+
+
+def load_line(when: str) -> str:
+  """'  load average at <when> (1, 5, 15 min): a, b, c': a header's or a footer's line."""
+  return f'  load average at {when} (1, 5, 15 min): {load_average()}'
+
+
+def format_ratio(ratio: float, target: float, x_digits: int = 1,
+                 share_digits: int = 1) -> str:
+  """`ratio` written as its target is: a multiple ('40.1x') when the target is at least 1
+  (a speed-up over a peer), else a share ('26.1%', of a ceiling)."""
+  return f'{ratio:.{x_digits}f}x' if target >= 1 else f'{ratio:.{share_digits}%}'
+
+
+def target_line(label: str, ratio: Optional[float], target: float, shown: str,
+                label_width: int, shown_width: int) -> str:
+  """'label  shown  target >= T  PASS|MISS': one ratio judged against its target.
+
+  Args:
+    label: what the ratio compares ('tfrl / tf-agents Actor').
+    ratio: the ratio judged; None when a path it needs was not run.
+    target: the least ratio that passes; at least 1 a speed-up ('20x'), below a share
+      ('25%').
+    shown: the ratio as the benchmark writes it (see `format_ratio`).
+    label_width, shown_width: the columns' widths (each benchmark keeps its own table).
+  """
+  if ratio is None:
+    return f'{label:<{label_width}} n/a (path not run)'
+  target_text = f'{target:g}x' if target >= 1 else f'{target:.0%}'
+  verdict = 'PASS' if ratio >= target else 'MISS'
+  return (f'{label:<{label_width}} {shown:<{shown_width}} '
+          f'target >= {target_text:<4} {verdict}')

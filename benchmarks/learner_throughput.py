@@ -47,29 +47,22 @@ Run (from the repository root):
 Results are recorded in benchmarks/RESULTS.md.
 """
 import contextlib
-from importlib import metadata
-import os
 import shutil
-import sys
 import tempfile
 import time
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# Run as a script from the repository root: make `tfrl` importable without installing.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+# First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
+import common  # pylint: disable=g-bad-import-order
+from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 import reverb
 import tensorflow as tf
-from tf_agents.agents.dqn import dqn_agent
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import trajectory as trajectory_lib
 
-import common  # benchmarks/common.py
 import tfrl.envs
 import tfrl.learner
 import tfrl.replay
@@ -94,10 +87,6 @@ flags.DEFINE_integer('small_iterations', 16,
                      '(0 skips it).')
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 flags.DEFINE_integer('seed', 0, 'Environment and network seed.')
-
-
-def make_dqn_agent(time_step_spec, action_spec) -> dqn_agent.DqnAgent:
-  return common.make_dqn_agent(time_step_spec, action_spec, FLAGS.seed)
 
 
 def collect_experience(num_envs: int, steps: int):
@@ -199,7 +188,7 @@ def _iteration_counts():
 def setup_ceiling(specs, transitions, stack):
   """`agent.train` looped in one tf.function on a fixed in-memory batch."""
   del stack
-  agent = make_dqn_agent(*specs)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed)
   batch = FLAGS.batch_size
   # The [batch, 2] Trajectory of the first two vector steps (step t -> t+1 per env),
   # laid out as the replay datasets deliver it.
@@ -241,7 +230,7 @@ def setup_ceiling(specs, transitions, stack):
 
 def setup_tfrl(specs, transitions, stack):
   """tfrl's Learner at both iteration counts, and its dataset alone."""
-  agent = make_dqn_agent(*specs)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed)
   num_envs = FLAGS.num_envs
   signature = tfrl.replay.NStepTransitionWriter.item_signature(
       agent.collect_data_spec, num_envs)
@@ -280,7 +269,7 @@ def setup_tf_agents(specs, transitions, stack):
   from tf_agents.replay_buffers import reverb_utils
   from tf_agents.train import learner as tfa_learner
 
-  agent = make_dqn_agent(*specs)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed)
   signature = tensor_spec.add_outer_dims_nest(
       tensor_spec.from_spec(agent.collect_data_spec), (2,))
   table = reverb.Table(
@@ -334,42 +323,32 @@ def _spread(m: Measurement) -> str:
 
 
 def _ratio_line(label, num, den, target):
+  """'label  ratio  target  PASS|MISS' on the best rounds, then the ratio round by round."""
   if num is None or den is None:
-    return f'{label:<30} n/a (path not run)'
+    return common.target_line(label, None, target, '', 30, 10)
   ratio = num.rate / den.rate
-  verdict = 'PASS' if ratio >= target else 'MISS'
-  if target >= 1:
-    shown, target_text = f'{ratio:.2f}x', f'{target:g}x'
-  else:
-    shown, target_text = f'{ratio:.1%}', f'{target:.0%}'
   per_round = ''
   if len(num.rounds) > 1 and len(num.rounds) == len(den.rounds):
     ratios = [a / b for a, b in zip(num.rates(), den.rates())]
-    fmt = (lambda x: f'{x:.2f}x') if target >= 1 else (lambda x: f'{x:.0%}')
-    per_round = f'  (per round: {", ".join(fmt(r) for r in ratios)})'
-  return f'{label:<30} {shown:<10} target >= {target_text:<4} {verdict}{per_round}'
-
-
-_load = common.load_average
+    per_round = '  (per round: {})'.format(', '.join(
+        common.format_ratio(r, target, x_digits=2, share_digits=0) for r in ratios))
+  shown = common.format_ratio(ratio, target, x_digits=2)
+  return common.target_line(label, ratio, target, shown, 30, 10) + per_round
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  unknown = [p for p in FLAGS.paths if p not in ALL_PATHS]
-  if unknown:
-    raise app.UsageError(f'Unknown --paths {unknown}; choose from {ALL_PATHS}.')
+  common.check_choices('paths', FLAGS.paths, ALL_PATHS)
   if FLAGS.batch_size % FLAGS.num_envs:
     raise app.UsageError(f'--num_envs={FLAGS.num_envs} must divide '
                          f'--batch_size={FLAGS.batch_size} (tfrl items hold num_envs rows).')
   print(f'Learner throughput, DQN QNetwork fc(100) on {ENV_ID} data: batch '
         f'{FLAGS.batch_size}, {FLAGS.fill_steps} x {FLAGS.num_envs} transitions per table, '
         f'K={_iteration_counts()} steps per run call, {FLAGS.rounds} rounds of '
-        f'{FLAGS.seconds:g} s per path, {os.cpu_count()} CPUs, '
-        f'GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
-        f'tf {tf.__version__}, dm-reverb {metadata.version("dm-reverb")}, '
-        f'tf-agents {metadata.version("tf-agents")}', flush=True)
-  print(f'  load average at start (1, 5, 15 min): {_load()}', flush=True)
+        f'{FLAGS.seconds:g} s per path, '
+        f'{common.machine_and_versions("dm-reverb", "tf-agents")}', flush=True)
+  print(common.load_line('start'), flush=True)
 
   *specs, transitions = collect_experience(FLAGS.num_envs, FLAGS.fill_steps)
   with contextlib.ExitStack() as stack:
@@ -388,8 +367,8 @@ def main(argv):
       for m in measurements:
         m.time(FLAGS.seconds)
         print(f'  round {r + 1}: {m.name:<22} {m.rates()[-1]:>9,.0f} {m.unit}/s '
-              f'(load {os.getloadavg()[0]:.2f})', flush=True)
-  print(f'  load average at end (1, 5, 15 min): {_load()}')
+              f'(load {common.load_1min():.2f})', flush=True)
+  print(common.load_line('end'))
 
   results = {m.name: m for m in measurements}
   trained = [m for m in measurements if m.unit == 'train steps']

@@ -17,13 +17,12 @@ and one `Learner.run(10)` after it, to show that the steady state is unaffected.
 Results are recorded in benchmarks/RESULTS.md.
 """
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # pylint: disable=g-import-not-at-top
+# First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
+import common  # pylint: disable=g-bad-import-order
+from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -91,7 +90,7 @@ def main(argv):
                 'unrolled': distribute.get_strategy('mirrored', devices=devices)}
   print(f'PPO compile time: batches of {BATCH} unrolls x {UNROLL} steps, '
         f'{MINIBATCHES} minibatches per epoch, {os.cpu_count()} CPUs; load average '
-        f'{", ".join(f"{x:.2f}" for x in os.getloadavg())}')
+        f'{common.load_average()}')
   print(f'{"path":<12} {"grad steps":>10} {"compile s":>10} {"s/step":>7} '
         f'{"10 calls s":>10}')
   for epochs in [int(e) for e in FLAGS.epochs]:

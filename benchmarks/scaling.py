@@ -70,25 +70,19 @@ Run (from the repository root):
 
 Results are recorded in benchmarks/RESULTS.md.
 """
-import ctypes
 import dataclasses
-from importlib import metadata
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Dict, List, Optional
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Run as a script from the repository root: make `tfrl`/`learners` importable.
-sys.path.insert(0, REPO)
-
-from absl import app  # pylint: disable=g-import-not-at-top
+# First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
+import common  # pylint: disable=g-bad-import-order
+from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -97,6 +91,7 @@ import reverb
 import tensorflow as tf
 
 from learners import config as config_lib
+from learners import process
 from learners.experiment import Experiment
 import tfrl.replay
 
@@ -120,7 +115,6 @@ ENV_ID = 'CartPole-v1'
 VARIABLES_TABLE = 'variables'  # both systems' name for it
 PEER_READY = 'PEER_COLLECTOR_READY'
 TFRL_READY = 'acting with policy version'
-_PR_SET_PDEATHSIG = 1
 
 flags.DEFINE_float('seconds', 30.0, 'Timed window per configuration and system.')
 flags.DEFINE_list('configs', list(CONFIGS), f'Subset of {",".join(CONFIGS)}, in order.')
@@ -176,9 +170,6 @@ def peer_server() -> None:
 
   env, _, agent, variables, _ = _peer_agent()
   env.close()
-  stop = threading.Event()
-  for sig in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(sig, lambda *unused: stop.set())
   # A checkpointer in the job dir (sac_reverb_server.py takes Reverb's default, a fresh
   # temporary directory that nobody removes); checkpoints are written only on request.
   checkpointer = reverb.checkpointers.DefaultCheckpointer(
@@ -198,8 +189,8 @@ def peer_server() -> None:
                                           variables)),
   ], port=FLAGS.port, checkpointer=checkpointer)
   print(f'peer server on port {FLAGS.port}', flush=True)
-  while not stop.wait(1.0):
-    pass
+  # Serves until SIGTERM/SIGINT, then stops the server cleanly, as tfrl's programs do.
+  process.run_until_signal(lambda stop: stop.wait(), 'peer_server')
   server.stop()
 
 
@@ -269,14 +260,6 @@ def peer_train() -> None:
 # -- processes -----------------------------------------------------------------------
 
 
-def _die_with_parent():
-  """Runs in the child before exec: SIGTERM it when this script dies."""
-  try:
-    ctypes.CDLL('libc.so.6').prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-  except OSError:
-    pass
-
-
 class Process:
   """One program, its output in a log file."""
 
@@ -285,9 +268,9 @@ class Process:
     self.log_path = os.path.join(log_dir, f'{name}.log')
     self._log = open(self.log_path, 'a')
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
-    self.popen = subprocess.Popen([sys.executable, '-u', *argv], cwd=REPO, env=env,
-                                  stdout=self._log, stderr=subprocess.STDOUT,
-                                  preexec_fn=_die_with_parent)
+    self.popen = subprocess.Popen([sys.executable, '-u', *argv], cwd=common.REPO,
+                                  env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                  preexec_fn=process.die_with_parent)
 
   def alive(self) -> bool:
     return self.popen.poll() is None
@@ -304,7 +287,13 @@ class Process:
 
 
 def stop_processes(processes: List[Process], grace_s: float) -> None:
-  """SIGTERM, then SIGKILL after `grace_s`: collectors first, then the rest."""
+  """SIGTERM, then SIGKILL after `grace_s`: collectors first, then the rest.
+
+  Like learners.launch's `Launcher.stop`, which is bound to the launcher's own job (its
+  program names and log files) and orders the stop around the trainer's final save;
+  here no save matters (the job dir is thrown away) and half the programs are
+  tf-agents'.
+  """
   groups = [[p for p in processes if 'collect' in p.name],
             [p for p in processes if 'collect' not in p.name]]
   for group in groups:
@@ -404,8 +393,9 @@ class TfrlSystem(System):
             f'--reverb_address={self.address}', f'--task_id={task_id}', *self._gin]
 
   def transitions_inserted(self):
-    return (tfrl.replay.inserted_items(self.address, self.experiment.experience_table,
-                                       timeout_s=10) * self.experiment.env_steps_per_item)
+    layout = self.experiment.layout
+    return (tfrl.replay.inserted_items(self.address, layout.experience_table,
+                                       timeout_s=10) * layout.env_steps_per_item)
 
 
 class PeerSystem(System):
@@ -449,10 +439,6 @@ class Result:
   load_start: float = float('nan')
   load_end: float = float('nan')
   error: str = ''
-
-
-def _load1() -> float:
-  return os.getloadavg()[0]
 
 
 def _check_alive(processes: List[Process]) -> None:
@@ -533,7 +519,7 @@ def measure(system: System, config: str) -> Result:
     _wait_ready(system, trainer, collectors, FLAGS.ready_timeout_s)
     time.sleep(FLAGS.settle_s)
 
-    result.load_start = _load1()
+    result.load_start = common.load_1min()
     steps = []  # (time first seen, value) of each pushed train step
     inserted_start = system.transitions_inserted()
     start = time.monotonic()
@@ -546,7 +532,7 @@ def measure(system: System, config: str) -> Result:
       time.sleep(0.25 if trainer is not None else 1.0)
     inserted_end = system.transitions_inserted()
     result.seconds = time.monotonic() - start
-    result.load_end = _load1()
+    result.load_end = common.load_1min()
     result.env_rate = (inserted_end - inserted_start) / result.seconds
     if trainer is not None:
       # Between the first and the last push seen inside the window (the first entry
@@ -587,19 +573,13 @@ def _describe(r: Result) -> str:
 
 
 def run_benchmark() -> int:
-  unknown = [c for c in FLAGS.configs if c not in CONFIGS]
-  unknown += [s for s in FLAGS.systems if s not in SYSTEMS]
-  if unknown:
-    raise app.UsageError(f'Unknown --configs/--systems {unknown}; configs: '
-                         f'{",".join(CONFIGS)}; systems: {",".join(SYSTEMS)}.')
+  common.check_choices('configs', FLAGS.configs, tuple(CONFIGS))
+  common.check_choices('systems', FLAGS.systems, SYSTEMS)
   print(f'Scaling with separate programs on {ENV_ID} ({FLAGS.gin_file}): configurations '
         f'{",".join(FLAGS.configs)}, {FLAGS.seconds:g} s each per system, '
-        f'{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices("GPU"))}; '
-        f'tf {tf.__version__}, dm-reverb {metadata.version("dm-reverb")}, '
-        f'tf-agents {metadata.version("tf-agents")}', flush=True)
+        f'{common.machine_and_versions("dm-reverb", "tf-agents")}', flush=True)
   print(f'  tfrl bindings: {"; ".join(TFRL_BINDINGS)}', flush=True)
-  print(f'  load average at start (1, 5, 15 min): '
-        f'{", ".join(f"{x:.2f}" for x in os.getloadavg())}', flush=True)
+  print(common.load_line('start'), flush=True)
   job_dir = tempfile.mkdtemp(prefix='tfrl_scaling_')
   systems: Dict[str, System] = {}
   results: Dict[tuple, Result] = {}
@@ -624,8 +604,7 @@ def run_benchmark() -> int:
       print(f'  job dir (logs) kept: {job_dir}')
     else:
       shutil.rmtree(job_dir, ignore_errors=True)
-  print(f'  load average at end (1, 5, 15 min): '
-        f'{", ".join(f"{x:.2f}" for x in os.getloadavg())}')
+  print(common.load_line('end'))
 
   def get(name, config):
     return results.get((name, config), Result(name, config, error='not run'))

@@ -70,7 +70,9 @@ from typing import List, Optional
 from absl import app
 from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import common  # benchmarks/common.py
+
+REPO = common.REPO
 PEERS = os.path.join(REPO, 'benchmarks', 'peers')
 PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
 PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
@@ -125,16 +127,13 @@ class Run:
   extra: dict = dataclasses.field(default_factory=dict)
 
 
-def _load1() -> float:
-  return os.getloadavg()[0]
-
-
-def _loads() -> str:
-  return ', '.join(f'{x:.2f}' for x in os.getloadavg())
-
-
 def _run_process(cmd: List[str], timeout: float, env=None):
-  """Runs cmd in its own process group; returns (rc or None on timeout, out, err, s)."""
+  """Runs cmd in its own process group; returns (rc or None on timeout, out, err, s).
+
+  Not learners.launch's child start: a run here is waited on to its end under a cap,
+  and at the cap its whole process group (the program and anything it started) is
+  killed at once; nothing is stopped in order.
+  """
   with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, env=env,
@@ -203,13 +202,13 @@ def run_tfrl(algo: str, seed: int) -> Run:
          f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed={seed}']
   cmd += [f'--gin_bindings={binding}' for binding in FLAGS.tfrl_gin_bindings]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  run = Run('tfrl', algo, seed, load_start=_load1())
+  run = Run('tfrl', algo, seed, load_start=common.load_1min())
   try:
     rc, out, err, run.process_seconds = _run_process(
         cmd, FLAGS.max_seconds + FLAGS.startup_seconds, env=env)
   finally:
     shutil.rmtree(root_dir, ignore_errors=True)
-  run.load_end = _load1()
+  run.load_end = common.load_1min()
   evals = _EVAL.findall(err)
   threshold = ALGOS[algo][2]
   reached = [e for e in evals if float(e[2]) >= threshold]
@@ -240,10 +239,10 @@ def run_peer(algo: str, seed: int) -> Run:
   cmd = [peer_python(), PEER_SCRIPT, f'--algo={peer_algo}', f'--seed={seed}',
          f'--max_seconds={FLAGS.max_seconds}',
          f'--torch_threads={FLAGS.peer_torch_threads}']
-  run = Run('SB3', algo, seed, load_start=_load1())
+  run = Run('SB3', algo, seed, load_start=common.load_1min())
   rc, out, err, run.process_seconds = _run_process(
       cmd, FLAGS.max_seconds + FLAGS.startup_seconds)
-  run.load_end = _load1()
+  run.load_end = common.load_1min()
   result = None
   for line in out.splitlines():
     if line.startswith('{'):
@@ -340,9 +339,7 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
 
 def main(argv):
   del argv
-  unknown = set(FLAGS.algos) - set(ALGOS)
-  if unknown:
-    sys.exit(f'error: unknown --algos {sorted(unknown)}; known: {",".join(ALGOS)}')
+  common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
   seeds = [int(s) for s in FLAGS.seeds]
   with_peer = not FLAGS.skip_peer and any(ALGOS[a][3] for a in FLAGS.algos)
   if with_peer:
@@ -358,7 +355,7 @@ def main(argv):
   if with_peer:
     header.append(f'  peer venv: {peer_versions()}; torch threads: '
                   f'{FLAGS.peer_torch_threads or "default (one per core)"}')
-  header.append(f'  load average at start (1, 5, 15 min): {_loads()}')
+  header.append(common.load_line('start'))
   for line in header:
     print(line, flush=True)
   json_out = open(FLAGS.json_out, 'a') if FLAGS.json_out else None
@@ -387,7 +384,7 @@ def main(argv):
           json_out.write(json.dumps(dataclasses.asdict(run)) + '\n')
           json_out.flush()
     tables.append(report(algo, tfrl_runs, peer_runs))
-  print(f'  load average at end (1, 5, 15 min): {_loads()}')
+  print(common.load_line('end'))
   for table in tables:
     print()
     print('\n'.join(table))

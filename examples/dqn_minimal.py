@@ -20,7 +20,7 @@ import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
 import tfrl.envs
-from tfrl import actors, export, replay, triggers
+from tfrl import actors, export, layouts, replay, triggers
 from tfrl.agents import dqn
 from tfrl.learner import Learner, new_train_step
 
@@ -73,39 +73,29 @@ def main(s: Settings) -> Dict[str, Any]:
       target_update_period=s.target_update_period, epsilon_end=s.epsilon_end,
       epsilon_decay_steps=s.epsilon_decay_steps, gradient_clipping=s.gradient_clipping)
 
-  # Replay: one item per vector step holds num_envs n-step transitions. The writer sums
-  # the n discounted rewards itself, so the agent trains with 1-step targets.
-  signature = replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
-                                                          s.num_envs)
-  items_per_batch = s.batch_size // s.num_envs
+  # The data layout: n-step transitions in a uniform replay table. It builds the table,
+  # the writer (which sums the n discounted rewards itself, so the agent trains with
+  # 1-step targets), the Learner's dataset and `agent.train`'s inputs (rows that start
+  # on an episode boundary, LAST -> FIRST, are no experience: weight 0).
+  layout = layouts.TransitionReplay(s.num_envs, s.batch_size, n_step=s.n_step,
+                                    gamma=s.gamma, capacity=s.replay_capacity)
   # No samples-per-insert limiter: this one process alternates collecting and training,
   # so the ratio is fixed by the two *_per_iteration settings instead.
-  server = replay.ReplayServer([replay.uniform_table(
-      'replay', s.replay_capacity // s.num_envs, signature,
-      min_size_to_sample=items_per_batch)])
-  writer = replay.NStepTransitionWriter(server.client, 'replay', n=s.n_step,
-                                        discount=s.gamma)
-
-  def dataset_fn():
-    # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
-    dataset = replay.make_dataset(server.address, 'replay', signature, s.batch_size,
-                                  experience_spec=agent.collect_data_spec,
-                                  rate_limiter_timeout_ms=60_000)
-    # Rows that start on an episode boundary (LAST -> FIRST) are no experience: weight 0.
-    return dataset.map(lambda experience, info: (
-        {'experience': experience, 'weights': replay.valid_mask(experience)}, info))
-
-  learner = Learner(s.root_dir, train_step, agent, experience_dataset_fn=dataset_fn,
-                    use_kwargs_in_agent_train=True,
-                    checkpoint_interval=s.checkpoint_interval)
+  server = replay.ReplayServer(layout.tables(agent.collect_data_spec))
+  writer = layout.make_writer(server.client)
+  learner = Learner(
+      s.root_dir, train_step, agent,
+      # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
+      experience_dataset_fn=layout.dataset_fn(server.address, agent.collect_data_spec,
+                                              sample_timeout_ms=60_000),
+      train_inputs_fn=layout.train_inputs_fn(agent),
+      checkpoint_interval=s.checkpoint_interval)
 
   # Fill the table with random-action experience, then collect with epsilon-greedy.
   random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
       env.time_step_spec(), env.action_spec()), [writer])
-  random_actor.run(max(-(-s.initial_collect_steps // s.num_envs),
-                       s.n_step - 1 + items_per_batch))  # enough for the first batch
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
-  actor.reset()  # the random actor moved the env: start clean episodes
+  layout.warm_up(actor, random_actor, s.initial_collect_steps)
   evaluator = actors.Evaluator(eval_env, triggers.greedy(agent), s.num_eval_episodes,
                                seed=s.seed + 10_000)
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, Tuple
 import tensorflow as tf
 
 import tfrl.envs
-from tfrl import actors, export, replay, triggers
+from tfrl import actors, export, layouts, replay, triggers
 from tfrl.agents import ppo
 from tfrl.learner import Learner, new_train_step
 
@@ -72,24 +72,21 @@ def main(s: Settings) -> Dict[str, Any]:
       value_cost=s.value_cost, entropy_cost=s.entropy_cost, num_epochs=s.num_epochs,
       num_minibatches=s.num_minibatches, gradient_clipping=s.gradient_clipping)
 
-  # One queue item per collection: a time-major [T + 1, num_envs] unroll. Each item is
-  # sampled once; the collect policy's logits and values ride along in policy_info.
-  length = s.unroll_length + 1
-  signature = replay.SequenceWriter.item_signature(agent.collect_data_spec, length,
-                                                   s.num_envs)
-  # Only the latest item ever waits in the queue; the capacity is room to spare.
-  server = replay.ReplayServer([replay.queue_table('queue', 32, signature)])
-  writer = replay.SequenceWriter(server.client, 'queue', length=length,
-                                 stride=s.unroll_length)
-
-  def dataset_fn():
-    # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
-    return replay.make_dataset(server.address, 'queue', signature, s.num_envs,
-                               experience_spec=agent.collect_data_spec,
-                               rate_limiter_timeout_ms=60_000)
-
-  learner = Learner(s.root_dir, train_step, agent, experience_dataset_fn=dataset_fn,
-                    checkpoint_interval=s.checkpoint_interval)
+  # The data layout: one queue item per collection, the unrolls (T + 1 steps) of all
+  # envs, each sampled once; the collect policy's logits and values ride along in
+  # policy_info. Only the latest item ever waits in the queue: 32 is room to spare.
+  layout = layouts.SequenceQueue(s.num_envs, batch_size=s.num_envs,
+                                 unroll_length=s.unroll_length,
+                                 queue_capacity=32 * s.num_envs)
+  server = replay.ReplayServer(layout.tables(agent.collect_data_spec))
+  writer = layout.make_writer(server.client)
+  learner = Learner(
+      s.root_dir, train_step, agent,
+      # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
+      experience_dataset_fn=layout.dataset_fn(server.address, agent.collect_data_spec,
+                                              sample_timeout_ms=60_000),
+      train_inputs_fn=layout.train_inputs_fn(agent),
+      checkpoint_interval=s.checkpoint_interval)
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
   evaluator = actors.Evaluator(eval_env, triggers.greedy(agent), s.num_eval_episodes,
                                seed=s.seed + 10_000)
@@ -97,7 +94,7 @@ def main(s: Settings) -> Dict[str, Any]:
   # An unroll is complete one step *after* its last transition (it holds T + 1 steps).
   # Collecting that one step up front makes every later unroll end exactly where a
   # collection ends, so each train call learns from what the current policy just did.
-  actor.run(1)
+  layout.warm_up(actor, random_actor=None, initial_collect_steps=0)
   start, eval_return, reached, items_trained = time.perf_counter(), float('nan'), False, 0
   next_eval = learner.train_step_numpy + s.eval_interval
   while learner.train_step_numpy < s.num_train_steps and not reached:
@@ -106,11 +103,13 @@ def main(s: Settings) -> Dict[str, Any]:
     # (counted by the writer, not by the queue's size, which the dataset's prefetch
     # empties early): sampling an empty queue would block this one process forever.
     actor.flush()
-    batches = writer.items_created - items_trained  # one item = one batch
+    batches = layout.train_steps_available(
+        writer.items_created - items_trained,
+        limit=s.num_train_steps - learner.train_step_numpy)
     if not batches:
       continue
     learner.run(iterations=batches)
-    items_trained += batches
+    items_trained += batches * layout.items_per_train_step
     step = learner.train_step_numpy
     if step >= next_eval or step >= s.num_train_steps:
       next_eval = step + s.eval_interval

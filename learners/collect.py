@@ -13,13 +13,14 @@ any other error (from the environment or the policy) ends it with that error and
 non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
 writes (what is still unsent after 5 s is dropped and logged).
 """
+import dataclasses
 import threading
 import time
+from typing import Optional
 
 from absl import app
 from absl import flags
 from absl import logging
-import gin
 from tf_agents.policies import random_tf_policy
 
 from learners import config
@@ -27,71 +28,97 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import replay
-from tfrl.agents import dqn
+from tfrl.agents import interface
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """How a collector runs (the flags of the same names).
+
+  Attributes:
+    task_id: this collector's index: seeds its envs (seed + 1000 * task_id) and picks
+      its exploration among `num_collectors` (the agent's `collect_policy_for_task`).
+    num_collectors: how many collectors the job runs.
+    num_envs: envs in this collector (None: Experiment.num_envs); a multiple of the
+      envs per item.
+    variable_update_period: vector steps between pulls of the policy variables.
+    variables_timeout_s: how long to wait for the trainer to push variables.
+    write_timeout_s: how long a write may wait for the server to take items.
+    reconnect_timeout_s: how long to keep retrying an unreachable server.
+    max_env_steps: stop after this many env steps (0: never).
+    log_interval_s: seconds between progress lines.
+  """
+  task_id: int = 0
+  num_collectors: int = 1
+  num_envs: Optional[int] = None
+  variable_update_period: int = 50
+  variables_timeout_s: float = 600.0
+  write_timeout_s: float = 600.0
+  reconnect_timeout_s: float = 600.0
+  max_env_steps: int = 0
+  log_interval_s: float = 10.0
+
 
 config.define_common_flags()
 flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
-flags.DEFINE_integer('num_envs', None, 'Envs in this collector (default: Experiment.'
-                     'num_envs); a multiple of the envs per item.')
-flags.DEFINE_integer('task_id', 0, 'This collector\'s index: seeds its envs and sets its '
-                     'exploration (see --num_collectors).')
-flags.DEFINE_integer('num_collectors', 1,
+flags.DEFINE_integer('num_envs', Options.num_envs, 'Envs in this collector (default: '
+                     'Experiment.num_envs); a multiple of the envs per item.')
+flags.DEFINE_integer('task_id', Options.task_id, 'This collector\'s index: seeds its envs '
+                     'and sets its exploration (see --num_collectors).')
+flags.DEFINE_integer('num_collectors', Options.num_collectors,
                      'How many collectors the job runs; with DQN, collector i explores with '
                      'epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X style spread).')
-flags.DEFINE_integer('variable_update_period', 50,
+flags.DEFINE_integer('variable_update_period', Options.variable_update_period,
                      'Vector steps between pulls of the policy variables.')
-flags.DEFINE_float('variables_timeout_s', 600.0,
+flags.DEFINE_float('variables_timeout_s', Options.variables_timeout_s,
                    'How long to wait for the trainer to push variables.')
-flags.DEFINE_float('write_timeout_s', 600.0,
+flags.DEFINE_float('write_timeout_s', Options.write_timeout_s,
                    'How long a write may wait for the server to take items (a server '
                    'that is gone, or a rate limiter holding inserts) before the collector '
                    'treats the server as lost and reconnects (at least 10 s).')
-flags.DEFINE_float('reconnect_timeout_s', 600.0,
+flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
                    'How long to keep retrying an unreachable server before giving up.')
-flags.DEFINE_integer('max_env_steps', 0, 'Stop after this many env steps (0: never).')
-flags.DEFINE_float('log_interval_s', 10.0, 'Seconds between progress lines.')
+flags.DEFINE_integer('max_env_steps', Options.max_env_steps,
+                     'Stop after this many env steps (0: never).')
+flags.DEFINE_float('log_interval_s', Options.log_interval_s,
+                   'Seconds between progress lines.')
 FLAGS = flags.FLAGS
 _CLOSE_TIMEOUT_MS = 5_000
 
-def _set_task_exploration(experiment: Experiment, task_id: int, num_collectors: int) -> None:
-  """Spreads DQN's final epsilon over collectors: task 0 keeps the configured value,
-  the last gets its square (Ape-X's spread, anchored at the config). Others: no change."""
-  if experiment.agent_fn is not dqn.create_dqn_agent or num_collectors < 2:
-    return
-  epsilon_end = gin.query_parameter('create_dqn_agent.epsilon_end') if _bound(
-      'create_dqn_agent.epsilon_end') else 0.05
-  epsilon = epsilon_end ** (1 + task_id / (num_collectors - 1))
-  with gin.unlock_config():
-    gin.bind_parameter('create_dqn_agent.epsilon_end', epsilon)
-  logging.info('Collector %d explores with epsilon_end=%.4g.', task_id, epsilon)
 
+def collect(root_dir: str, address: str, stop_event: threading.Event,
+            options: Options = Options()) -> int:
+  """Runs a collector until stopped (or `options.max_env_steps`).
 
-def _bound(parameter: str) -> bool:
-  try:
-    gin.query_parameter(parameter)
-    return True
-  except ValueError:
-    return False
+  Args:
+    root_dir: the job's directory (collectors keep no files there).
+    address: 'host:port' of the Reverb server.
+    stop_event: set to stop.
+    options: see `Options`.
 
+  Returns:
+    The env steps it took.
 
-def collect(root_dir: str, address: str, task_id: int, num_envs: int,
-            stop_event: threading.Event) -> int:
-  """Runs the collector until stopped; returns the env steps it took."""
+  Raises:
+    replay.VariablesNotPushedError: no variables within `variables_timeout_s`.
+    Exception: an error of the environment or the policy, unchanged.
+  """
   del root_dir  # Collectors keep no files; logs go to the launcher's log file.
-  experiment = Experiment()
+  experiment, task_id = Experiment(), options.task_id
+  layout = experiment.layout
+  num_envs = options.num_envs or experiment.num_envs
   replay.wait_for_server(address)
   env = experiment.make_env(num_envs=num_envs, seed=experiment.seed + 1000 * task_id)
-  _set_task_exploration(experiment, task_id, FLAGS.num_collectors)
   train_step, agent = experiment.build_agent()
-  replay.check_table_signature(address, experiment.experience_table,
-                              experiment.item_signature(agent))
+  replay.check_table_signature(address, layout.experience_table,
+                               layout.item_signature(agent.collect_data_spec))
   client = replay.ReplayServer.connect(address).client
-  writer = experiment.make_writer(client,
-                                  flush_timeout_ms=int(FLAGS.write_timeout_s * 1000),
-                                  stop_event=stop_event)
+  writer = layout.make_writer(client, flush_timeout_ms=int(options.write_timeout_s * 1000),
+                              stop_event=stop_event)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
-  actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
+  policy = interface.collect_policy(agent, task_id, options.num_collectors)
+  actor = actors.Actor(env, policy, [writer], policy_version=train_step)
   random_steps = 0
   if task_id == 0 and experiment.initial_collect_steps > 0:
     random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
@@ -100,9 +127,9 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
     random_steps = random_actor.env_steps
     actor.reset()
   logging.info('Collector %d waiting for the trainer\'s first variables push '
-               '(up to %.0f s).', task_id, FLAGS.variables_timeout_s)
+               '(up to %.0f s).', task_id, options.variables_timeout_s)
   try:
-    variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+    variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
   except replay.VariablesNotPushedError:
     if stop_event.is_set():  # Stopped while waiting: not an error.
       return random_steps
@@ -111,11 +138,11 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
 
   last_log = time.monotonic()
   while not stop_event.is_set():
-    if FLAGS.max_env_steps and actor.env_steps + random_steps >= FLAGS.max_env_steps:
+    if options.max_env_steps and actor.env_steps + random_steps >= options.max_env_steps:
       break
     try:
-      metrics = actor.run(FLAGS.variable_update_period)
-      variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+      metrics = actor.run(options.variable_update_period)
+      variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
     except (replay.WriterStoppedError, replay.VariablesNotPushedError):
       if stop_event.is_set():  # a write or pull that waited saw the stop signal
         break
@@ -131,12 +158,12 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
                       type(e).__name__, e)
       writer.abandon()
       actor.reset()
-      if not process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s,
+      if not process.wait_for_server_with_backoff(address, options.reconnect_timeout_s,
                                                   stop_event):
         break
       logging.info('Reverb server %s is back; collecting again.', address)
       continue
-    if time.monotonic() - last_log >= FLAGS.log_interval_s:
+    if time.monotonic() - last_log >= options.log_interval_s:
       last_log = time.monotonic()
       logging.info('collector %d | env steps %d | %.0f env steps/s | avg return %.1f | '
                    'policy version %d', task_id, actor.env_steps + random_steps,
@@ -158,10 +185,10 @@ def collect(root_dir: str, address: str, task_id: int, num_envs: int,
 def main(argv):
   del argv
   config.parse_from_flags()
-  num_envs = FLAGS.num_envs or Experiment().num_envs
+  options = config.options_from_flags(Options, FLAGS)
   process.run_program(lambda stop_event: collect(
-      FLAGS.root_dir, FLAGS.reverb_address, FLAGS.task_id, num_envs, stop_event),
-                      f'collector {FLAGS.task_id}')
+      FLAGS.root_dir, FLAGS.reverb_address, stop_event, options),
+                      f'collector {options.task_id}')
 
 
 def run_main():

@@ -1,7 +1,8 @@
 """Gin parsing shared by every program, with errors that name the problem."""
+import dataclasses
 import os
 import sys
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 import gin
 
@@ -92,3 +93,13 @@ def parse_from_flags() -> None:
     parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
   except ConfigError as e:
     fail(str(e))
+
+
+def options_from_flags(options_class: type, flag_values: Any) -> Any:
+  """A program's options dataclass filled from the flags of the same names.
+
+  The program bodies take these options instead of reading FLAGS, so Python (tests,
+  notebooks) calls them as the command line does.
+  """
+  return options_class(**{field.name: getattr(flag_values, field.name)
+                          for field in dataclasses.fields(options_class)})

@@ -16,6 +16,7 @@ hold still, and judges the policy held there (see learners/eval_barrier.py), so 
 that ends on its target exports exactly the confirmed policy.
 """
 import csv
+import dataclasses
 import json
 import os
 import threading
@@ -36,15 +37,34 @@ from tfrl import export
 from tfrl import replay
 from tfrl import triggers
 
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """How an evaluator follows a trainer (the flags of the same names).
+
+  Attributes:
+    eval_interval: train steps between evaluations (None: Experiment.eval_interval).
+    poll_interval_s: seconds between looks at the train step.
+    variables_timeout_s: how long to wait for the trainer's variables.
+    reconnect_timeout_s: how long to wait for a lost Reverb server to come back.
+  """
+  eval_interval: Optional[int] = None
+  poll_interval_s: float = 1.0
+  variables_timeout_s: float = 600.0
+  reconnect_timeout_s: float = 600.0
+
+
 config.define_common_flags()
 flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 flags.DEFINE_string('saved_model_dir', None,
                     'Evaluate this exported policy once instead of following a trainer.')
-flags.DEFINE_integer('eval_interval', None, 'Train steps between evaluations.')
-flags.DEFINE_float('poll_interval_s', 1.0, 'Seconds between looks at the train step.')
-flags.DEFINE_float('variables_timeout_s', 600.0,
+flags.DEFINE_integer('eval_interval', Options.eval_interval,
+                     'Train steps between evaluations.')
+flags.DEFINE_float('poll_interval_s', Options.poll_interval_s,
+                   'Seconds between looks at the train step.')
+flags.DEFINE_float('variables_timeout_s', Options.variables_timeout_s,
                    'How long to wait for the trainer\'s variables before giving up.')
-flags.DEFINE_float('reconnect_timeout_s', 600.0,
+flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
                    'How long to wait for a lost Reverb server to come back before giving '
                    f'up (status {process.EXIT_SERVER_LOST}).')
 FLAGS = flags.FLAGS
@@ -97,10 +117,21 @@ def evaluate_saved_model(path: str) -> Dict[str, Any]:
   return result
 
 
-def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str, Any]:
-  """Evaluates the trainer's policy as it trains; returns the last result row."""
+def follow(root_dir: str, address: str, stop_event: threading.Event,
+           options: Options = Options()) -> Dict[str, Any]:
+  """Evaluates the trainer's policy as it trains; returns the last result row.
+
+  Args:
+    root_dir: the job's directory (results go to root_dir/eval).
+    address: 'host:port' of the Reverb server.
+    stop_event: set to stop.
+    options: see `Options`.
+
+  Returns:
+    The last row of the results log ({} if none).
+  """
   experiment = Experiment()
-  interval = FLAGS.eval_interval or experiment.eval_interval
+  interval = options.eval_interval or experiment.eval_interval
   train_step, agent = experiment.build_agent()
   replay.wait_for_server(address)
   variables = replay.VariableContainer(address,
@@ -113,13 +144,13 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
   while not stop_event.is_set():
     try:
       row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
-                               interval, barrier, stop_event) or row
+                               interval, barrier, stop_event, options) or row
     except Exception as e:  # pylint: disable=broad-except
       if not replay.is_server_lost(e):  # only a lost server is worth a retry
         raise
       logging.warning('Lost the Reverb server at %s (%s: %s); waiting for it.', address,
                       type(e).__name__, e)
-      process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s, stop_event)
+      process.wait_for_server_with_backoff(address, options.reconnect_timeout_s, stop_event)
       continue
     if row.get('reached_target') or row.get('train_step', -1) >= experiment.num_train_steps:
       return row
@@ -129,12 +160,12 @@ def follow(root_dir: str, address: str, stop_event: threading.Event) -> Dict[str
 def _evaluate_when_due(experiment: Experiment, address: str,
                        variables: replay.VariableContainer, train_step: tf.Variable,
                        evaluator: actors.Evaluator, log: ResultsLog, interval: int,
-                       barrier: eval_barrier.EvaluatorSide,
-                       stop_event: threading.Event) -> Optional[Dict[str, Any]]:
+                       barrier: eval_barrier.EvaluatorSide, stop_event: threading.Event,
+                       options: Options) -> Optional[Dict[str, Any]]:
   """Pulls the variables; evaluates if the train step advanced `interval` since the
   last evaluation (or reached the budget). Returns the new result row, or None."""
   try:
-    variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+    variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
   except replay.VariablesNotPushedError:
     if stop_event.is_set():
       return None
@@ -143,7 +174,7 @@ def _evaluate_when_due(experiment: Experiment, address: str,
   last_step = log.rows[-1]['train_step'] if log.rows else -interval
   final = step >= experiment.num_train_steps
   if step - last_step < interval and not final:
-    stop_event.wait(FLAGS.poll_interval_s)
+    stop_event.wait(options.poll_interval_s)
     return None
   result = evaluator.run()
   target, confirmation, confirmation_seed = experiment.target_return, float('nan'), None
@@ -155,7 +186,7 @@ def _evaluate_when_due(experiment: Experiment, address: str,
     barrier.request()
     paused_at = barrier.wait_until_paused(PAUSE_TIMEOUT_S, stop_event)
     if paused_at is not None:
-      variables.update(timeout_s=FLAGS.variables_timeout_s, stop_event=stop_event)
+      variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
       step = int(train_step.numpy())
       result = evaluator.run()
     if result['AverageReturn'] >= target:
@@ -164,8 +195,8 @@ def _evaluate_when_due(experiment: Experiment, address: str,
   reached = target is not None and confirmation >= target
   if not reached:
     barrier.release()
-  env_steps = (replay.inserted_items(address, experiment.experience_table) *
-               experiment.env_steps_per_item)
+  env_steps = (replay.inserted_items(address, experiment.layout.experience_table) *
+               experiment.layout.env_steps_per_item)
   row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
          'confirmation': confirmation, 'reached_target': reached, 'time': time.time(),
          # Evaluator(make_eval_env(), policy, num_eval_episodes, seed=this) replays the
@@ -187,7 +218,8 @@ def main(argv):
     evaluate_saved_model(FLAGS.saved_model_dir)
     return
   process.run_program(
-      lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event),
+      lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event,
+                                config.options_from_flags(Options, FLAGS)),
       'evaluator')
 
 

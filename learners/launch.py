@@ -19,7 +19,6 @@ tail of its log, stops the rest and exits 1; so it does when a process had to be
 or left without its final save. Children also get SIGTERM if the launcher itself is
 killed, so none are orphaned. Everything listens and connects on loopback addresses.
 """
-import ctypes
 import json
 import os
 import signal
@@ -40,6 +39,7 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
+from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 
@@ -50,17 +50,6 @@ flags.DEFINE_float('status_interval_s', 10.0, 'Seconds between status lines.')
 flags.DEFINE_float('timeout_s', 0.0, 'Stop with an error after this long (0: never).')
 FLAGS = flags.FLAGS
 LOG_DIR = 'logs'
-_PR_SET_PDEATHSIG = 1
-
-
-def _detach_and_die_with_parent():
-  """Runs in the child before exec: its own session (a terminal's Ctrl-C goes to the
-  launcher only, which stops the job in order), and SIGTERM when the launcher dies."""
-  os.setsid()
-  try:
-    ctypes.CDLL('libc.so.6').prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-  except OSError:
-    pass  # not Linux: the launcher's own cleanup still applies
 
 
 class JobFailedError(RuntimeError):
@@ -91,7 +80,9 @@ class Launcher:
     self._python = python
     self.processes: Dict[str, subprocess.Popen] = {}
     self._logs = {}
-    self._last_status = None
+    # Rates between status lines; a counter the server cannot tell now is skipped.
+    self._env_steps_rate, self._train_steps_rate = metrics.Throughput(), metrics.Throughput()
+    self._counted = {'env_steps': False, 'train_step': False}
     self._problems = None  # set by stop()
     self.lost = set()  # collectors killed during the job, which went on without them
     os.makedirs(os.path.join(self.root_dir, LOG_DIR), exist_ok=True)
@@ -107,7 +98,7 @@ class Launcher:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
     self.processes[name] = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=_detach_and_die_with_parent)
+        preexec_fn=process.detach_and_die_with_parent)
     logging.info('Started %s (pid %d): %s', name, self.processes[name].pid,
                  ' '.join(command))
 
@@ -181,29 +172,31 @@ class Launcher:
 
   def status(self) -> dict:
     """Alive/exit code per process, env steps/s, train steps/s, last eval return."""
-    now = time.monotonic()
     env_steps, train_step = self._counters()
     status = {'processes': {name: ('alive' if p.poll() is None else f'exited({p.poll()})')
                             for name, p in self.processes.items()},
               'env_steps': env_steps, 'train_step': train_step,
-              'env_steps_per_s': float('nan'), 'train_steps_per_s': float('nan')}
-    if self._last_status is not None:
-      then, last = self._last_status
-      elapsed = max(now - then, 1e-9)
-      if env_steps is not None and last['env_steps'] is not None:
-        status['env_steps_per_s'] = (env_steps - last['env_steps']) / elapsed
-      if train_step is not None and last['train_step'] is not None:
-        status['train_steps_per_s'] = (train_step - last['train_step']) / elapsed
+              'env_steps_per_s': self._rate('env_steps', env_steps, self._env_steps_rate),
+              'train_steps_per_s': self._rate('train_step', train_step,
+                                              self._train_steps_rate)}
     results = self.eval_results()
     status['last_eval_return'] = results[-1]['return'] if results else float('nan')
-    self._last_status = (now, status)
     return status
+
+  def _rate(self, name: str, count: Optional[int], throughput: metrics.Throughput
+            ) -> float:
+    """count/s since the last status that had this count (NaN the first time)."""
+    if count is None:
+      return float('nan')
+    rate = throughput.rate(count)
+    first, self._counted[name] = not self._counted[name], True
+    return float('nan') if first else rate
 
   def _counters(self):
     """(env steps, train step) from the server; None for what it cannot tell now."""
     try:
       info = replay.wait_for_server(self.address, timeout_s=2)
-      items = int(info[self._experiment.experience_table].rate_limiter_info
+      items = int(info[self._experiment.layout.experience_table].rate_limiter_info
                   .insert_stats.completed)
       train_step = None
       if info[replay.VARIABLES_TABLE].current_size:  # else sampling would wait for a push
@@ -213,7 +206,7 @@ class Launcher:
                 unpack_as_table_signature=True)),
             2.0, f'a sample of the variables table at {self.address}')
         train_step = int(sample.data['train_step'])
-      return items * self._experiment.env_steps_per_item, train_step
+      return items * self._experiment.layout.env_steps_per_item, train_step
     except replay.ReplayServerUnreachableError:
       return None, None  # server busy or restarting: the next status will tell
 

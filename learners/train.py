@@ -19,6 +19,7 @@ Reverb's sample stream resumes, and otherwise the trainer restarts itself from i
 checkpoint (a sample blocked on a lost server cannot be cancelled in-process).
 Exit statuses: see learners/process.py.
 """
+import dataclasses
 import os
 import sys
 import threading
@@ -35,26 +36,49 @@ from learners import eval_barrier
 from learners import process
 from learners.experiment import Experiment
 from tfrl import distribute
+from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """How a trainer runs (the flags of the same names).
+
+  Attributes:
+    log_interval_s: seconds between progress lines.
+    sample_timeout_s: how long one sample may wait before the trainer looks at its stop
+      signal (not under multi_worker, where workers must stay in step).
+    data_timeout_s: exit with an error after this long without any experience.
+    server_lost_after_s: the server is taken as lost after this long without an answer.
+    reconnect_timeout_s: how long to wait for a lost server to come back.
+  """
+  log_interval_s: float = 10.0
+  sample_timeout_s: float = 5.0
+  data_timeout_s: float = 600.0
+  server_lost_after_s: float = 30.0
+  reconnect_timeout_s: float = 600.0
+
 
 config.define_common_flags()
 flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 flags.DEFINE_enum('strategy', 'default', list(distribute.STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
-flags.DEFINE_float('log_interval_s', 10.0, 'Seconds between progress lines.')
-flags.DEFINE_float('sample_timeout_s', 5.0,
+flags.DEFINE_float('log_interval_s', Options.log_interval_s,
+                   'Seconds between progress lines.')
+flags.DEFINE_float('sample_timeout_s', Options.sample_timeout_s,
                    'How long one sample may wait for experience before the trainer looks '
                    'at its stop signal (the dataset is then rebuilt and training goes on). '
                    'Not used under --strategy=multi_worker, where workers must stay in '
                    'step.')
-flags.DEFINE_float('data_timeout_s', 600.0,
+flags.DEFINE_float('data_timeout_s', Options.data_timeout_s,
                    'Exit with an error after this long without any experience (are the '
                    'collectors running?).')
-flags.DEFINE_float('server_lost_after_s', 30.0,
+flags.DEFINE_float('server_lost_after_s', Options.server_lost_after_s,
                    'The Reverb server is taken as lost after this long without an answer.')
-flags.DEFINE_float('reconnect_timeout_s', 600.0,
+flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
                    'How long to wait for a lost server to come back (the trainer then '
                    'restarts itself from its latest checkpoint) before exiting with status '
                    f'{process.EXIT_SERVER_LOST}.')
@@ -76,12 +100,13 @@ def _worker_role(strategy: tf.distribute.Strategy):
                                   'chief' not in resolver.cluster_spec().as_dict()), task_id
 
 
-def _wait_for_lost_server(address: str, stop_event: threading.Event) -> None:
+def _wait_for_lost_server(address: str, stop_event: threading.Event,
+                          options: Options) -> None:
   """Returns once the lost server answers again; exits the process if it does not come
   back within --reconnect_timeout_s (status 4) or a stop comes first (status 3: the
   training thread may be stuck in a sample, so no final save is possible)."""
   try:
-    back = process.wait_for_server_with_backoff(address, FLAGS.reconnect_timeout_s,
+    back = process.wait_for_server_with_backoff(address, options.reconnect_timeout_s,
                                                 stop_event)
   except replay.ReplayServerUnreachableError as e:
     logging.error('%s Exiting with status %d.', e, process.EXIT_SERVER_LOST)
@@ -116,7 +141,7 @@ class _Heartbeat:
 
 
 def _watch_server(address: str, stop_event: threading.Event, heartbeat: _Heartbeat,
-                  checkpoint_dir: str) -> None:
+                  checkpoint_dir: str, options: Options) -> None:
   """Runs in a thread: takes over when the server stops answering for long enough.
 
   The training thread cannot notice by itself: it is blocked in a sample. Once the
@@ -131,14 +156,14 @@ def _watch_server(address: str, stop_event: threading.Event, heartbeat: _Heartbe
       last_answer = time.monotonic()
       continue
     except replay.ReplayServerUnreachableError:
-      if time.monotonic() - last_answer < FLAGS.server_lost_after_s:
+      if time.monotonic() - last_answer < options.server_lost_after_s:
         continue
     logging.error('Lost the Reverb server at %s (no answer for %.0f s); waiting for it. '
                   'Latest checkpoint: %s.', address, time.monotonic() - last_answer,
                   tf.train.latest_checkpoint(checkpoint_dir))
-    _wait_for_lost_server(address, stop_event)
+    _wait_for_lost_server(address, stop_event, options)
     back = last_answer = time.monotonic()
-    deadline = back + FLAGS.server_lost_after_s + FLAGS.sample_timeout_s
+    deadline = back + options.server_lost_after_s + options.sample_timeout_s
     while heartbeat.last < back and time.monotonic() < deadline:
       if stop_event.wait(0.5):
         return
@@ -164,11 +189,21 @@ def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
 
 
 def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
-          stop_event: threading.Event) -> int:
+          stop_event: threading.Event, options: Options = Options()) -> int:
   """Trains until the step budget or a stop; returns the final train step.
 
   Every normal end (the budget, or a stop signal) writes the final checkpoint and, on
   the chief, exports the policies at the final train step.
+
+  Args:
+    root_dir: the job's directory.
+    address: 'host:port' of the Reverb server.
+    strategy: the `tf.distribute` strategy to train under.
+    stop_event: set to stop (after the current run, with the final saves).
+    options: see `Options`.
+
+  Returns:
+    The final train step.
 
   Raises:
     NoExperienceError: no experience for --data_timeout_s (after the final save).
@@ -178,8 +213,9 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   job_dir = root_dir if is_chief else os.path.join(root_dir, f'worker_{task_id}')
   train_step, agent = experiment.build_agent(strategy)
   replay.wait_for_server(address)
-  replay.check_table_signature(address, experiment.experience_table,
-                              experiment.item_signature(agent))
+  layout = experiment.layout
+  replay.check_table_signature(address, layout.experience_table,
+                               layout.item_signature(agent.collect_data_spec))
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   learner_triggers, policy_trigger = [], None
@@ -188,20 +224,22 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
         root_dir, agent, train_step, experiment.policy_checkpoint_interval)
     learner_triggers = [policy_trigger]
   multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-  sample_timeout_ms = -1 if multi_worker else int(FLAGS.sample_timeout_s * 1000)
+  sample_timeout_ms = -1 if multi_worker else int(options.sample_timeout_s * 1000)
   learner = experiment.make_learner(job_dir, address, agent, train_step, strategy,
                                     sample_timeout_ms=sample_timeout_ms,
                                     triggers=learner_triggers)
   heartbeat = _Heartbeat()
   threading.Thread(target=_watch_server,
-                   args=(address, stop_event, heartbeat, learner.checkpoint_dir),
+                   args=(address, stop_event, heartbeat, learner.checkpoint_dir, options),
                    name='server watchdog', daemon=True).start()
   if is_chief:
     variables.push()
   # Build the train function while the collectors (now released by the push) fill the
   # table, rather than in the first run().
   learner.compile()
-  start_step, start_time, last_log = learner.train_step_numpy, time.monotonic(), 0.0
+  start_step, last_log = learner.train_step_numpy, 0.0
+  throughput = metrics.Throughput()
+  throughput.rate(start_step)
   logging.info('Trainer (chief=%s) from train step %d to %d.', is_chief, start_step,
                experiment.num_train_steps)
   # The chief holds still while the evaluator confirms a candidate policy, and ends
@@ -225,14 +263,14 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
       # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
       # (the collectors may have stopped first), then wait on with a new dataset.
       now = time.monotonic()
-      starved_since = starved_since or now - FLAGS.sample_timeout_s
-      if now - starved_since > FLAGS.data_timeout_s:
+      starved_since = starved_since or now - options.sample_timeout_s
+      if now - starved_since > options.data_timeout_s:
         error = NoExperienceError(
-            f'No experience from table {experiment.experience_table!r} at {address} for '
+            f'No experience from table {layout.experience_table!r} at {address} for '
             f'{now - starved_since:.0f} s: are the collectors running?')
         break
       logging.info('Waiting for experience from %s at %s (%.0f s so far).',
-                   experiment.experience_table, address, now - starved_since)
+                   layout.experience_table, address, now - starved_since)
       learner.reset_iterator()
       continue
     starved_since = None
@@ -243,14 +281,13 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
         logging.error('Lost the Reverb server at %s while pushing variables (%s); '
                       'waiting for it.', address, e)
         learner.save_checkpoint()  # the state is in hand here, unlike in the watchdog
-        _wait_for_lost_server(address, stop_event)
+        _wait_for_lost_server(address, stop_event, options)
         learner.reset_iterator()  # the old sample stream may be stuck on the lost server
-    if time.monotonic() - last_log >= FLAGS.log_interval_s:
+    if time.monotonic() - last_log >= options.log_interval_s:
       last_log = time.monotonic()
       step = learner.train_step_numpy
       logging.info('train step %d | loss %.4f | %.0f train steps/s', step,
-                   float(np.mean(loss_info.loss)),
-                   (step - start_step) / max(time.monotonic() - start_time, 1e-9))
+                   float(np.mean(loss_info.loss)), throughput.rate(step))
   learner.save_checkpoint()
   if policy_trigger is not None:
     policy_trigger.save_saved_models()
@@ -267,7 +304,8 @@ def main(argv):
   strategy = distribute.get_strategy(FLAGS.strategy, tpu=FLAGS.tpu)
   config.parse_from_flags()
   process.run_program(
-      lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy, stop_event),
+      lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy, stop_event,
+                              config.options_from_flags(Options, FLAGS)),
       'trainer')
 
 

@@ -15,31 +15,30 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
-import gin
 import tensorflow as tf
 
 from tf_agents.policies import random_tf_policy
 from tfrl import actors
 from tfrl import distribute
 from tfrl import learner as learner_lib
+from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 from learners import config
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
+OnEvaluation = Callable[[Dict[str, Any]], None]
 
 
-@gin.configurable
 def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
-               on_evaluation: Optional[Callable[[Dict[str, Any]], None]] = None
-               ) -> Dict[str, Any]:
+               on_evaluation: Optional[OnEvaluation] = None) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -52,178 +51,183 @@ def train_eval(root_dir: str, strategy: str = 'default',
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
     greedy_policy_dir, train_seconds (from the first train step), history (evals).
+
+  Raises:
+    RuntimeError: the loop's own data did not reach its train step in time.
+    ValueError: the agent does not fit the data layout.
   """
   exp = experiment or Experiment()
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
-    env = exp.make_env()
-    cleanup.callback(env.close)
+    job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
+    job.warm_up()
+    reached = job.collect_and_train(on_evaluation)
+    return job.export(reached)
+
+
+class _OneProcessJob:
+  """The phases of one process's job: build, warm up, collect-and-train (with
+  evaluations), export. Each phase is a method; `train_eval` calls them in order."""
+
+  def __init__(self, root_dir: str, exp: Experiment, strategy: tf.distribute.Strategy,
+               cleanup: contextlib.ExitStack):
+    """Builds every component; `cleanup` gets what must be closed on any exit."""
+    self.exp, layout = exp, exp.layout
+    self.env = exp.make_env()
+    cleanup.callback(self.env.close)
     eval_env = exp.make_eval_env()
     cleanup.callback(eval_env.close)
-    strategy_obj = distribute.get_strategy(strategy)
-    with strategy_obj.scope():
-      train_step = learner_lib.new_train_step()
-      agent = exp.make_agent(env, train_step)
+    with strategy.scope():
+      self.train_step = learner_lib.new_train_step()
+      self.agent = exp.make_agent(self.env, self.train_step)
     # One process alternates collection and training, so the table has no ratio limiter
     # (it could block the learner while the actor is idle): the ratio is fixed by
     # collect/train steps per iteration instead.
-    server = replay.ReplayServer(exp.experience_tables(agent, samples_per_insert=None))
-    cleanup.callback(server.stop)
-    writer = exp.make_writer(server.client)
-    cleanup.callback(writer.abandon)  # after a normal end's close(), nothing to do
-    collect_actor = actors.Actor(env, agent.collect_policy, [writer],
-                                 policy_version=train_step,
-                                 summary_dir=os.path.join(root_dir, 'collect'))
-    evaluator = actors.Evaluator(eval_env, triggers.greedy(agent),
-                                 exp.num_eval_episodes, seed=exp.seed + 10_000)
-    env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-    eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
-    policy_trigger = triggers.PolicySavedModelTrigger(
-        root_dir, agent, train_step, exp.policy_checkpoint_interval,
-        metadata={'env_steps': env_steps_var, 'eval_return': eval_return_var})
+    self.server = replay.ReplayServer(layout.tables(self.agent.collect_data_spec, None))
+    cleanup.callback(self.server.stop)
+    self.writer = layout.make_writer(self.server.client)
+    cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
+    self.collect_actor = actors.Actor(self.env, self.agent.collect_policy, [self.writer],
+                                      policy_version=self.train_step,
+                                      summary_dir=os.path.join(root_dir, 'collect'))
+    self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
+        self.env.time_step_spec(), self.env.action_spec()), [self.writer])
+    self.evaluator = actors.Evaluator(eval_env, triggers.greedy(self.agent),
+                                      exp.num_eval_episodes, seed=exp.seed + 10_000)
+    self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
+    self.policy_trigger = triggers.PolicySavedModelTrigger(
+        root_dir, self.agent, self.train_step, exp.policy_checkpoint_interval,
+        metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var})
     # A sample that waits this long means the loop's own bookkeeping went wrong (this
     # process is the only collector): fail with a message instead of hanging.
-    learner = exp.make_learner(root_dir, server.address, agent, train_step, strategy_obj,
-                               sample_timeout_ms=SAMPLE_TIMEOUT_MS,
-                               triggers=[policy_trigger])
+    self.learner = exp.make_learner(root_dir, self.server.address, self.agent,
+                                    self.train_step, strategy,
+                                    sample_timeout_ms=SAMPLE_TIMEOUT_MS,
+                                    triggers=[self.policy_trigger])
     # Graph building belongs to start-up (as the actors' and the evaluator's do): a
     # broken train step fails here, before any collection, and the first train call is
     # not a second-long stall in the collect/train rhythm.
-    learner.compile()
-    eval_writer = tf.summary.create_file_writer(os.path.join(root_dir, 'eval'))
+    self.learner.compile()
+    self.eval_writer = tf.summary.create_file_writer(os.path.join(root_dir, 'eval'))
+    self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
+    self.items_trained = 0  # items of the experience table this process's steps took
+    self.history: List[Dict[str, Any]] = []
+    self.last_return = float('nan')
+    self.start_step = self.learner.train_step_numpy
+    self.start_time = time.perf_counter()
 
-    # Off-policy: fill the table with random-action experience before the first train
-    # step. (On-policy unrolls need the behaviour policy's logits: no random warm-up.)
-    random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
-        env.time_step_spec(), env.action_spec()), [writer])
-    if not exp.is_sequence:
-      random_actor.run(exp.warmup_vector_steps())
-      collect_actor.reset()  # random_actor moved the env: start clean episodes
-    else:
-      # Unrolls hold unroll_length + 1 steps and overlap by one, so an unroll is complete
-      # one step *after* its last transition. Collecting that one step up front shifts every
-      # later iteration's unroll to end exactly where its collection ends: the train call
-      # that follows trains on the unroll the current policy just collected (on-policy,
-      # bar the shared boundary step, whose behaviour logits are recorded), instead of one
-      # a policy update older.
-      collect_actor.run(1)
+  @property
+  def env_steps(self) -> int:
+    return self.random_actor.env_steps + self.collect_actor.env_steps
 
-    history, result = [], {'AverageReturn': float('nan')}
-    collect_clock, train_clock = _Clock(), _Clock()
-    start_step = learner.train_step_numpy
-    train_start = time.perf_counter()
-    logging.info('Training %s on %s from train step %d to %d.', type(agent).__name__,
-                 exp.env_name, start_step, exp.num_train_steps)
-    reached = False
-    items_trained = 0  # on-policy: queue items the train steps of this process consumed
-    next_eval = (start_step // exp.eval_interval + 1) * exp.eval_interval
-    while learner.train_step_numpy < exp.num_train_steps:
-      with collect_clock:
-        collect_actor.run(exp.collect_steps_per_iteration)
-        if exp.is_sequence:
-          # Wait until the unrolls just written are in the queue: counting them while
-          # they are still in flight would skip this iteration's training, and the
-          # backlog that leaves would make every later batch several updates stale.
-          collect_actor.flush()
-      iterations = _train_steps_available(exp, writer.items_created - items_trained)
-      if not iterations:
+  def warm_up(self) -> None:
+    """The layout's collection before the first train step (random actions for replay)."""
+    self.exp.layout.warm_up(self.collect_actor, self.random_actor,
+                            self.exp.initial_collect_steps)
+
+  def collect_and_train(self, on_evaluation: Optional[OnEvaluation]) -> bool:
+    """Collects, trains and evaluates until the budget or a confirmed target.
+
+    Returns:
+      Whether a confirmed evaluation reached the target.
+    """
+    exp = self.exp
+    logging.info('Training %s on %s from train step %d to %d.', type(self.agent).__name__,
+                 exp.env_name, self.start_step, exp.num_train_steps)
+    self.start_time = time.perf_counter()
+    next_eval = (self.start_step // exp.eval_interval + 1) * exp.eval_interval
+    while self.learner.train_step_numpy < exp.num_train_steps:
+      self.collect()
+      if not self.train():
         continue
-      with train_clock:
-        try:
-          learner.run(iterations=iterations)
-        except tf.errors.OutOfRangeError as e:
-          raise RuntimeError(
-              f'No batch from {exp.experience_table!r} at {server.address} within '
-              f'{SAMPLE_TIMEOUT_MS / 1000:.0f} s although this process collected for it '
-              f'({writer.items_created} items written, {items_trained} trained on).') from e
-      items_trained += iterations * exp.items_per_batch(_fresh_rows(exp))
-      step = learner.train_step_numpy
+      step = self.learner.train_step_numpy
       if step < next_eval and step < exp.num_train_steps:
         continue
       next_eval = step + exp.eval_interval
-      result = evaluator.run()
-      env_steps = random_actor.env_steps + collect_actor.env_steps
-      env_steps_var.assign(env_steps)
-      eval_return_var.assign(result['AverageReturn'])
-      history.append({'train_step': step, 'env_steps': env_steps,
-                      'eval_return': result['AverageReturn'],
-                      'seconds': time.perf_counter() - train_start})
-      if on_evaluation is not None:
-        on_evaluation(history[-1])
-      with eval_writer.as_default():
-        tf.summary.scalar('eval/AverageReturn', result['AverageReturn'], step=step)
-        tf.summary.scalar('eval/AverageReturn_vs_env_steps', result['AverageReturn'],
-                          step=env_steps)
-      logging.info(
-          'train step %7d | env steps %9d | eval return %7.1f | %8.0f env steps/s | '
-          '%6.0f train steps/s | %5.1f s', step, env_steps, result['AverageReturn'],
-          collect_clock.rate(collect_actor.env_steps), train_clock.rate(step - start_step),
-          time.perf_counter() - train_start)
-      if exp.target_return is not None and result['AverageReturn'] >= exp.target_return:
-        # Confirm on fresh episodes, so one lucky evaluation does not end training.
-        confirmation = evaluator.run()
-        logging.info('Confirmation evaluation: %.1f', confirmation['AverageReturn'])
-        if confirmation['AverageReturn'] >= exp.target_return:
-          reached = True
-          break
-    train_seconds = time.perf_counter() - train_start
-    learner.save_checkpoint()
-    learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
-    paths = policy_trigger.save_saved_models()
-    writer.close()
-  return {
-      'train_step': learner.train_step_numpy,
-      'env_steps': random_actor.env_steps + collect_actor.env_steps,
-      'eval_return': result['AverageReturn'],
-      'reached_target': reached,
-      'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
-      'train_seconds': train_seconds,
-      'history': history,
-  }
+      if self.evaluate(on_evaluation) and self.confirm():
+        return True
+    return False
 
+  def collect(self) -> None:
+    """One iteration's vector steps."""
+    with self.collect_throughput.timing():
+      self.collect_actor.run(self.exp.collect_steps_per_iteration)
+      if self.exp.layout.trains_on_collected_items:
+        # Wait until the items just written are in the table: counting unrolls while
+        # they are still in flight would skip this iteration's training, and the
+        # backlog that leaves would make every later batch several updates stale.
+        self.collect_actor.flush()
 
-def _train_steps_available(exp: Experiment, untrained_items: int) -> int:
-  """Train steps to run now: fixed for replay; for a queue, the full batches collected.
+  def train(self) -> int:
+    """Runs the train steps the collected data allows; returns how many."""
+    layout = self.exp.layout
+    iterations = layout.train_steps_available(
+        self.writer.items_created - self.items_trained, self.exp.train_steps_per_iteration)
+    if not iterations:
+      return 0
+    with self.train_throughput.timing():
+      try:
+        self.learner.run(iterations=iterations)
+      except tf.errors.OutOfRangeError as e:
+        raise RuntimeError(
+            f'No batch from {layout.experience_table!r} at {self.server.address} within '
+            f'{SAMPLE_TIMEOUT_MS / 1000:.0f} s although this process collected for it '
+            f'({self.writer.items_created} items written, {self.items_trained} trained '
+            'on).') from e
+    self.items_trained += iterations * layout.items_per_train_step
+    return iterations
 
-  Sampling an empty queue would block this one-process loop forever (collection waits
-  for training), so on-policy training only takes what has been collected:
-  `untrained_items`, the writer's items (all inserted, after its flush) minus those the
-  train steps took. Not the queue's current size: the dataset's prefetch takes items out
-  of the queue before the learner uses them, and a size that reads zero then would skip
-  training and leave a backlog of stale unrolls.
-  """
-  if not exp.is_sequence:
-    return exp.train_steps_per_iteration
-  return min(exp.train_steps_per_iteration,
-             untrained_items // exp.items_per_batch(_fresh_rows(exp)))
+  def evaluate(self, on_evaluation: Optional[OnEvaluation]) -> bool:
+    """Evaluates the greedy policy, records and logs it; returns whether it reached
+    the target."""
+    step, exp = self.learner.train_step_numpy, self.exp
+    self.last_return = self.evaluator.run()['AverageReturn']
+    self.env_steps_var.assign(self.env_steps)
+    self.eval_return_var.assign(self.last_return)
+    self.history.append({'train_step': step, 'env_steps': self.env_steps,
+                         'eval_return': self.last_return,
+                         'seconds': time.perf_counter() - self.start_time})
+    if on_evaluation is not None:
+      on_evaluation(self.history[-1])
+    with self.eval_writer.as_default():
+      tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
+      tf.summary.scalar('eval/AverageReturn_vs_env_steps', self.last_return,
+                        step=self.env_steps)
+    logging.info(
+        'train step %7d | env steps %9d | eval return %7.1f | %8.0f env steps/s | '
+        '%6.0f train steps/s | %5.1f s', step, self.env_steps, self.last_return,
+        self.collect_throughput.active_rate(self.collect_actor.env_steps),
+        self.train_throughput.active_rate(step - self.start_step),
+        time.perf_counter() - self.start_time)
+    return exp.target_return is not None and self.last_return >= exp.target_return
 
+  def confirm(self) -> bool:
+    """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
+    confirmation = self.evaluator.run()['AverageReturn']
+    logging.info('Confirmation evaluation: %.1f', confirmation)
+    return confirmation >= self.exp.target_return
 
-def _fresh_rows(exp: Experiment) -> int:
-  """Rows of a batch from the queue (CLEAR takes the others from replay)."""
-  return exp.batch_size - exp.replay_rows(exp.batch_size)
-
-
-class _Clock:
-  """Accumulates the seconds spent inside `with clock:` blocks."""
-
-  def __init__(self):
-    self.seconds = 0.0
-    self._start = 0.0
-
-  def __enter__(self):
-    self._start = time.perf_counter()
-
-  def __exit__(self, *unused_exc):
-    self.seconds += time.perf_counter() - self._start
-
-  def rate(self, count: float) -> float:
-    """count per second spent inside the blocks."""
-    return count / self.seconds if self.seconds else float('nan')
+  def export(self, reached: bool) -> Dict[str, Any]:
+    """Final checkpoint, summaries and SavedModels; returns train_eval's result."""
+    train_seconds = time.perf_counter() - self.start_time
+    self.learner.save_checkpoint()
+    self.learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
+    paths = self.policy_trigger.save_saved_models()
+    self.writer.close()
+    return {
+        'train_step': self.learner.train_step_numpy,
+        'env_steps': self.env_steps,
+        'eval_return': self.last_return,
+        'reached_target': reached,
+        'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
+        'train_seconds': train_seconds,
+        'history': self.history,
+    }
 
 
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
-        on_evaluation: Optional[Callable[[Dict[str, Any]], None]] = None,
-        **overrides) -> Dict[str, Any]:
+        on_evaluation: Optional[OnEvaluation] = None, **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:

@@ -406,6 +406,35 @@ def test_kwargs_in_agent_train_passes_weights(tmp_path):
   assert not np.allclose(agent_variables(agent)[0], before[0])
 
 
+def test_train_inputs_fn_maps_experience_and_info_to_train_kwargs(tmp_path):
+  """The layouts' path: the dataset yields (experience, info); `train_inputs_fn` makes
+  `agent.train`'s kwargs from both (here the weights come from info), in `run` and in
+  `loss`."""
+  rows = fixed_rows(2 * BATCH)
+  weights = np.concatenate([np.zeros(BATCH), np.full(BATCH, 2.0)]).astype(np.float32)
+  calls = []
+
+  def dataset_fn():
+    dataset = tf.data.Dataset.from_tensor_slices((rows, {'w': weights}))
+    return dataset.batch(BATCH, drop_remainder=True)
+
+  def train_inputs(experience, info):
+    calls.append(sorted(info))
+    return {'experience': experience, 'weights': info['w']}
+
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, experience_dataset_fn=dataset_fn,
+                    train_inputs_fn=train_inputs, checkpoint_interval=0)
+  before = agent_variables(agent)
+  assert float(learner.run().loss) == 0.0  # weights 0
+  assert_all_close(agent_variables(agent), before, rtol=0, atol=0)
+  unweighted = agent.loss(batch(rows, 1)).loss
+  sample = (batch(rows, 1), {'w': tf.constant(weights[BATCH:])})
+  np.testing.assert_allclose(learner.loss(sample).loss, 2 * unweighted, rtol=1e-5)
+  np.testing.assert_allclose(learner.run().loss, 2 * unweighted, rtol=1e-5)
+  assert calls and all(keys == ['w'] for keys in calls)  # called while tracing
+
+
 def test_initializes_the_agent_before_creating_optimizer_variables(tmp_path):
   agent, train_step = make_agent('adam')
   # Targets that differ from the online network: agent.initialize() copies it over.

@@ -5,11 +5,10 @@ updates priorities `iterations` times inside the graph, under a `tf.distribute`
 strategy; then the triggers (checkpoints, exports, logs) run in Python. Its constructor
 and methods mirror tf-agents' Learner, so switching is a change of import.
 """
-import collections
 import contextlib
 import inspect
 import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -29,10 +28,6 @@ POLICY_CHECKPOINT_DIR = triggers_lib.POLICY_CHECKPOINTS
 REPLAY_BUFFER_CHECKPOINT_DIR = 'replay_buffer_checkpoints'
 # The Learner's own checkpoints: root_dir/train/checkpoints, as in tf-agents.
 CHECKPOINT_DIR = POLICY_CHECKPOINT_DIR
-
-
-class _ReverbSampleLike(collections.namedtuple('_ReverbSampleLike', ['info', 'data'])):
-  """Stands in for a Reverb v2 `ReplaySample` when tracing without a dataset."""
 
 
 def _call_dataset_fn(dataset_fn: Callable, context: tf.distribute.InputContext):
@@ -62,6 +57,7 @@ class Learner(tf.Module):
                agent: tf_agent.TFAgent,
                experience_dataset_fn: Optional[Callable[..., tf.data.Dataset]] = None,
                after_train_strategy_step_fn: Optional[Callable] = None,
+               train_inputs_fn: Optional[Callable[[Any, Any], Dict[str, Any]]] = None,
                triggers: Optional[Sequence[Callable[[int], Any]]] = None,
                checkpoint_interval: int = 100000,
                summary_interval: Optional[int] = 1000,
@@ -69,7 +65,6 @@ class Learner(tf.Module):
                use_kwargs_in_agent_train: bool = False,
                strategy: Optional[tf.distribute.Strategy] = None,
                run_optimizer_variable_init: bool = True,
-               use_reverb_v2: bool = False,
                direct_sampling: bool = False,
                experience_dataset_options: Optional[tf.distribute.InputOptions] = None,
                strategy_run_options: Optional[tf.distribute.RunOptions] = None,
@@ -85,10 +80,15 @@ class Learner(tf.Module):
         (see `new_train_step`).
       agent: any `tf_agents.agents.TFAgent`.
       experience_dataset_fn: returns the per-replica `tf.data.Dataset` of samples
-        (`(experience, info)`, Reverb v2 samples, or bare experience); may take a
+        (`(experience, info)`, or bare experience with `direct_sampling`); may take a
         `tf.distribute.InputContext`. None when every `run` gets an `iterator`.
       after_train_strategy_step_fn: called per replica after each train step with
         `((experience, info), loss_info)`, e.g. to update priorities.
+      train_inputs_fn: maps a replica's `(experience, info)` to `agent.train`'s (and
+        `agent.loss`'s) keyword arguments. It runs inside `strategy.run`, so it may
+        reduce across replicas (e.g. normalize importance weights by the global
+        batch's maximum). None passes the experience as it is (or, with
+        `use_kwargs_in_agent_train`, as the kwargs dict it is).
       triggers: callables taking the train step, run after every `run`.
       checkpoint_interval: train steps between checkpoints; <= 0 disables them.
       summary_interval: summaries are recorded when train_step % interval == 0;
@@ -99,7 +99,6 @@ class Learner(tf.Module):
       strategy: a `tf.distribute.Strategy` (default: the current one).
       run_optimizer_variable_init: trace one train step before checkpointing so the
         optimizer's slot variables exist and are saved and restored.
-      use_reverb_v2: samples are Reverb `ReplaySample(info, data)`.
       direct_sampling: samples are bare experience (e.g. an offline dataset).
       experience_dataset_options: `tf.distribute.InputOptions` for the dataset (kept,
         with `experience_dataset_fn`, for `reset_iterator`).
@@ -118,9 +117,9 @@ class Learner(tf.Module):
     self.train_step = train_step
     self._agent = agent
     self._after_train_strategy_step_fn = after_train_strategy_step_fn
+    self._train_inputs_fn = train_inputs_fn
     self._use_kwargs_in_agent_train = use_kwargs_in_agent_train
     self.strategy = strategy or tf.distribute.get_strategy()
-    self._use_reverb_v2 = use_reverb_v2
     self._direct_sampling = direct_sampling
     self._strategy_run_options = strategy_run_options
     self.summary_interval = summary_interval
@@ -215,8 +214,7 @@ class Learner(tf.Module):
     """
 
     def trace(sample):
-      experience, _ = self._split_sample(sample)
-      self._strategy_train(experience)
+      self._run_agent(self._agent.train, *self._split_sample(sample))
 
     with self.strategy.scope():
       if element_spec is not None:
@@ -229,8 +227,6 @@ class Learner(tf.Module):
       if self._use_kwargs_in_agent_train:
         experience = {'experience': experience}
       sample = experience if self._direct_sampling else (experience, ())
-      if self._use_reverb_v2:
-        sample = _ReverbSampleLike(data=experience, info=())
       tf.function(lambda: trace(sample), autograph=False).get_concrete_function()
 
   # -- Training -------------------------------------------------------------------
@@ -239,17 +235,19 @@ class Learner(tf.Module):
     """Returns (experience, info) from any of the supported sample forms."""
     if self._direct_sampling:
       return sample, ()
-    if self._use_reverb_v2:
-      return sample.data, sample.info
     experience, info = sample
     return experience, info
 
-  def _strategy_train(self, experience: Any):
+  def _run_agent(self, method: Callable, experience: Any, info: Any):
+    """Runs `agent.train` or `agent.loss` on every replica's share of a sample."""
+    if self._train_inputs_fn is not None:
+      return self.strategy.run(
+          lambda experience, info: method(**self._train_inputs_fn(experience, info)),
+          args=(experience, info), options=self._strategy_run_options)
     if self._use_kwargs_in_agent_train:
-      return self.strategy.run(self._agent.train, kwargs=experience,
+      return self.strategy.run(method, kwargs=experience,
                                options=self._strategy_run_options)
-    return self.strategy.run(self._agent.train, args=(experience,),
-                             options=self._strategy_run_options)
+    return self.strategy.run(method, args=(experience,), options=self._strategy_run_options)
 
   def _reduce(self, loss_info: Any, reduce_op: tf.distribute.ReduceOp) -> Any:
     """Reduces loss info across replicas and, as tf-agents does, over every axis.
@@ -277,7 +275,7 @@ class Learner(tf.Module):
     """
     sample = next(iterator)
     experience, info = self._split_sample(sample)
-    loss_info = self._strategy_train(experience)
+    loss_info = self._run_agent(self._agent.train, experience, info)
     if self._after_train_strategy_step_fn is not None:
       self.strategy.run(self._after_train_strategy_step_fn,
                         args=((experience, info), loss_info),
@@ -377,13 +375,7 @@ class Learner(tf.Module):
     return loss_info
 
   def _loss(self, sample: Any, reduce_op: tf.distribute.ReduceOp):
-    experience, _ = self._split_sample(sample)
-    if self._use_kwargs_in_agent_train:
-      loss_info = self.strategy.run(self._agent.loss, kwargs=experience,
-                                    options=self._strategy_run_options)
-    else:
-      loss_info = self.strategy.run(self._agent.loss, args=(experience,),
-                                    options=self._strategy_run_options)
+    loss_info = self._run_agent(self._agent.loss, *self._split_sample(sample))
     return self._reduce(loss_info, reduce_op)
 
   def loss(self, experience_and_sample_info: Any = None,

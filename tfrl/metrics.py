@@ -1,7 +1,8 @@
 """Episode and throughput metrics computed on batched steps, vectorized over envs."""
 import collections
+import contextlib
 import time
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import numpy as np
 from tf_agents.trajectories import time_step as ts
@@ -70,16 +71,35 @@ class EpisodeStats:
 
 
 class Throughput:
-  """Counts per second between calls to `rate` (e.g. env steps/s, train steps/s)."""
+  """Counts per second: tfrl's one rate helper (env steps/s, train steps/s).
+
+  Two views of the same counter: `rate(count)` over the wall-clock interval since the
+  previous call, and `active_rate(count)` over the seconds spent inside `with
+  throughput.timing():` blocks (e.g. a loop's collection phase alone).
+  """
 
   def __init__(self):
     self._last_time = time.perf_counter()
     self._last_count = 0
+    self.active_seconds = 0.0
 
-  def rate(self, count: int) -> float:
+  def rate(self, count: float) -> float:
     """Returns (count - previous count) / elapsed seconds, and starts a new interval."""
     now = time.perf_counter()
     elapsed = max(now - self._last_time, 1e-9)
     value = (count - self._last_count) / elapsed
     self._last_time, self._last_count = now, count
     return value
+
+  @contextlib.contextmanager
+  def timing(self) -> Iterator[None]:
+    """Adds the seconds spent inside the block to `active_seconds`."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.active_seconds += time.perf_counter() - start
+
+  def active_rate(self, count: float) -> float:
+    """count / the seconds spent inside `timing()` blocks (NaN before any)."""
+    return count / self.active_seconds if self.active_seconds else float('nan')

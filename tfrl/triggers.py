@@ -1,7 +1,6 @@
 """Triggers: callables the Learner runs with the train step after every `run`."""
 import concurrent.futures
 import os
-import time
 from typing import Callable, Dict, Optional
 
 from absl import logging
@@ -11,6 +10,7 @@ from tf_agents.agents import tf_agent
 from tf_agents.policies import greedy_policy
 
 from tfrl import export
+from tfrl import metrics
 
 POLICY_DIR = 'policies'
 GREEDY_POLICY = 'greedy_policy'
@@ -208,14 +208,13 @@ class StepsPerSecondLogTrigger(IntervalTrigger):
     super().__init__(interval, self._log, start=int(train_step.numpy()))
     self._train_step = train_step
     self._log_to_terminal = log_to_terminal
-    self._last_step = int(train_step.numpy())
-    self._last_time = time.perf_counter()
+    self._throughput = metrics.Throughput()
+    self._throughput.rate(int(train_step.numpy()))
     self.last_rate = float('nan')
 
   def _log(self) -> None:
-    step, now = int(self._train_step.numpy()), time.perf_counter()
-    self.last_rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
-    self._last_step, self._last_time = step, now
+    step = int(self._train_step.numpy())
+    self.last_rate = self._throughput.rate(step)
     if self._log_to_terminal:
       logging.info('train step %d: %.1f steps/sec', step, self.last_rate)
     tf.summary.scalar('train_steps_per_sec', self.last_rate, step=step)

@@ -99,7 +99,10 @@ def test_dqn_builder_options(cartpole):
   agent = dqn.create_dqn_agent(cartpole.time_step_spec(), cartpole.action_spec(),
                                train_step, fc_layer_params=(16,), double_q=False,
                                epsilon_start=0.0, epsilon_end=0.0)
-  assert type(agent) is dqn_agent.DqnAgent  # pylint: disable=unidiomatic-typecheck
+  # Plain DQN (not Double DQN): tfrl's DqnAgent is tf-agents' with tfrl's interface.
+  assert type(agent) is dqn.DqnAgent  # pylint: disable=unidiomatic-typecheck
+  assert isinstance(agent, dqn_agent.DqnAgent)
+  assert not isinstance(agent, dqn_agent.DdqnAgent)
   # With epsilon 0 the collect policy is greedy in the Q-network.
   observations = np.random.RandomState(1).randn(16, 4).astype(np.float32)
   time_step = ts.restart(tf.constant(observations), batch_size=16)

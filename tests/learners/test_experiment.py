@@ -1,9 +1,13 @@
-"""`Experiment`: what it builds for every program, checked on real Reverb tables.
+"""`Experiment` and its data layouts: what they build for every program, checked on
+real Reverb tables.
 
 The learning tests show each algorithm learns; these check the data each one trains on:
 CLEAR's fresh/replayed mix and its replay mask, prioritized replay's importance weights
-and priority write-back, APPO's policy versions, and the settings errors.
+and priority write-back, APPO's policy versions, the agents' declared inputs, and the
+settings errors.
 """
+import functools
+import itertools
 import json
 import os
 import re
@@ -21,7 +25,8 @@ from tfrl import actors
 from tfrl import replay
 from tfrl.agents import impala
 from tfrl.agents import sac
-from learners.experiment import Experiment, QUEUE_TABLE, REPLAY_TABLE
+from tfrl.layouts import QUEUE_TABLE, REPLAY_TABLE
+from learners.experiment import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def start(exp, reverb_server_factory):
   """(agent, server): the experiment's agent and an embedded server with its tables."""
   _, agent = exp.build_agent()
-  return agent, reverb_server_factory(exp.experience_tables(agent))
+  return agent, reverb_server_factory(exp.layout.tables(agent.collect_data_spec))
 
 
 def sampled_keys(server, num_samples=300):
@@ -41,7 +46,7 @@ def sampled_keys(server, num_samples=300):
 def fill(exp, server, agent, vector_steps, policy_version=0):
   """Collects `vector_steps` with the agent's collect policy into the experiment's tables."""
   env = exp.make_env()
-  writer = exp.make_writer(server.client)
+  writer = exp.layout.make_writer(server.client)
   actors.Actor(env, agent.collect_policy, [writer], policy_version=policy_version).run(
       vector_steps)
   writer.close()
@@ -49,10 +54,17 @@ def fill(exp, server, agent, vector_steps, policy_version=0):
   return writer.items_created
 
 
+def train_batches(exp, server, agent):
+  """The Learner's `(train kwargs, info)` batches (default strategy)."""
+  dataset = exp.layout.dataset_fn(server.address, agent.collect_data_spec)(
+      tf.distribute.InputContext())
+  train_inputs = exp.layout.train_inputs_fn(agent)
+  for experience, info in dataset:
+    yield train_inputs(experience, info), info
+
+
 def first_batch(exp, server, agent):
-  """One `(train kwargs, info)` batch of the Learner's dataset (default strategy)."""
-  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
-  return next(iter(dataset))
+  return next(train_batches(exp, server, agent))
 
 
 def sizes(server):
@@ -62,37 +74,35 @@ def sizes(server):
 @pytest.mark.parametrize('kwargs,message', [
     (dict(data_layout='episodes'), 'data_layout must be one of'),
     (dict(replay_table='rank'), 'replay_table must be one of'),
-    (dict(train_kwargs=['behaviour_logits']), "Unknown train_kwargs ['behaviour_logits']"),
-    (dict(replay_fraction=1.0), 'replay_fraction must be in [0, 1)'),
+    (dict(data_layout='sequence', replay_fraction=0.5),
+     "replay_fraction=0.5 needs data_layout='sequence_replay'"),
+    (dict(data_layout='sequence_replay', replay_fraction=1.0),
+     'replay_fraction must be in (0, 1)'),
+    (dict(data_layout='sequence_replay'), 'replay_fraction must be in (0, 1)'),
+    (dict(data_layout='sequence_replay', replay_fraction=0.5, replay_remover='lifo'),
+     'replay_remover must be one of'),
     (dict(data_layout='sequence', replay_table='prioritized'),
      "replay_table='prioritized' needs a priority per row"),
+    (dict(num_envs=16, batch_size=24), 'batch_size=24 must be a multiple or a divisor'),
+    (dict(num_envs=4, steps_per_item=3, batch_size=8),
+     'batch_size=8 must be a multiple of the 12 rows per item'),
+    (dict(data_layout='sequence_replay', num_envs=4, batch_size=8, replay_fraction=0.8),
+     'leaves no fresh unrolls'),
+    (dict(data_layout='sequence_replay', num_envs=8, batch_size=8, replay_fraction=0.3),
+     'rounds to no replayed unrolls'),
 ])
 def test_bad_settings_fail_at_construction_naming_the_setting(kwargs, message):
   with pytest.raises(ValueError, match=re.escape(message)):
     Experiment(**kwargs)
 
 
-@pytest.mark.parametrize('kwargs,message', [
-    (dict(num_envs=16, batch_size=24), 'batch_size=24 must be a multiple or a divisor'),
-    (dict(num_envs=4, steps_per_item=3, batch_size=8),
-     'batch_size=8 must be a multiple of the 12 rows per item'),
-])
-def test_batch_size_that_items_cannot_fill_names_both_numbers(kwargs, message):
-  with pytest.raises(ValueError, match=message):
-    Experiment(**kwargs).rows_per_item  # pylint: disable=expression-not-assigned
-
-
-def test_replay_fraction_that_rounds_to_a_whole_batch_of_replay_fails():
-  exp = Experiment(data_layout='sequence', num_envs=4, batch_size=8, replay_fraction=0.8)
-  with pytest.raises(ValueError, match='leaves no fresh unrolls'):
-    exp.replay_rows(exp.batch_size)
+CLEAR_AGENT = functools.partial(impala.create_impala_agent, policy_cloning_cost=0.01)
 
 
 def clear_experiment(**overrides):
-  settings = dict(env_name='CartPole-v1', agent_fn=impala.create_impala_agent,
-                  data_layout='sequence', unroll_length=4, num_envs=4, batch_size=8,
-                  replay_fraction=0.5, replay_capacity=64, queue_capacity=64,
-                  train_kwargs=['replay_mask'])
+  settings = dict(env_name='CartPole-v1', agent_fn=CLEAR_AGENT,
+                  data_layout='sequence_replay', unroll_length=4, num_envs=4, batch_size=8,
+                  replay_fraction=0.5, replay_capacity=64, queue_capacity=64)
   settings.update(overrides)
   return Experiment(**settings)
 
@@ -100,7 +110,7 @@ def clear_experiment(**overrides):
 def test_clear_batch_is_fresh_unrolls_then_replayed_ones(reverb_server_factory):
   exp = clear_experiment()
   agent, server = start(exp, reverb_server_factory)
-  assert exp.replay_rows(exp.batch_size) == 4
+  assert exp.layout.replayed_rows == 4
   # 3 unrolls of 4 transitions per env need 3 * 4 + 1 vector steps; the writer sends
   # each unroll (one item of 4 envs) to both tables.
   assert fill(exp, server, agent, 13) == 3
@@ -137,7 +147,10 @@ def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_fa
 
 
 def test_policy_version_of_the_acting_policy_reaches_train_kwargs(reverb_server_factory):
-  exp = clear_experiment(replay_fraction=0.0, batch_size=4, train_kwargs=['policy_version'])
+  """An agent with a maximum policy lag declares 'policy_version'; the queue gives it."""
+  exp = clear_experiment(
+      data_layout='sequence', replay_fraction=0.0, batch_size=4,
+      agent_fn=functools.partial(impala.create_impala_agent, max_policy_lag=5))
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 5, policy_version=37)
   kwargs, _ = first_batch(exp, server, agent)
@@ -165,8 +178,7 @@ def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_ser
                            tf.constant(list(priorities.values()), tf.float64))
   total = sum(p ** 0.6 for p in priorities.values())
 
-  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
-  for kwargs, info in dataset.take(10):
+  for kwargs, info in itertools.islice(train_batches(exp, server, agent), 10):
     sampled = info['key'].numpy()
     probability = np.array([priorities[int(k)] ** 0.6 / total for k in sampled])
     np.testing.assert_allclose(info['probability'], probability, rtol=1e-5)
@@ -180,7 +192,7 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 4)
   keys = sampled_keys(server)
-  after_step = exp.after_train_step_fn(server.address, agent)
+  after_step = exp.layout.after_train_step_fn(server.address, agent)
   # One row per key, negative errors: the priority is |TD error| (+ a floor of 1e-6).
   td_error = -np.arange(1, len(keys) + 1, dtype=np.float32)
   info = {'key': tf.constant(keys, tf.uint64)}
@@ -194,27 +206,26 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
     assert seen[key] == pytest.approx(abs(error) + 1e-6, rel=1e-6)
 
 
-def test_prioritized_replay_with_an_agent_without_td_errors_is_rejected():
+def test_prioritized_replay_with_an_agent_without_priorities_is_rejected():
   exp = Experiment(env_name='Pendulum-v1', agent_fn=sac.create_sac_agent,
                    replay_table='prioritized')
-  _, agent = exp.build_agent()
-  with pytest.raises(ValueError, match="needs per-row TD errors, which SacAgent does not"):
-    exp.after_train_step_fn('127.0.0.1:1', agent)
+  with pytest.raises(ValueError, match="needs per-row priorities, which SacAgent does not"):
+    exp.build_agent()
 
 
 def test_uniform_replay_weights_only_mask_boundary_rows(reverb_server_factory):
   exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000)
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 40)
-  assert exp.after_train_step_fn(server.address, agent) is None
-  dataset = exp.dataset_fn(server.address, agent)(tf.distribute.InputContext())
-  for kwargs, _ in dataset.take(20):
+  assert exp.layout.after_train_step_fn(server.address, agent) is None
+  for kwargs, _ in itertools.islice(train_batches(exp, server, agent), 20):
     assert set(kwargs) == {'experience', 'weights'}
     np.testing.assert_array_equal(kwargs['weights'],
                                   replay.valid_mask(kwargs['experience']))
 
 
 _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
+    import dataclasses
     import json
     from tfrl import distribute
     devices = distribute.split_cpu(2)
@@ -226,19 +237,20 @@ _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
     exp = Experiment()
     strategy = tf.distribute.MirroredStrategy(devices)
     _, agent = exp.build_agent()
-    server = replay.ReplayServer(exp.experience_tables(agent))
+    server = replay.ReplayServer(exp.layout.tables(agent.collect_data_spec))
     env = exp.make_env()
-    writer = exp.make_writer(server.client)
+    writer = exp.layout.make_writer(server.client)
     # Enough unrolls for both replicas' pipelines, which take queue items ahead.
     actors.Actor(env, agent.collect_policy, [writer]).run(10 * exp.unroll_length + 1)
     writer.flush()
     dataset = strategy.distribute_datasets_from_function(
-        exp.dataset_fn(server.address, agent))
-    kwargs, _ = next(iter(dataset))
+        exp.layout.dataset_fn(server.address, agent.collect_data_spec))
+    _, info = next(iter(dataset))
     masks = [m.numpy().tolist() for m in
-             strategy.experimental_local_results(kwargs['replay_mask'])]
+             strategy.experimental_local_results(info['replay_mask'])]
     try:
-      Experiment(**dict(vars(exp), batch_size=16)).rows_per_replica(2)
+      layout = dataclasses.replace(exp, batch_size=16).layout
+      layout.rows_per_replica(layout.fresh_rows, 2, 'fresh part')
       error = None
     except ValueError as e:
       error = str(e)
@@ -258,12 +270,5 @@ def test_clear_split_is_made_on_the_global_batch_under_two_replicas():
   out = json.loads(result.stdout.split('RESULT ', 1)[1])
   # clear_cartpole.gin with batch 32: items of 8 unrolls, half of them replayed.
   assert out['masks'] == [[0.0] * 8 + [1.0] * 8] * 2
-  assert out['error'] == (
-      "The batch's 8 fresh rows (batch_size=16, replay_fraction=0.5) do not split into "
-      'whole items of 8 rows over 2 replicas: make each part a multiple of 16.')
-
-
-def test_replay_fraction_that_rounds_to_no_replayed_rows_fails():
-  exp = Experiment(data_layout='sequence', num_envs=8, batch_size=8, replay_fraction=0.3)
-  with pytest.raises(ValueError, match='rounds to no replayed unrolls'):
-    exp.replay_rows(exp.batch_size)
+  assert out['error'] == ("The fresh part's 8 rows do not split into whole items of 8 "
+                          'rows over 2 replicas: make it a multiple of 16.')

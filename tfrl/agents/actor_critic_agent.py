@@ -15,66 +15,21 @@ result to equal one replica training on the whole batch, three things must be gl
 With one replica (the default strategy) the all-reductions are skipped and nothing
 changes. Summaries are written from the global values.
 """
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.policies import greedy_policy
 
+from tfrl import replicas
 from tfrl.agents import actor_critic_policy
 from tfrl.networks import actor_critic
-
-
-def _multi_replica_context():
-  """The replica context when more than one replica trains in sync, else None."""
-  context = tf.distribute.get_replica_context()
-  if context is None or context.num_replicas_in_sync == 1:
-    return None
-  return context
-
-
-def num_replicas() -> int:
-  """Replicas training in sync (1 outside a multi-replica `strategy.run`)."""
-  context = _multi_replica_context()
-  return 1 if context is None else context.num_replicas_in_sync
-
-
-def sum_over_replicas(values):
-  """All-reduces a tensor (or a nest of them) by SUM; the identity with one replica."""
-  context = _multi_replica_context()
-  if context is None:
-    return values
-  return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
-
-
-def gather_over_replicas(value: tf.Tensor) -> tf.Tensor:
-  """Stacks every replica's `value` along a new first axis ([1, ...] with one replica)."""
-  context = _multi_replica_context()
-  if context is None:
-    return value[None]
-  return context.all_gather(value[None], axis=0)
-
-
-def global_count(local_count: tf.Tensor) -> tf.Tensor:
-  """The count summed over replicas, at least 1: the normalizer of a mean over steps."""
-  return tf.maximum(tf.stop_gradient(sum_over_replicas(local_count)), 1.0)
-
-
-def global_weighted_moments(x: tf.Tensor, weights: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  """(mean, variance) of `x` weighted by `weights`, over every replica's elements."""
-  if _multi_replica_context() is None:
-    return tf.nn.weighted_moments(x, list(range(x.shape.rank)), weights)
-  sums = sum_over_replicas(tf.stack([tf.reduce_sum(weights), tf.reduce_sum(weights * x),
-                                     tf.reduce_sum(weights * tf.square(x))]))
-  count = tf.maximum(sums[0], 1e-8)
-  mean = sums[1] / count
-  return mean, tf.maximum(sums[2] / count - tf.square(mean), 0.0)
 
 
 def write_summaries(prefix: str, names: Sequence[str], local_shares: Sequence[tf.Tensor],
                     step: tf.Variable) -> None:
   """Writes scalars whose global value is the SUM of the replicas' shares."""
-  values = tf.unstack(sum_over_replicas(tf.stack(list(local_shares))))
+  values = tf.unstack(replicas.sum_over_replicas(tf.stack(list(local_shares))))
   for name, value in zip(names, values):
     tf.summary.scalar(f'{prefix}/{name}', value, step=step)
 
@@ -129,7 +84,7 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
       The global norm of the summed gradients, before clipping.
     """
     variables = self._network.trainable_variables
-    gradients = sum_over_replicas(tape.gradient(loss, variables))
+    gradients = replicas.sum_over_replicas(tape.gradient(loss, variables))
     if clip_norm:
       gradients, norm = tf.clip_by_global_norm(gradients, clip_norm)
     else:

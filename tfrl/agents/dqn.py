@@ -4,14 +4,70 @@
 Trajectory whose reward already sums the n discounted rewards and whose discount is
 gamma^(k-1) * d. A DqnAgent with `n_step_update=1` and the same gamma therefore
 computes the exact n-step target; do not also set the agent's n_step_update.
+
+Besides tf-agents' agent, tfrl's DQN declares (see `tfrl.agents.interface`) its
+priorities for prioritized replay (|TD error| per row) and a collect policy per
+collector: with several collectors, collector i's exploration decays to
+epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X's spread, anchored at the config:
+collector 0 keeps the configured epsilon_end, the last one its square).
 """
+import dataclasses
 from typing import Sequence
 
 import gin
 import tensorflow as tf
+from tf_agents.agents import tf_agent
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.networks import q_network
+from tf_agents.policies import epsilon_greedy_policy
+from tf_agents.policies import tf_policy
 from tf_agents.utils import common
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonSchedule:
+  """Exploration falling linearly from `start` to `end` over `decay_steps` train steps."""
+  start: float
+  end: float
+  decay_steps: int
+  train_step: tf.Variable
+
+  def __call__(self) -> tf.Tensor:
+    fraction = tf.minimum(
+        tf.cast(self.train_step, tf.float32) / float(max(self.decay_steps, 1)), 1.0)
+    return self.start + fraction * (self.end - self.start)
+
+  def for_task(self, task_id: int, num_tasks: int) -> 'EpsilonSchedule':
+    """Collector `task_id`'s schedule: its end is end ** (1 + task_id / (num_tasks - 1))."""
+    if num_tasks < 2:
+      return self
+    return dataclasses.replace(self, end=self.end ** (1 + task_id / (num_tasks - 1)))
+
+
+class _ReplayAgentInterface:
+  """What tfrl's trainers ask of a DQN agent (see `tfrl.agents.interface`)."""
+
+  def __init__(self, *args, epsilon_schedule: EpsilonSchedule, **kwargs):
+    self._epsilon_schedule = epsilon_schedule
+    super().__init__(*args, epsilon_greedy=epsilon_schedule, **kwargs)
+
+  def priorities(self, loss_info: tf_agent.LossInfo) -> tf.Tensor:
+    """|TD error| per row: prioritized replay's priorities."""
+    return tf.abs(loss_info.extra.td_error)
+
+  def collect_policy_for_task(self, task_id: int, num_tasks: int) -> tf_policy.TFPolicy:
+    """Epsilon-greedy over the greedy policy with collector `task_id`'s exploration."""
+    return epsilon_greedy_policy.EpsilonGreedyPolicy(
+        self.policy, epsilon=self._epsilon_schedule.for_task(task_id, num_tasks))
+
+
+class DqnAgent(_ReplayAgentInterface, dqn_agent.DqnAgent):
+  """tf-agents' DqnAgent with tfrl's priorities and per-collector exploration."""
+
+
+class DdqnAgent(_ReplayAgentInterface, dqn_agent.DdqnAgent):
+  """tf-agents' DdqnAgent (Double DQN) with tfrl's priorities and per-collector
+  exploration."""
 
 
 @gin.configurable
@@ -27,7 +83,7 @@ def create_dqn_agent(time_step_spec,
                      epsilon_start: float = 1.0,
                      epsilon_end: float = 0.05,
                      epsilon_decay_steps: int = 5000,
-                     gradient_clipping: float = None) -> dqn_agent.DqnAgent:
+                     gradient_clipping: float = None) -> DqnAgent:
   """Returns an initialized (Double) DQN agent with a fully connected Q-network.
 
   Args:
@@ -44,21 +100,18 @@ def create_dqn_agent(time_step_spec,
     gradient_clipping: clip each gradient's norm to this value (None: no clipping).
 
   Returns:
-    A `DqnAgent` (or `DdqnAgent`).
+    A `DqnAgent` (or `DdqnAgent`, a subclass of tf-agents' `DqnAgent` too).
   """
   network = q_network.QNetwork(time_step_spec.observation, action_spec,
                                fc_layer_params=tuple(fc_layer_params))
 
-  def epsilon():
-    fraction = tf.minimum(tf.cast(train_step, tf.float32) / float(epsilon_decay_steps), 1.0)
-    return epsilon_start + fraction * (epsilon_end - epsilon_start)
-
-  agent_class = dqn_agent.DdqnAgent if double_q else dqn_agent.DqnAgent
+  agent_class = DdqnAgent if double_q else DqnAgent
   agent = agent_class(
       time_step_spec, action_spec,
       q_network=network,
       optimizer=tf.keras.optimizers.Adam(learning_rate),
-      epsilon_greedy=epsilon,
+      epsilon_schedule=EpsilonSchedule(epsilon_start, epsilon_end, epsilon_decay_steps,
+                                       train_step),
       gamma=gamma,
       target_update_period=target_update_period,
       target_update_tau=target_update_tau,

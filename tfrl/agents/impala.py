@@ -19,13 +19,14 @@ the V-trace target at them is V itself and nothing crosses into the next episode
 zero loss weight.
 """
 import collections
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.trajectories import time_step as ts
 
+from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.losses import cloning
@@ -125,6 +126,17 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name)
 
+  @property
+  def train_inputs(self) -> Tuple[str, ...]:
+    """The sample fields `train` needs (see `tfrl.agents.interface`): 'replay_mask'
+    when a cloning cost is above zero (CLEAR), 'policy_version' with a maximum lag."""
+    inputs = ()
+    if self._policy_cloning_cost > 0 or self._value_cloning_cost > 0:
+      inputs += ('replay_mask',)
+    if self._max_policy_lag is not None:
+      inputs += ('policy_version',)
+    return inputs
+
   def _train(self, experience, weights=None, replay_mask=None, policy_version=None):
     with tf.GradientTape() as tape:
       loss_info = self._loss(experience, weights, replay_mask, policy_version,
@@ -133,7 +145,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self.train_step_counter.assign_add(1)
     tf.summary.scalar('losses/gradient_norm', norm, step=self.train_step_counter)
     # The Learner sums the replicas' loss info: each reports its share of the norm.
-    share = norm / float(actor_critic_agent.num_replicas())
+    share = norm / float(replicas.num_replicas())
     return tf_agent.LossInfo(loss_info.loss, loss_info.extra._replace(gradient_norm=share))
 
   def _loss(self, experience, weights=None, replay_mask=None, policy_version=None,
@@ -164,7 +176,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     if policy_version is not None:
       fresh = self._fresh_steps(policy_version)
       fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
-                          actor_critic_agent.global_count(tf.reduce_sum(valid)))
+                          replicas.global_count(tf.reduce_sum(valid)))
       valid *= fresh
     rewards = clip_rewards(time_major.reward[:-1], self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
@@ -183,13 +195,13 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     if self._normalize_advantages:
       # Moments over every replica's steps: each shard is scaled as the whole batch.
       advantages = policy_gradient.normalize_advantages(
-          advantages, valid, actor_critic_agent.global_weighted_moments)
+          advantages, valid, replicas.global_weighted_moments)
     policy_weight = valid
     if self._positive_advantages_only:
       policy_weight *= tf.cast(advantages > 0, tf.float32)
     # Every term is averaged over all valid steps (of all replicas), whatever subset
     # of them it sums over: the weights of the terms do not depend on the mix.
-    count = actor_critic_agent.global_count(tf.reduce_sum(valid))
+    count = replicas.global_count(tf.reduce_sum(valid))
     if self._policy_loss == 'ppo':
       ratio = tf.exp(target_log_probs - behaviour_log_probs)
       policy_loss = policy_gradient.clipped_surrogate_loss(
@@ -237,7 +249,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     """
     versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
     lag = tf.cast(self.train_step_counter - versions, tf.float32)
-    per_replica = actor_critic_agent.gather_over_replicas(tf.stack([
+    per_replica = replicas.gather_over_replicas(tf.stack([
         tf.reduce_min(lag), tf.reduce_max(lag), tf.reduce_sum(lag),
         tf.cast(tf.size(lag), tf.float32)]))  # [replicas, 4]
     step = self.train_step_counter

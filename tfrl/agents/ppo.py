@@ -23,6 +23,7 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.trajectories import time_step as ts
 
+from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.losses import policy_gradient
@@ -122,12 +123,12 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     """
     (logits, values), _ = self._network(batch['observation'])
     valid = batch['valid']
-    count = actor_critic_agent.global_count(tf.reduce_sum(valid))
+    count = replicas.global_count(tf.reduce_sum(valid))
     advantages = batch['advantage']
     if self._normalize_advantages:
       # Moments over every replica's minibatch: each shard is scaled as the whole one.
       advantages = policy_gradient.normalize_advantages(
-          advantages, valid, actor_critic_agent.global_weighted_moments)
+          advantages, valid, replicas.global_weighted_moments)
     log_prob = policy_gradient.categorical_log_prob(logits, batch['action'])
     log_ratio = log_prob - batch['old_log_prob']
     ratio = tf.exp(log_ratio)

@@ -151,7 +151,7 @@ def normalize_advantages(adv_t: tf.Tensor, mask_t: tf.Tensor,
       drop them through the same mask.
     moments_fn: (x, weights) -> (mean, variance). None: the weighted moments of this
       tensor alone. Under tf.distribute pass moments over all replicas
-      (`actor_critic_agent.global_weighted_moments`), so that each replica scales its
+      (`tfrl.replicas.global_weighted_moments`), so that each replica scales its
       shard as the whole batch would be scaled.
     epsilon: added to the standard deviation (a constant batch stays finite).
 

@@ -58,7 +58,7 @@ def masked_mean(x_t: tf.Tensor, mask_t: tf.Tensor,
     mask_t: weights of the same shape (0/1 masks or row weights).
     count: what to divide by. None: the mask's sum, at least 1 (a batch with nothing
       to average gives 0, not NaN). Under tf.distribute pass the count over all
-      replicas (`actor_critic_agent.global_count`) so that the replicas' shares add up
+      replicas (`tfrl.replicas.global_count`) so that the replicas' shares add up
       to the mean over the whole batch; a mask that keeps a subset of the steps (the
       positive advantages, the replayed rows) may also be averaged over a larger set.
 

@@ -7,7 +7,7 @@ and close. The layouts themselves (n-step transitions, sequences, episodes) live
 """
 import abc
 import threading
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -35,7 +35,7 @@ class BatchedWriter(abc.ABC):
                table_names: Union[str, Sequence[str]],
                num_keep_alive_refs: int,
                envs_per_item: Optional[int] = None,
-               priority: float = 1.0,
+               priority: Union[float, Callable[[], float]] = 1.0,
                flush_timeout_ms: int = DEFAULT_FLUSH_TIMEOUT_MS,
                max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS,
                connect_timeout_s: Optional[float] = DEFAULT_CONNECT_TIMEOUT_S,
@@ -47,7 +47,9 @@ class BatchedWriter(abc.ABC):
       num_keep_alive_refs: how many past steps items may reference.
       envs_per_item: G, how many envs share an item; None means all of them. Must
         divide the number of envs.
-      priority: the priority of new items (prioritized tables update it later).
+      priority: the priority of new items (prioritized tables update it later), or a
+        function called for each item that returns it (e.g. the largest priority
+        seen so far, or a random key for reservoir sampling).
       flush_timeout_ms: how long `flush` (and a write held back by the table's rate
         limiter) waits for the server before raising.
       max_in_flight_items: items that may be sent but not yet confirmed; past that a
@@ -66,7 +68,7 @@ class BatchedWriter(abc.ABC):
       raise ValueError('A writer needs at least one table name.')
     self._num_keep_alive_refs = num_keep_alive_refs
     self._envs_per_item = envs_per_item
-    self._priority = float(priority)
+    self._priority = priority if callable(priority) else (lambda: float(priority))
     self._flush_timeout_ms = flush_timeout_ms
     self._max_in_flight_items = max_in_flight_items
     self._connect_timeout_s = connect_timeout_s
@@ -124,8 +126,9 @@ class BatchedWriter(abc.ABC):
   def _create_items(self, group_index: int, slicer) -> None:
     """Creates one item (in every table) from group `group_index`'s columns."""
     item = tf.nest.map_structure(slicer, self._writer.history[group_index])
+    priority = float(self._priority())
     for table in self._tables:
-      self._writer.create_item(table, self._priority, item)
+      self._writer.create_item(table, priority, item)
     self._items_created += 1
 
   def _throttle(self) -> None:

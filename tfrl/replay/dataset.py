@@ -7,7 +7,7 @@ per row: the item's `key`, sampling `probability`, `table_size`, `priority`,
 `times_sampled`, and the `policy_version` that produced the row. Episode batches also
 carry `step_mask` (see `make_dataset`).
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import reverb
 import tensorflow as tf
@@ -178,3 +178,48 @@ def make_dataset(server_address: str,
     dataset = dataset.map(lambda exp, info: (
         tf.nest.pack_sequence_as(experience_spec, tf.nest.flatten(exp)), info))
   return dataset.prefetch(prefetch)
+
+
+TABLE_INDEX = 'table_index'
+
+
+def make_mixed_dataset(server_address: str,
+                       rows_per_table: Sequence[Tuple[str, int]],
+                       item_signature: Dict[str, Any],
+                       experience_spec: Any = None,
+                       rate_limiter_timeout_ms: int = -1) -> tf.data.Dataset:
+  """Batches whose rows come from several tables, in a fixed share per table.
+
+  Each batch concatenates, in the order given, `rows` rows sampled from each table
+  (e.g. CLEAR's fresh unrolls from a queue, then replayed ones from a replay table);
+  `info[TABLE_INDEX]` (int32, one per row) says which entry of `rows_per_table` a row
+  came from. Every table must store `item_signature` items.
+
+  Args:
+    server_address: 'host:port' of the Reverb server.
+    rows_per_table: (table name, rows per batch) pairs; each `rows` a multiple of the
+      rows per item.
+    item_signature, experience_spec, rate_limiter_timeout_ms: see `make_dataset`.
+
+  Returns:
+    A `tf.data.Dataset` of `(experience, info)` batches of sum(rows) rows.
+
+  Raises:
+    ValueError: no tables, or a table's rows that are not positive.
+  """
+  if not rows_per_table:
+    raise ValueError('make_mixed_dataset needs at least one (table, rows) pair.')
+  parts = []
+  for index, (table, rows) in enumerate(rows_per_table):
+    if rows <= 0:
+      raise ValueError(f'Table {table!r} is asked for {rows} rows per batch; a mixed '
+                       'batch needs at least one row (one item) from each table.')
+    dataset = make_dataset(server_address, table, item_signature, rows,
+                           experience_spec=experience_spec,
+                           rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+    parts.append(dataset.map(lambda exp, info, index=index, rows=rows: (
+        exp, dict(info, **{TABLE_INDEX: tf.fill([rows], index)}))))
+  if len(parts) == 1:
+    return parts[0]
+  return tf.data.Dataset.zip(tuple(parts)).map(
+      lambda *batches: tf.nest.map_structure(lambda *x: tf.concat(x, 0), *batches))

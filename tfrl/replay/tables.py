@@ -4,6 +4,7 @@ Rate limiting is a first-class setting: off-policy tables take `samples_per_inse
 (with an error buffer), which sets how many times each item is sampled on average and
 therefore the ratio of training to collection, independent of process speeds.
 """
+import random
 from typing import Any, Optional
 
 import reverb
@@ -45,6 +46,19 @@ def rate_limiter(min_size_to_sample: int = 1,
       error_buffer=error_buffer)
 
 
+def _replay_table(name: str, sampler: Any,
+                  remover: Any, max_size: int, signature: Any,
+                  min_size_to_sample: int, samples_per_insert: Optional[float],
+                  error_buffer: Optional[float]) -> reverb.Table:
+  return reverb.Table(
+      name=name,
+      sampler=sampler,
+      remover=remover,
+      max_size=int(max_size),
+      rate_limiter=rate_limiter(min_size_to_sample, samples_per_insert, error_buffer),
+      signature=signature)
+
+
 def uniform_table(name: str,
                   max_size: int,
                   signature: Any,
@@ -62,13 +76,43 @@ def uniform_table(name: str,
   Returns:
     A `reverb.Table`.
   """
-  return reverb.Table(
-      name=name,
-      sampler=reverb.selectors.Uniform(),
-      remover=reverb.selectors.Fifo(),
-      max_size=int(max_size),
-      rate_limiter=rate_limiter(min_size_to_sample, samples_per_insert, error_buffer),
-      signature=signature)
+  return _replay_table(name, reverb.selectors.Uniform(), reverb.selectors.Fifo(), max_size,
+                       signature, min_size_to_sample, samples_per_insert, error_buffer)
+
+
+def reservoir_table(name: str,
+                    max_size: int,
+                    signature: Any,
+                    min_size_to_sample: int = 1,
+                    samples_per_insert: Optional[float] = None,
+                    error_buffer: Optional[float] = None) -> reverb.Table:
+  """A replay table that keeps a uniform random sample of everything ever inserted.
+
+  Reservoir sampling, as CLEAR keeps its replay: once full, the table holds each of
+  the items inserted so far with the same probability, so old experience stays as
+  likely as new (FIFO eviction keeps only the recent past). Writers must insert each
+  item with an independent uniform random priority (`reservoir_priority`); the table
+  evicts the item with the smallest one (a min-heap remover), which keeps the
+  `max_size` items with the largest keys: a uniform random subset. Sampling is uniform
+  and ignores the priorities.
+
+  Args:
+    name: table name.
+    max_size: capacity in items.
+    signature: the item signature.
+    min_size_to_sample, samples_per_insert, error_buffer: see `rate_limiter`.
+
+  Returns:
+    A `reverb.Table`.
+  """
+  return _replay_table(name, reverb.selectors.Uniform(), reverb.selectors.MinHeap(),
+                       max_size, signature, min_size_to_sample, samples_per_insert,
+                       error_buffer)
+
+
+def reservoir_priority() -> float:
+  """A new item's key in a `reservoir_table`: uniform in [0, 1)."""
+  return random.random()
 
 
 def prioritized_table(name: str,
@@ -90,13 +134,9 @@ def prioritized_table(name: str,
   Returns:
     A `reverb.Table`.
   """
-  return reverb.Table(
-      name=name,
-      sampler=reverb.selectors.Prioritized(priority_exponent),
-      remover=reverb.selectors.Fifo(),
-      max_size=int(max_size),
-      rate_limiter=rate_limiter(min_size_to_sample, samples_per_insert, error_buffer),
-      signature=signature)
+  return _replay_table(name, reverb.selectors.Prioritized(priority_exponent),
+                       reverb.selectors.Fifo(), max_size, signature, min_size_to_sample,
+                       samples_per_insert, error_buffer)
 
 
 def queue_table(name: str, max_size: int, signature: Any) -> reverb.Table:

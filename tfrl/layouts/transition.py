@@ -1,0 +1,176 @@
+"""Transition replay (DQN, SAC): n-step transitions in a uniform or prioritized table.
+
+Items hold `steps_per_item` consecutive vector steps' transitions of `envs_per_item`
+envs. Rows whose first step is LAST (the LAST -> FIRST boundary) are no experience and
+train with weight 0.
+
+Prioritized replay follows Schaul et al. (2016, arXiv:1511.05952): P(i) ~ p_i^alpha;
+new items enter at the largest priority seen so far; after each train step the agent's
+`priorities(loss_info)` are written back; importance weights (N * P(i))^-beta are
+normalized by their maximum over the whole (global) batch, and beta anneals linearly
+from `importance_sampling_exponent` to 1 over `beta_anneal_steps` train steps.
+"""
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional
+
+import reverb
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+
+from tfrl import actors
+from tfrl import replay
+from tfrl import replicas
+from tfrl.agents import interface
+from tfrl.layouts import base
+
+# Added to every written-back priority: a row with zero TD error stays sampleable.
+PRIORITY_FLOOR = 1e-6
+
+
+@dataclasses.dataclass
+class TransitionReplay(base.Layout):
+  """n-step transitions in a replay table (see the module docstring).
+
+  Attributes:
+    n_step: steps per transition (rewards summed with `gamma`).
+    gamma: the discount, shared with the agent.
+    steps_per_item: consecutive vector steps whose transitions share one item; raise
+      it when num_envs is small so items stay large.
+    capacity: replay size in transitions.
+    prioritized: prioritized instead of uniform replay.
+    priority_exponent: alpha.
+    importance_sampling_exponent: beta at the first train step.
+    beta_anneal_steps: train steps over which beta reaches 1 (None: it stays).
+  """
+  n_step: int = 1
+  gamma: float = 0.99
+  steps_per_item: int = 1
+  capacity: int = 100_000
+  prioritized: bool = False
+  priority_exponent: float = 0.6
+  importance_sampling_exponent: float = 0.4
+  beta_anneal_steps: Optional[int] = None
+
+  def __post_init__(self):
+    # New items' priority: the largest priority written back so far. Pushed with the
+    # policy, so separate collectors insert at the learner's maximum too.
+    self._max_priority = tf.Variable(
+        1.0, dtype=tf.float32, trainable=False, name='max_priority',
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+  @property
+  def rows_per_item(self) -> int:
+    return self.envs_per_item * self.steps_per_item
+
+  @property
+  def env_steps_per_item(self) -> int:
+    return self.rows_per_item
+
+  @property
+  def max_priority(self) -> tf.Variable:
+    return self._max_priority
+
+  def item_signature(self, data_spec: Any) -> Any:
+    return replay.NStepTransitionWriter.item_signature(data_spec, self.rows_per_item)
+
+  def tables(self, data_spec: Any, samples_per_insert: Optional[float] = None
+             ) -> List[reverb.Table]:
+    min_items = self.items_per_train_step
+    settings = dict(max_size=max(self.capacity // self.rows_per_item, min_items),
+                    signature=self.item_signature(data_spec),
+                    min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
+    if self.prioritized:
+      return [replay.prioritized_table(self.experience_table,
+                                       priority_exponent=self.priority_exponent,
+                                       **settings)]
+    return [replay.uniform_table(self.experience_table, **settings)]
+
+  def make_writer(self, client: reverb.Client, **kwargs):
+    if self.prioritized:
+      kwargs['priority'] = lambda: float(self._max_priority.numpy())
+    return replay.NStepTransitionWriter(
+        client, [self.experience_table], n=self.n_step, discount=self.gamma,
+        steps_per_item=self.steps_per_item, envs_per_item=self.envs_per_item, **kwargs)
+
+  def _extra_train_inputs(self, experience, info, agent) -> Dict[str, tf.Tensor]:
+    # Boundary rows weigh 0 (DqnAgent masks them itself; SacAgent and others do not).
+    weights = replay.valid_mask(experience)
+    if self.prioritized:
+      weights *= self.importance_weights(info, agent.train_step_counter)
+    return {'weights': weights}
+
+  def importance_weight_exponent(self, train_step: tf.Tensor) -> tf.Tensor:
+    """beta at `train_step`: from importance_sampling_exponent linearly to 1."""
+    beta = tf.constant(self.importance_sampling_exponent, tf.float32)
+    if not self.beta_anneal_steps:
+      return beta
+    progress = tf.minimum(
+        tf.cast(train_step, tf.float32) / float(self.beta_anneal_steps), 1.0)
+    return beta + (1.0 - beta) * progress
+
+  def importance_weights(self, info: Dict[str, tf.Tensor], train_step: tf.Tensor
+                         ) -> tf.Tensor:
+    """(N * P(i))^-beta per row, divided by the largest over every replica's rows."""
+    weights = tf.pow(tf.cast(info['table_size'], tf.float32) *
+                     tf.cast(info['probability'], tf.float32),
+                     -self.importance_weight_exponent(train_step))
+    return weights / replicas.max_over_replicas(weights)
+
+  def check_agent(self, agent: tf_agent.TFAgent) -> None:
+    """Also refuses prioritized replay for an agent that reports no priorities."""
+    super().check_agent(agent)
+    if self.prioritized and interface.priorities_fn(agent) is None:
+      raise ValueError(
+          f"replay_table='prioritized' needs per-row priorities, which "
+          f'{type(agent).__name__} does not report (no `priorities(loss_info)`): use '
+          "tfrl's DQN agent or replay_table='uniform'.")
+
+  def after_train_step_fn(self, server_address: str, agent: tf_agent.TFAgent
+                          ) -> Optional[Callable]:
+    """Writes the agent's priorities back (prioritized replay), else None.
+
+    Raises:
+      ValueError: prioritized replay with an agent without `priorities`.
+    """
+    if not self.prioritized:
+      return None
+    self.check_agent(agent)
+    updater = replay.PriorityUpdater(server_address, self.experience_table)
+    priorities_of = interface.priorities_fn(agent)
+
+    def update_priorities(sample, loss_info):
+      _, info = sample
+      priorities = priorities_of(loss_info) + PRIORITY_FLOOR
+      updater(info['key'], priorities)
+      self._max_priority.assign(tf.maximum(
+          self._max_priority, replicas.max_over_replicas(priorities)))
+
+    return update_priorities
+
+  def pushed_variables(self) -> Dict[str, tf.Variable]:
+    return {'max_priority': self._max_priority} if self.prioritized else {}
+
+  def warmup_vector_steps(self, initial_collect_steps: int) -> int:
+    """Vector steps of random actions before one process's first train step.
+
+    At least `initial_collect_steps` env steps, and always enough for the table to
+    serve the first batch: a transition is written n_step - 1 steps after it starts,
+    an item holds steps_per_item steps' transitions of envs_per_item envs, and the
+    table's MinSize wants a batch's items. Fewer would block the first train call
+    (one process is also its only collector).
+    """
+    items_per_step = self.num_envs // self.envs_per_item
+    item_writes = -(-self.items_per_train_step // items_per_step)  # ceil
+    needed = self.n_step - 1 + self.steps_per_item * item_writes
+    return max(-(-initial_collect_steps // self.num_envs), needed)
+
+  def warm_up(self, collect_actor: actors.Actor, random_actor: actors.Actor,
+              initial_collect_steps: int) -> None:
+    """Fills the table with random-action experience, then starts clean episodes."""
+    random_actor.run(self.warmup_vector_steps(initial_collect_steps))
+    collect_actor.reset()
+
+  def train_steps_available(self, untrained_items: int, limit: int) -> int:
+    """Replay can always serve: the configured number."""
+    del untrained_items
+    return limit
