@@ -81,12 +81,12 @@ def main(s: Settings) -> Dict[str, Any]:
                                     gamma=s.gamma, capacity=s.replay_capacity)
   # No samples-per-insert limiter: this one process alternates collecting and training,
   # so the ratio is fixed by the two *_per_iteration settings instead.
-  server = replay.ReplayServer(layout.tables(agent.collect_data_spec))
+  server = replay.ReplayServer(layout.tables(agent))
   writer = layout.make_writer(server.client)
   learner = Learner(
       s.root_dir, train_step, agent,
       # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
-      experience_dataset_fn=layout.dataset_fn(server.address, agent.collect_data_spec,
+      experience_dataset_fn=layout.dataset_fn(server.address, agent,
                                               sample_timeout_ms=60_000),
       train_inputs_fn=layout.train_inputs_fn(agent),
       checkpoint_interval=s.checkpoint_interval)

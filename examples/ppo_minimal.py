@@ -78,12 +78,12 @@ def main(s: Settings) -> Dict[str, Any]:
   layout = layouts.SequenceQueue(s.num_envs, batch_size=s.num_envs,
                                  unroll_length=s.unroll_length,
                                  queue_capacity=32 * s.num_envs)
-  server = replay.ReplayServer(layout.tables(agent.collect_data_spec))
+  server = replay.ReplayServer(layout.tables(agent))
   writer = layout.make_writer(server.client)
   learner = Learner(
       s.root_dir, train_step, agent,
       # A sample that waits a minute means this loop's bookkeeping broke: fail, not hang.
-      experience_dataset_fn=layout.dataset_fn(server.address, agent.collect_data_spec,
+      experience_dataset_fn=layout.dataset_fn(server.address, agent,
                                               sample_timeout_ms=60_000),
       train_inputs_fn=layout.train_inputs_fn(agent),
       checkpoint_interval=s.checkpoint_interval)

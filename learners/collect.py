@@ -111,7 +111,7 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
   env = experiment.make_env(num_envs=num_envs, seed=experiment.seed + 1000 * task_id)
   train_step, agent = experiment.build_agent()
   replay.check_table_signature(address, layout.experience_table,
-                               layout.item_signature(agent.collect_data_spec))
+                               layout.item_signature(agent))
   client = replay.ReplayServer.connect(address).client
   writer = layout.make_writer(client, flush_timeout_ms=int(options.write_timeout_s * 1000),
                               stop_event=stop_event)

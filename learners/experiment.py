@@ -16,7 +16,7 @@ data_layout picks it:
 """
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -41,6 +41,8 @@ class Experiment:
 
   Attributes:
     env_name: a gymnasium id.
+    observation_indices: keep only these entries of the (flat) observation, in order
+      (None: all); e.g. (0, 2) is CartPole without its velocities.
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
     gamma: the discount, shared by the agent and the n-step writer.
@@ -81,6 +83,7 @@ class Experiment:
     summary_interval: train steps between training summaries.
   """
   env_name: str = 'CartPole-v1'
+  observation_indices: Optional[Tuple[int, ...]] = None
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
@@ -150,11 +153,13 @@ class Experiment:
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None):
     return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
-                          seed=self.seed if seed is None else seed)
+                          seed=self.seed if seed is None else seed,
+                          observation_indices=self.observation_indices)
 
   def make_eval_env(self):
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
-                          seed=self.seed + 10_000)
+                          seed=self.seed + 10_000,
+                          observation_indices=self.observation_indices)
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,
@@ -184,7 +189,7 @@ class Experiment:
   def tables(self, agent, train_step: tf.Variable) -> list:
     """Every table a separate reverb_server serves: experience and variables."""
     signature = replay.VariableContainer.signature(self.pushed_variables(agent, train_step))
-    return (self.layout.tables(agent.collect_data_spec, self.samples_per_insert) +
+    return (self.layout.tables(agent, self.samples_per_insert) +
             [replay.variables_table(signature)])
 
   def make_learner(self, root_dir: str, server_address: str, agent, train_step,
@@ -206,8 +211,7 @@ class Experiment:
     """
     return learner_lib.Learner(
         root_dir, train_step, agent,
-        experience_dataset_fn=self.layout.dataset_fn(server_address,
-                                                      agent.collect_data_spec,
+        experience_dataset_fn=self.layout.dataset_fn(server_address, agent,
                                                       sample_timeout_ms),
         train_inputs_fn=self.layout.train_inputs_fn(agent),
         after_train_strategy_step_fn=self.layout.after_train_step_fn(server_address, agent),

@@ -215,7 +215,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   replay.wait_for_server(address)
   layout = experiment.layout
   replay.check_table_signature(address, layout.experience_table,
-                               layout.item_signature(agent.collect_data_spec))
+                               layout.item_signature(agent))
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   learner_triggers, policy_trigger = [], None

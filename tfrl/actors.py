@@ -148,7 +148,7 @@ class Actor:
       policy_step = self._action_fn(time_step, state)
       next_time_step = self._env.step(policy_step.action)
       for writer in self._writers:
-        writer.write(time_step, policy_step, next_time_step, version)
+        writer.write(time_step, policy_step, next_time_step, version, policy_state=state)
       self._stats.update(time_step, next_time_step)
       time_step, state = next_time_step, policy_step.state
     self._time_step, self._policy_state = time_step, state

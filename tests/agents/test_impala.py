@@ -80,16 +80,19 @@ action_log_prob = unrolls.action_log_prob
 
 def network_outputs(agent, traj):
   """The agent's current (logits [B, T+1, A], values [B, T+1]), float64."""
-  (logits, values), _ = agent._network(tf.constant(traj.observation))
+  (params, values), _ = agent._network(tf.constant(traj.observation))
+  logits = params['logits']
   return logits.numpy().astype(np.float64), values.numpy().astype(np.float64)
 
 
 def vtrace_reference(traj, logits, values, gamma=GAMMA, lambda_=1.0, rho_bar=1.0,
-                     pg_rho_bar=1.0, weights=None, rewards=None):
+                     pg_rho_bar=1.0, weights=None, rewards=None, log_probs=None):
   """V-trace by its backward recursion in float64, batch-major [B, T].
 
   valid = (step_type != LAST) [* row weight > 0]; discounts = gamma * discount * (valid
-  as a 0/1 mask); rho = c = 0 on invalid steps.
+  as a 0/1 mask); rho = c = 0 on invalid steps. `log_probs`: (target, behaviour)
+  log-probabilities [B, T] of the taken actions, for a family other than categorical
+  (then `logits` is unused).
 
   Returns:
     dict of vs, pg_advantages, valid (weighted), target log-probs and rhos.
@@ -102,8 +105,10 @@ def vtrace_reference(traj, logits, values, gamma=GAMMA, lambda_=1.0, rho_bar=1.0
   rewards = traj.reward[:, :-1].astype(np.float64) if rewards is None else rewards
   discounts = gamma * traj.discount[:, :-1].astype(np.float64) * mask
   actions = traj.action[:, :-1]
-  target_log_probs = action_log_prob(logits[:, :-1], actions)
-  behaviour_log_probs = action_log_prob(traj.policy_info['logits'][:, :-1], actions)
+  if log_probs is None:
+    log_probs = (action_log_prob(logits[:, :-1], actions),
+                 action_log_prob(traj.policy_info['logits'][:, :-1], actions))
+  target_log_probs, behaviour_log_probs = log_probs
   rhos = np.where(mask > 0, np.exp(target_log_probs - behaviour_log_probs), 0.0)
   v, bootstrap = values[:, :-1], values[:, -1]
   rows, steps = v.shape

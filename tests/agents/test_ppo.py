@@ -82,7 +82,8 @@ def gae_reference(traj, gamma=GAMMA, lambda_=LAMBDA):
 def ppo_loss_reference(agent, traj, clip_ratio=0.2, value_clip=0.2, value_cost=0.5,
                        entropy_cost=0.0, normalize_advantages=True):
   advantages, targets, valid = gae_reference(traj)
-  (logits, values), _ = agent._network(tf.constant(traj.observation[:, :-1]))
+  (params, values), _ = agent._network(tf.constant(traj.observation[:, :-1]))
+  logits = params['logits']
   logits, values = logits.numpy().astype(np.float64), values.numpy().astype(np.float64)
   normalizer = valid.sum()
   if normalize_advantages:

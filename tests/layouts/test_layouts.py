@@ -51,7 +51,7 @@ def dqn_loss_info(td_error):
 def test_new_items_enter_at_the_largest_priority_written_back(reverb_server_factory):
   exp = per_experiment()
   _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.layout.tables(agent.collect_data_spec))
+  server = reverb_server_factory(exp.layout.tables(agent))
   env = exp.make_env()
   writer = exp.layout.make_writer(server.client)
   actor = actors.Actor(env, agent.collect_policy, [writer])
@@ -107,7 +107,7 @@ _MIRRORED_PER_SCRIPT = textwrap.dedent('''
                      replay_table='prioritized', importance_sampling_exponent=1.0)
     strategy = tf.distribute.MirroredStrategy(devices)
     _, agent = exp.build_agent(strategy)
-    server = replay.ReplayServer(exp.layout.tables(agent.collect_data_spec))
+    server = replay.ReplayServer(exp.layout.tables(agent))
     train_inputs = exp.layout.train_inputs_fn(agent)
     after_step = exp.layout.after_train_step_fn(server.address, agent)
     # Replica 0 samples likely rows (small weights), replica 1 unlikely ones.
@@ -189,7 +189,7 @@ def test_clear_writes_reservoir_keys_and_uses_a_min_heap_remover(reverb_server_f
                    unroll_length=4, num_envs=4, batch_size=8, replay_fraction=0.5,
                    replay_capacity=64)
   _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.layout.tables(agent.collect_data_spec))
+  server = reverb_server_factory(exp.layout.tables(agent))
   info = server.client.server_info()[layouts.REPLAY_TABLE]
   assert info.remover_options.heap.min_heap
   env = exp.make_env()
@@ -206,7 +206,7 @@ def test_mixed_dataset_concatenates_tables_in_order_and_tags_rows(reverb_server_
   exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=100)
   _, agent = exp.build_agent()
   spec = agent.collect_data_spec
-  signature = exp.layout.item_signature(spec)
+  signature = exp.layout.item_signature(agent)
   server = reverb_server_factory([replay.uniform_table('a', 100, signature),
                                   replay.uniform_table('b', 100, signature)])
   env = exp.make_env()

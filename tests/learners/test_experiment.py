@@ -34,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def start(exp, reverb_server_factory):
   """(agent, server): the experiment's agent and an embedded server with its tables."""
   _, agent = exp.build_agent()
-  return agent, reverb_server_factory(exp.layout.tables(agent.collect_data_spec))
+  return agent, reverb_server_factory(exp.layout.tables(agent))
 
 
 def sampled_keys(server, num_samples=300):
@@ -56,7 +56,7 @@ def fill(exp, server, agent, vector_steps, policy_version=0):
 
 def train_batches(exp, server, agent):
   """The Learner's `(train kwargs, info)` batches (default strategy)."""
-  dataset = exp.layout.dataset_fn(server.address, agent.collect_data_spec)(
+  dataset = exp.layout.dataset_fn(server.address, agent)(
       tf.distribute.InputContext())
   train_inputs = exp.layout.train_inputs_fn(agent)
   for experience, info in dataset:
@@ -141,7 +141,8 @@ def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_fa
   kwargs, _ = first_batch(exp, server, agent)
   experience = kwargs['experience']
   # The policy has not trained, so recomputing its outputs gives the stored ones.
-  (logits, values), _ = agent._network(experience.observation)  # pylint: disable=protected-access
+  (params, values), _ = agent._network(experience.observation)  # pylint: disable=protected-access
+  logits = params['logits']
   np.testing.assert_allclose(experience.policy_info['logits'], logits, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(experience.policy_info['value'], values, rtol=1e-5, atol=1e-6)
 
@@ -237,14 +238,14 @@ _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
     exp = Experiment()
     strategy = tf.distribute.MirroredStrategy(devices)
     _, agent = exp.build_agent()
-    server = replay.ReplayServer(exp.layout.tables(agent.collect_data_spec))
+    server = replay.ReplayServer(exp.layout.tables(agent))
     env = exp.make_env()
     writer = exp.layout.make_writer(server.client)
     # Enough unrolls for both replicas' pipelines, which take queue items ahead.
     actors.Actor(env, agent.collect_policy, [writer]).run(10 * exp.unroll_length + 1)
     writer.flush()
     dataset = strategy.distribute_datasets_from_function(
-        exp.layout.dataset_fn(server.address, agent.collect_data_spec))
+        exp.layout.dataset_fn(server.address, agent))
     _, info = next(iter(dataset))
     masks = [m.numpy().tolist() for m in
              strategy.experimental_local_results(info['replay_mask'])]

@@ -219,3 +219,45 @@ def test_normalize_advantages_shape_mismatch_raises():
   with pytest.raises(ValueError, match=r'adv_t.*mask_t.*\(7, 5\).*\(5, 7\)'):
     policy_gradient.normalize_advantages(np.zeros((7, 5), np.float32),
                                          np.ones((5, 7), np.float32))
+
+
+# -- Gaussian log-probs, entropy and the tanh squashing ------------------------------
+
+def _np_gaussian_log_prob(loc, log_scale, u):
+  """Sum over the last axis of log N(u; loc, exp(log_scale)), from the density."""
+  loc, log_scale, u = (np.asarray(x, np.float64) for x in (loc, log_scale, u))
+  scale = np.exp(log_scale)
+  density = np.exp(-0.5 * ((u - loc) / scale) ** 2) / (scale * np.sqrt(2 * np.pi))
+  return np.log(density).sum(-1)
+
+
+@pytest.mark.parametrize('shape', [(7, 3, 2), (5, 1), (3,)], ids=['TBD', 'BD', 'D'])
+def test_gaussian_log_prob_and_entropy_match_the_density(shape):
+  rng = np.random.default_rng(len(shape))
+  loc = rng.normal(size=shape).astype(np.float32)
+  log_scale = rng.uniform(-1.0, 0.5, size=shape).astype(np.float32)
+  u = (loc + np.exp(log_scale) * rng.normal(size=shape)).astype(np.float32)
+  np.testing.assert_allclose(policy_gradient.gaussian_log_prob(loc, log_scale, u),
+                             _np_gaussian_log_prob(loc, log_scale, u), rtol=1e-5, atol=1e-5)
+  # Entropy: 0.5 log(2 pi e sigma^2) per dimension.
+  expected = (0.5 * np.log(2 * np.pi * np.e * np.exp(2.0 * log_scale.astype(np.float64)))
+              ).sum(-1)
+  np.testing.assert_allclose(policy_gradient.gaussian_entropy(log_scale), expected,
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_gaussian_log_prob_rejects_mismatched_shapes():
+  with pytest.raises(ValueError, match='loc_t and u_t must have the same shape'):
+    policy_gradient.gaussian_log_prob(tf.zeros([4, 2]), tf.zeros([4, 2]), tf.zeros([4, 3]))
+
+
+def test_tanh_log_det_jacobian_is_stable_where_tanh_saturates():
+  u = np.array([[-30.0, -3.0], [0.0, 0.5], [2.0, 30.0]], np.float32)
+  half_range = np.array([2.0, 0.5], np.float32)
+  # float64 reference: log(h (1 - tanh(u)^2)) = log h + log 4 - 2 log(e^u + e^-u).
+  u64 = u.astype(np.float64)
+  expected = (np.log(half_range.astype(np.float64)) + np.log(4.0) -
+              2.0 * np.logaddexp(u64, -u64)).sum(-1)
+  actual = policy_gradient.tanh_log_det_jacobian(u, half_range).numpy()
+  np.testing.assert_allclose(actual, expected, rtol=1e-5)
+  assert np.all(np.isfinite(actual))  # the naive log(1 - tanh^2) is -inf at |u| = 30

@@ -65,6 +65,19 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
   def _initialize(self):
     return tf.no_op()
 
+  def initial_network_state(self, policy_state):
+    """The network state an unroll starts from: the stored one for a recurrent network.
+
+    Raises:
+      ValueError: a recurrent network trained without its unrolls' starting states.
+    """
+    if not self._network.is_recurrent:
+      return ()
+    if policy_state is None:
+      raise ValueError(f'{self.name} has a recurrent network: train it on unrolls with '
+                       "their starting states (the 'policy_state' train input).")
+    return tuple(policy_state)
+
   @staticmethod
   def time_major(experience):
     """[B, T, ...] -> [T, B, ...] for every leaf of a batch-major Trajectory."""

@@ -33,6 +33,7 @@ from tfrl.losses import cloning
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
 from tfrl.losses import vtrace
+from tfrl.networks import action_heads
 from tfrl.networks import actor_critic
 
 ImpalaLossInfo = collections.namedtuple('ImpalaLossInfo', [
@@ -76,6 +77,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                max_policy_lag: Optional[int] = None,
                policy_cloning_cost: float = 0.0,
                value_cloning_cost: float = 0.0,
+               reward_scale: float = 1.0,
                name: str = 'ImpalaAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
@@ -98,6 +100,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights. The
         cloning losses sum over the valid steps of replayed rows and, like every other
         term, divide by the count of all valid steps (fresh and replayed).
+      reward_scale: rewards are multiplied by this (before any clipping), to keep
+        value targets of tasks with large returns in a range the value head fits.
       name: agent name.
 
     Raises:
@@ -123,24 +127,29 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self._max_policy_lag = max_policy_lag
     self._policy_cloning_cost = policy_cloning_cost
     self._value_cloning_cost = value_cloning_cost
+    self._reward_scale = reward_scale
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name)
 
   @property
   def train_inputs(self) -> Tuple[str, ...]:
     """The sample fields `train` needs (see `tfrl.agents.interface`): 'replay_mask'
-    when a cloning cost is above zero (CLEAR), 'policy_version' with a maximum lag."""
+    when a cloning cost is above zero (CLEAR), 'policy_version' with a maximum lag,
+    'policy_state' (each unroll's starting state) with a recurrent network."""
     inputs = ()
     if self._policy_cloning_cost > 0 or self._value_cloning_cost > 0:
       inputs += ('replay_mask',)
     if self._max_policy_lag is not None:
       inputs += ('policy_version',)
+    if self._network.is_recurrent:
+      inputs += ('policy_state',)
     return inputs
 
-  def _train(self, experience, weights=None, replay_mask=None, policy_version=None):
+  def _train(self, experience, weights=None, replay_mask=None, policy_version=None,
+             policy_state=None):
     with tf.GradientTape() as tape:
       loss_info = self._loss(experience, weights, replay_mask, policy_version,
-                             training=True)
+                             policy_state, training=True)
     norm = self.apply_gradients(tape, loss_info.loss, self._gradient_clipping)
     self.train_step_counter.assign_add(1)
     tf.summary.scalar('losses/gradient_norm', norm, step=self.train_step_counter)
@@ -149,7 +158,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     return tf_agent.LossInfo(loss_info.loss, loss_info.extra._replace(gradient_norm=share))
 
   def _loss(self, experience, weights=None, replay_mask=None, policy_version=None,
-            training=False):
+            policy_state=None, training=False):
     """Computes this replica's share of the loss on `[B, T+1]` unrolls.
 
     Every term is a sum over this replica's steps divided by the count over all
@@ -160,6 +169,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       weights: optional [B] row weights.
       replay_mask: optional [B], 1.0 for replayed rows (CLEAR's cloning applies there).
       policy_version: optional [B, T+1] train step of the acting policy per step.
+      policy_state: a recurrent network's state at each row's first step ([B, ...]).
       training: unused (no dropout or batch norm).
 
     Returns:
@@ -167,7 +177,10 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     """
     del training
     time_major = self.time_major(experience)
-    (logits, values), _ = self._network(time_major.observation)  # [T+1, B, A], [T+1, B]
+    # Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B]; a recurrent
+    # network unrolls from each row's stored starting state.
+    (params, values), _ = self._network(time_major.observation, time_major.step_type,
+                                        self.initial_network_state(policy_state))
     step_type = time_major.step_type[:-1]
     valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
     if weights is not None:
@@ -178,14 +191,17 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
                           replicas.global_count(tf.reduce_sum(valid)))
       valid *= fresh
-    rewards = clip_rewards(time_major.reward[:-1], self._reward_clipping)
+    rewards = clip_rewards(self._reward_scale * time_major.reward[:-1],
+                           self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
     discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
-    behaviour_logits = time_major.policy_info[actor_critic_policy.LOGITS][:-1]
-    target_logits = logits[:-1]
+    head = self._network.head
+    info = tf.nest.map_structure(lambda x: x[:-1], time_major.policy_info)
+    behaviour = action_heads.params_of(info, head)
+    target = {name: x[:-1] for name, x in params.items()}
     actions = time_major.action[:-1]
-    target_log_probs = policy_gradient.categorical_log_prob(target_logits, actions)
-    behaviour_log_probs = policy_gradient.categorical_log_prob(behaviour_logits, actions)
+    target_log_probs = head.log_prob(target, actions, info)
+    behaviour_log_probs = head.log_prob(behaviour, actions, info)
     # Boundary steps: rho = c = 0, so their V-trace target is V itself.
     log_rhos = tf.where(valid > 0, target_log_probs - behaviour_log_probs, -1e9)
     returns = vtrace.from_importance_weights(
@@ -212,7 +228,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     baseline_loss = 0.5 * reductions.masked_mean(
         tf.square(returns.vs - values[:-1]), valid, count)
     entropy_loss = -reductions.masked_mean(
-        policy_gradient.categorical_entropy(target_logits), valid, count)
+        head.entropy(target), valid, count)
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
@@ -222,10 +238,10 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       # grows with the replayed share of the batch. (Dividing by the replayed count
       # made the costs act 1 / replay_fraction times larger.)
       policy_cloning_loss = reductions.masked_mean(
-          cloning.policy_cloning_loss(behaviour_logits, target_logits), replayed, count)
+          head.kl(behaviour, target), replayed, count)
       value_cloning_loss = reductions.masked_mean(
           cloning.value_cloning_loss(
-              values[:-1], time_major.policy_info[actor_critic_policy.VALUE][:-1]),
+              values[:-1], info[actor_critic_policy.VALUE]),
           replayed, count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._entropy_cost * entropy_loss +
@@ -268,7 +284,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                         learning_rate: float = 1e-3, shared_torso: bool = True,
-                        **kwargs) -> ImpalaAgent:
+                        lstm_size: Optional[int] = None, **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -277,6 +293,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     gamma: the discount.
     fc_layer_params: hidden layers of the shared torso.
     learning_rate: Adam's learning rate.
+    shared_torso: see `ActorCriticNetwork`.
+    lstm_size: units of an LSTM core (None: a feed-forward policy).
     **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
       CLEAR, ...).
 
@@ -284,7 +302,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     The agent.
   """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params, shared_torso=shared_torso)
+                                            fc_layer_params, shared_torso=shared_torso,
+                                            lstm_size=lstm_size)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

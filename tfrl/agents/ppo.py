@@ -2,8 +2,8 @@
 
 Schulman et al. 2017, arXiv:1707.06347. Trains on batch-major `[B, T+1]` unrolls from a
 FIFO queue (`SequenceWriter(length=T+1, stride=T)`), the same data as IMPALA, with the
-same `ActorCriticNetwork` and policy, whose info holds the behaviour logits and value of
-every acted step: the old log-probabilities and old values PPO needs.
+same `ActorCriticNetwork` and policy, whose info holds the behaviour distribution and
+value of every acted step: the old log-probabilities and old values PPO needs.
 
 Why not tf-agents' PPOAgent: it has no minibatches (each epoch is one step on the whole
 batch), and it expects its own policy-info layout and trajectory handling; this one
@@ -16,7 +16,7 @@ shuffled is `shuffle`'s unit: 'rows' (whole unrolls per minibatch, the default) 
 'steps' (single (unroll, t) steps drawn from all unrolls, as Stable-Baselines3 does).
 """
 import collections
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
@@ -29,6 +29,7 @@ from tfrl.agents import actor_critic_policy
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
+from tfrl.networks import action_heads
 from tfrl.networks import actor_critic
 
 PpoLossInfo = collections.namedtuple(
@@ -57,7 +58,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
                entropy_cost: float = 0.0, num_epochs: int = 4,
                num_minibatches: int = 1, normalize_advantages: bool = True,
                gradient_clipping: Optional[float] = 0.5, shuffle: str = 'rows',
-               name: str = 'PpoAgent'):
+               reward_scale: float = 1.0, name: str = 'PpoAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
       network: an `ActorCriticNetwork`.
@@ -76,6 +77,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       gradient_clipping: global gradient norm clip (None: off).
       shuffle: what a minibatch is made of. 'rows': whole unrolls. 'steps': single
         steps of any unrolls (GAE is computed on the whole unrolls before).
+      reward_scale: rewards are multiplied by this before GAE, which keeps the value
+        targets of tasks with large returns (Pendulum's reach -160 at gamma 0.9) in a
+        range the value head fits (SB3 gets the same from VecNormalize's rewards).
       name: agent name.
 
     Raises:
@@ -86,12 +90,16 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
                        f'num_epochs={num_epochs}, num_minibatches={num_minibatches}.')
     if shuffle not in SHUFFLE:
       raise ValueError(f'shuffle must be one of {SHUFFLE}, got {shuffle!r}.')
+    if shuffle == 'steps' and network.is_recurrent:
+      raise ValueError("shuffle='steps' takes steps out of their unrolls, which a "
+                       "recurrent network needs whole: use shuffle='rows' with an LSTM.")
     self._gamma = gamma
     self._lambda = lambda_
     self._clip_ratio = clip_ratio
     self._value_clip = value_clip
     self._value_cost = value_cost
     self._entropy_cost = entropy_cost
+    self._reward_scale = reward_scale
     self._num_epochs = num_epochs
     self._num_minibatches = num_minibatches
     self._normalize_advantages = normalize_advantages
@@ -100,20 +108,35 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name)
 
-  def _prepare(self, experience):
-    """Time-major tensors, masks, old log-probs/values, GAE advantages and returns."""
+  @property
+  def train_inputs(self) -> Tuple[str, ...]:
+    """'policy_state' (each unroll's starting state) with a recurrent network."""
+    return ('policy_state',) if self._network.is_recurrent else ()
+
+  def _prepare(self, experience, policy_state=None):
+    """Time-major tensors, masks, old log-probs/values, GAE advantages and returns.
+
+    Everything is time-major [T, B, ...] except 'policy_state', a recurrent network's
+    state at each row's first step ([B, ...]; () without one).
+    """
     data = self.time_major(experience)
     valid = tf.cast(data.step_type[:-1] != ts.StepType.LAST, tf.float32)  # [T, B]
-    old_logits = data.policy_info[actor_critic_policy.LOGITS][:-1]
+    head = self._network.head
+    # What the head stored of each acted step (parameters; a squashed Gaussian's sample).
+    action_info = {name: data.policy_info[name][:-1] for name in head.info_spec}
     old_values = data.policy_info[actor_critic_policy.VALUE]  # [T+1, B]
     actions = data.action[:-1]
     discounts = self._gamma * data.discount[:-1] * valid
     advantages, value_targets = returns_lib.generalized_advantage_estimation(
-        data.reward[:-1], discounts, old_values[:-1], old_values[-1], self._lambda, valid)
-    return {'observation': data.observation[:-1], 'action': actions, 'valid': valid,
-            'old_log_prob': policy_gradient.categorical_log_prob(old_logits, actions),
-            'old_value': old_values[:-1], 'advantage': advantages,
-            'value_target': value_targets}
+        self._reward_scale * data.reward[:-1], discounts, old_values[:-1], old_values[-1],
+        self._lambda, valid)
+    old_log_prob = head.log_prob(action_heads.params_of(action_info, head), actions,
+                                 action_info)
+    return {'observation': data.observation[:-1], 'step_type': data.step_type[:-1],
+            'action': actions, 'valid': valid, 'action_info': action_info,
+            'old_log_prob': old_log_prob, 'old_value': old_values[:-1],
+            'advantage': advantages, 'value_target': value_targets,
+            'policy_state': self.initial_network_state(policy_state)}
 
   def _minibatch_loss(self, batch):
     """This replica's share of the PPO loss on a dict of time-major [T, b] tensors.
@@ -121,7 +144,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     Sums over this replica's steps divided by the count over all replicas (see
     `actor_critic_agent`): with one replica, the minibatch mean.
     """
-    (logits, values), _ = self._network(batch['observation'])
+    (params, values), _ = self._network(batch['observation'], batch['step_type'],
+                                        batch['policy_state'])
+    head = self._network.head
     valid = batch['valid']
     count = replicas.global_count(tf.reduce_sum(valid))
     advantages = batch['advantage']
@@ -129,7 +154,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       # Moments over every replica's minibatch: each shard is scaled as the whole one.
       advantages = policy_gradient.normalize_advantages(
           advantages, valid, replicas.global_weighted_moments)
-    log_prob = policy_gradient.categorical_log_prob(logits, batch['action'])
+    log_prob = head.log_prob(params, batch['action'], batch['action_info'])
     log_ratio = log_prob - batch['old_log_prob']
     ratio = tf.exp(log_ratio)
     policy_loss = policy_gradient.clipped_surrogate_loss(
@@ -140,8 +165,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
           values - batch['old_value'], -self._value_clip, self._value_clip)
       value_error = tf.maximum(value_error, tf.square(clipped_values - batch['value_target']))
     value_loss = 0.5 * reductions.masked_mean(value_error, valid, count)
-    entropy = reductions.masked_mean(policy_gradient.categorical_entropy(logits), valid,
-                                     count)
+    entropy = reductions.masked_mean(head.entropy(params), valid, count)
     total = policy_loss + self._value_cost * value_loss - self._entropy_cost * entropy
     # Diagnostics: KL(old || new) by the low-variance estimator (r - 1) - log r, and
     # the share of steps whose ratio is outside the clip range.
@@ -150,9 +174,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
         tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32), valid, count)
     return total, PpoLossInfo(policy_loss, value_loss, entropy, approx_kl, clip_fraction)
 
-  def _train(self, experience, weights=None):
+  def _train(self, experience, weights=None, policy_state=None):
     del weights
-    data = self._prepare(experience)
+    data = self._prepare(experience, policy_state)
     if self._shuffle == 'steps':
       # GAE has run on the whole unrolls: from here on a step needs nothing of its
       # neighbours, so every step becomes a row (a length-1 unroll) to shuffle.
@@ -166,7 +190,10 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     def gradient_step(i, unused_loss):
       start = (i % self._num_minibatches) * minibatch
       index = orders[i // self._num_minibatches, start:start + minibatch]
-      batch = tf.nest.map_structure(lambda x: tf.gather(x, index, axis=1), data)
+      # Rows are axis 1 of the time-major tensors, axis 0 of the starting states.
+      batch = {name: tf.nest.map_structure(
+          lambda x, axis=int(name != 'policy_state'): tf.gather(x, index, axis=axis), value)
+               for name, value in data.items()}
       with tf.GradientTape() as tape:
         total, extra = self._minibatch_loss(batch)
       self.apply_gradients(tape, total, self._gradient_clipping)
@@ -223,9 +250,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     with tf.control_dependencies([check]):
       return tf.identity(rows)
 
-  def _loss(self, experience, weights=None, training=False):
+  def _loss(self, experience, weights=None, policy_state=None, training=False):
     del weights, training
-    total, extra = self._minibatch_loss(self._prepare(experience))
+    total, extra = self._minibatch_loss(self._prepare(experience, policy_state))
     return tf_agent.LossInfo(total, extra)
 
 
@@ -233,9 +260,11 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                      learning_rate: float = 3e-4, shared_torso: bool = True,
-                     **kwargs) -> PpoAgent:
-  """Builds a PpoAgent with an ActorCriticNetwork and Adam (kwargs: PpoAgent's)."""
+                     lstm_size: Optional[int] = None, **kwargs) -> PpoAgent:
+  """Builds a PpoAgent with an ActorCriticNetwork and Adam (kwargs: PpoAgent's);
+  `lstm_size` adds an LSTM core (a recurrent policy)."""
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params, shared_torso=shared_torso)
+                                            fc_layer_params, shared_torso=shared_torso,
+                                            lstm_size=lstm_size)
   return PpoAgent(time_step_spec, action_spec, network,
                   tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)

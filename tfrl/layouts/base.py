@@ -78,11 +78,11 @@ class Layout(abc.ABC):
     """Env steps one item of the experience table stands for."""
 
   @abc.abstractmethod
-  def item_signature(self, data_spec: Any) -> Any:
-    """What an item stores, given the agent's `collect_data_spec`."""
+  def item_signature(self, agent: tf_agent.TFAgent) -> Any:
+    """What an item stores of `agent`'s collected data."""
 
   @abc.abstractmethod
-  def tables(self, data_spec: Any, samples_per_insert: Optional[float] = None
+  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
              ) -> List[reverb.Table]:
     """The experience tables (`samples_per_insert`: the replay ratio, None for none)."""
 
@@ -90,7 +90,7 @@ class Layout(abc.ABC):
   def make_writer(self, client: reverb.Client, **kwargs) -> batched_writer.BatchedWriter:
     """The collector's writer; `kwargs` go to it (e.g. `flush_timeout_ms`)."""
 
-  def dataset_fn(self, server_address: str, data_spec: Any, sample_timeout_ms: int = -1
+  def dataset_fn(self, server_address: str, agent: tf_agent.TFAgent, sample_timeout_ms: int = -1
                  ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """The Learner's per-replica dataset of `(experience, info)` batches.
 
@@ -99,12 +99,12 @@ class Layout(abc.ABC):
     `Learner.run`) when a sample waits longer than that for data, so a trainer whose
     collectors stopped can notice its stop signal.
     """
-    signature = self.item_signature(data_spec)
+    signature = self.item_signature(agent)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
       rows = self.rows_per_replica(self.batch_size, context.num_replicas_in_sync)
       return replay.make_dataset(server_address, self.experience_table, signature, rows,
-                                 experience_spec=data_spec,
+                                 experience_spec=agent.collect_data_spec,
                                  rate_limiter_timeout_ms=sample_timeout_ms)
 
     return dataset_fn

@@ -3,12 +3,15 @@
 Items are unrolls of `unroll_length + 1` steps of `envs_per_item` envs; consecutive
 unrolls of an env share their boundary step (stride `unroll_length`), whose value
 bootstraps the earlier one. Every item is tagged with the policy version that acted,
-which an agent with a maximum policy lag declares as its 'policy_version' input.
+which an agent with a maximum policy lag declares as its 'policy_version' input. A
+recurrent policy's items also hold the state it acted from at the unroll's first step,
+its 'policy_state' input (the network unrolls from it).
 """
 import dataclasses
 from typing import Any, List, Optional
 
 import reverb
+from tf_agents.agents import tf_agent
 
 from tfrl import actors
 from tfrl import replay
@@ -28,7 +31,7 @@ class SequenceQueue(base.Layout):
   queue_capacity: int = 4096
 
   experience_table = base.QUEUE_TABLE
-  provided_inputs = ('policy_version',)
+  provided_inputs = ('policy_version', 'policy_state')
   trains_on_collected_items = True
 
   @property
@@ -44,16 +47,17 @@ class SequenceQueue(base.Layout):
     """The tables every unroll goes to."""
     return [self.experience_table]
 
-  def item_signature(self, data_spec: Any) -> Any:
-    return replay.SequenceWriter.item_signature(data_spec, self.unroll_length + 1,
-                                                self.envs_per_item)
+  def item_signature(self, agent: tf_agent.TFAgent) -> Any:
+    return replay.SequenceWriter.item_signature(
+        agent.collect_data_spec, self.unroll_length + 1, self.envs_per_item,
+        agent.collect_policy.policy_state_spec)
 
-  def tables(self, data_spec: Any, samples_per_insert: Optional[float] = None
+  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
              ) -> List[reverb.Table]:
     del samples_per_insert  # each unroll is sampled exactly once
     capacity = max(self.queue_capacity // self.envs_per_item, self.items_per_train_step)
     return [replay.queue_table(self.experience_table, capacity,
-                               self.item_signature(data_spec))]
+                               self.item_signature(agent))]
 
   def make_writer(self, client: reverb.Client, **kwargs):
     return replay.SequenceWriter(client, self.writer_tables, length=self.unroll_length + 1,

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, List, Optional
 
 import reverb
+from tf_agents.agents import tf_agent
 import tensorflow as tf
 
 from tfrl import replay
@@ -38,7 +39,7 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
   replay_fraction: float = 0.5
   replay_remover: str = 'reservoir'
 
-  provided_inputs = ('policy_version', REPLAY_MASK)
+  provided_inputs = ('policy_version', 'policy_state', REPLAY_MASK)
 
   def __post_init__(self):
     if self.replay_remover not in REPLAY_REMOVERS:
@@ -82,7 +83,7 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
   def writer_tables(self) -> List[str]:
     return [self.experience_table, base.REPLAY_TABLE]
 
-  def tables(self, data_spec: Any, samples_per_insert: Optional[float] = None
+  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
              ) -> List[reverb.Table]:
     # Every unroll goes to both tables, so once the queue can serve a batch the replay
     # table holds at least those unrolls, and sampling (with replacement) needs only
@@ -92,9 +93,9 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
                   else replay.uniform_table)
     replay_table = make_table(base.REPLAY_TABLE,
                               max(self.replay_capacity // self.rows_per_item, 1),
-                              self.item_signature(data_spec), min_size_to_sample=1,
+                              self.item_signature(agent), min_size_to_sample=1,
                               samples_per_insert=samples_per_insert)
-    return super().tables(data_spec) + [replay_table]
+    return super().tables(agent) + [replay_table]
 
   def make_writer(self, client: reverb.Client, **kwargs):
     if self.replay_remover == 'reservoir':
@@ -102,8 +103,8 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
       kwargs['priority'] = replay.reservoir_priority
     return super().make_writer(client, **kwargs)
 
-  def dataset_fn(self, server_address: str, data_spec: Any, sample_timeout_ms: int = -1):
-    signature = self.item_signature(data_spec)
+  def dataset_fn(self, server_address: str, agent: tf_agent.TFAgent, sample_timeout_ms: int = -1):
+    signature = self.item_signature(agent)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
       # Split once on the global batch: rounding each replica's share instead gave
@@ -115,7 +116,7 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
           (base.REPLAY_TABLE, self.rows_per_replica(self.replayed_rows, replicas,
                                                     'replayed part'))]
       dataset = replay.make_mixed_dataset(server_address, rows_per_table, signature,
-                                          experience_spec=data_spec,
+                                          experience_spec=agent.collect_data_spec,
                                           rate_limiter_timeout_ms=sample_timeout_ms)
       return dataset.map(lambda experience, info: (experience, dict(info, **{
           REPLAY_MASK: tf.cast(info[replay.TABLE_INDEX] == 1, tf.float32)})))

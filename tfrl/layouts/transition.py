@@ -70,14 +70,15 @@ class TransitionReplay(base.Layout):
   def max_priority(self) -> tf.Variable:
     return self._max_priority
 
-  def item_signature(self, data_spec: Any) -> Any:
-    return replay.NStepTransitionWriter.item_signature(data_spec, self.rows_per_item)
+  def item_signature(self, agent: tf_agent.TFAgent) -> Any:
+    return replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
+                                                       self.rows_per_item)
 
-  def tables(self, data_spec: Any, samples_per_insert: Optional[float] = None
+  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
              ) -> List[reverb.Table]:
     min_items = self.items_per_train_step
     settings = dict(max_size=max(self.capacity // self.rows_per_item, min_items),
-                    signature=self.item_signature(data_spec),
+                    signature=self.item_signature(agent),
                     min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
     if self.prioritized:
       return [replay.prioritized_table(self.experience_table,

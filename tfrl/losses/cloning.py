@@ -19,6 +19,23 @@ def policy_cloning_loss(behaviour_logits, target_logits):
                        (behaviour_log_probs - target_log_probs), axis=-1)
 
 
+def gaussian_policy_cloning_loss(behaviour_loc, behaviour_log_scale, target_loc,
+                                 target_log_scale):
+  """KL(mu || pi) per step for diagonal Gaussians, `[..., D]` parameters -> `[...]`.
+
+  Also the KL of the two policies after the same squashing bijection (tanh to the
+  action bounds): a KL divergence does not change under an invertible map applied to
+  both. The behaviour policy mu is a fixed target (no gradient); gradients reach pi.
+  """
+  behaviour_loc = tf.stop_gradient(behaviour_loc)
+  behaviour_log_scale = tf.stop_gradient(behaviour_log_scale)
+  variance_ratio = tf.exp(2.0 * (behaviour_log_scale - target_log_scale))
+  mean_term = tf.square((behaviour_loc - target_loc) * tf.exp(-target_log_scale))
+  return tf.reduce_sum(
+      0.5 * (variance_ratio + mean_term - 1.0) + target_log_scale - behaviour_log_scale,
+      axis=-1)
+
+
 def value_cloning_loss(values, replayed_values):
   """||V(x) - V_replay(x)||^2 per step; the stored values are a fixed target."""
   return tf.square(values - tf.stop_gradient(replayed_values))

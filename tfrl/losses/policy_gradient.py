@@ -6,15 +6,19 @@ reduce take the mask (and optionally the count to divide by, see
 `reductions.masked_mean`) explicitly; static shape mismatches raise ValueError at
 entry, naming the arguments, rather than broadcasting into a wrong loss.
 
-The distribution-specific functions are per family (`categorical_*`); the losses take
-log-probabilities or probability ratios, so another family (a Gaussian for continuous
-actions) only adds its own `*_log_prob` and `*_entropy` beside them.
+The distribution-specific functions are per family (`categorical_*`, `gaussian_*` with
+`tanh_log_det_jacobian` for squashed bounded actions); the losses take log-probabilities
+or probability ratios, so they serve every family.
 """
+import math
 from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
 from tfrl.losses import reductions
+
+_LOG_2 = math.log(2.0)
+_LOG_2PI = math.log(2.0 * math.pi)
 
 # (x, weights) -> (mean, variance) of x weighted by weights, as tf.nn.weighted_moments.
 MomentsFn = Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
@@ -62,6 +66,62 @@ def categorical_entropy(logits_t: tf.Tensor) -> tf.Tensor:
   """
   logits_t = tf.convert_to_tensor(logits_t)
   return -tf.reduce_sum(tf.nn.softmax(logits_t) * tf.nn.log_softmax(logits_t), axis=-1)
+
+
+def _check_same_shape(**tensors) -> None:
+  """Raises ValueError unless the tensors' static shapes are compatible."""
+  items = [(name, t.shape) for name, t in tensors.items()]
+  first_name, first = items[0]
+  for name, shape in items[1:]:
+    if not first.is_compatible_with(shape):
+      raise ValueError(f'{first_name} and {name} must have the same shape, got '
+                       f'{first_name}: {first} and {name}: {shape}.')
+
+
+def gaussian_log_prob(loc_t: tf.Tensor, log_scale_t: tf.Tensor, u_t: tf.Tensor
+                      ) -> tf.Tensor:
+  """log N(u_t; loc_t, exp(log_scale_t)) of a diagonal Gaussian, summed over the action
+  dimensions.
+
+  Args:
+    loc_t, log_scale_t: [..., D] means and log standard deviations.
+    u_t: [..., D] samples.
+
+  Returns:
+    [...] log-densities, with gradients to loc_t and log_scale_t.
+
+  Raises:
+    ValueError: the three shapes differ.
+  """
+  loc_t, log_scale_t, u_t = (tf.convert_to_tensor(x) for x in (loc_t, log_scale_t, u_t))
+  _check_same_shape(loc_t=loc_t, log_scale_t=log_scale_t, u_t=u_t)
+  z = (u_t - loc_t) * tf.exp(-log_scale_t)
+  return tf.reduce_sum(-0.5 * tf.square(z) - log_scale_t - 0.5 * _LOG_2PI, axis=-1)
+
+
+def gaussian_entropy(log_scale_t: tf.Tensor) -> tf.Tensor:
+  """The entropy of a diagonal Gaussian, summed over the action dimensions: [..., D] ->
+  [...]."""
+  log_scale_t = tf.convert_to_tensor(log_scale_t)
+  return tf.reduce_sum(log_scale_t + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+
+
+def tanh_log_det_jacobian(u_t: tf.Tensor, half_range: tf.Tensor) -> tf.Tensor:
+  """log |d a / d u| for a = center + half_range * tanh(u), summed over dimensions.
+
+  Written as log(half_range) + 2 (log 2 - u - softplus(-2u)), which equals
+  log(half_range * (1 - tanh(u)^2)) without its cancellation for large |u|.
+
+  Args:
+    u_t: [..., D] pre-squash samples.
+    half_range: [D] (high - low) / 2 of the action bounds.
+
+  Returns:
+    [...] log-determinants.
+  """
+  u_t = tf.convert_to_tensor(u_t)
+  log_derivative = 2.0 * (_LOG_2 - u_t - tf.nn.softplus(-2.0 * u_t))
+  return tf.reduce_sum(log_derivative + tf.math.log(half_range), axis=-1)
 
 
 def policy_gradient_loss(logp_t: tf.Tensor, adv_t: tf.Tensor, mask_t: tf.Tensor,

@@ -1,86 +1,124 @@
-"""A Keras actor-critic network: shared MLP torso, categorical logits and a value."""
-from typing import Sequence
+"""A Keras actor-critic network: an observation encoder, an optional LSTM core, an
+action head (categorical or tanh Gaussian, see `action_heads`) and a value head."""
+from typing import Optional, Sequence
 
 import tensorflow as tf
 from tf_agents.networks import network
 from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfrl.networks import action_heads
+from tfrl.networks import encoders
 
 
 class ActorCriticNetwork(network.Network):
-  """observation -> MLP -> (logits [num_actions], value []).
+  """observation -> encoder -> [LSTM] -> (distribution parameters {name: [...]}, value).
 
-  The observation is flattened; nested observations should be flattened by a wrapper
-  first. Works on any number of outer dimensions ([B] or [T, B]).
+  Inputs have outer dims [B] (one step per env: what a policy passes) or [T, B]
+  (time-major unrolls: what the agents pass). With an LSTM (`lstm_size`), the network
+  state is the LSTM's (h, c) per env: zeros at every FIRST step, inside an unroll too,
+  and carried otherwise; a [T, B] call starts from `network_state` (the state stored
+  with the unroll's first step) and returns the state after its last step.
   """
 
   def __init__(self, observation_spec, action_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', shared_torso: bool = True,
-               name: str = 'ActorCriticNetwork'):
+               lstm_size: Optional[int] = None, name: str = 'ActorCriticNetwork'):
     """Args:
-      observation_spec: a single (non-nested) observation spec.
-      action_spec: a scalar discrete action spec with minimum 0.
-      fc_layer_params: hidden layer sizes of the torso.
+      observation_spec: the observation spec (see `encoders.make_encoder`).
+      action_spec: a scalar discrete action spec with minimum 0, or a bounded
+        continuous one (see `action_heads.make_head`).
+      fc_layer_params: hidden layer sizes of the encoder's MLP.
       activation: hidden activation.
-      shared_torso: one torso for both heads; False gives the value head its own torso
-        of the same shape (PPO often learns faster without the value loss's gradients
-        in the policy's features).
+      shared_torso: one encoder for both heads; False gives the value head its own
+        encoder of the same shape (PPO often learns faster without the value loss's
+        gradients in the policy's features). With an LSTM the torso is shared.
+      lstm_size: units of an LSTM core after the encoder (None: feed-forward).
       name: network name.
 
     Raises:
-      ValueError: for a nested observation or a non-scalar / shifted discrete action.
+      ValueError: an observation or action spec no encoder or head serves, or an
+        LSTM with shared_torso=False.
     """
-    if tf.nest.is_nested(observation_spec):
-      raise ValueError('ActorCriticNetwork takes one flat observation; flatten nested '
-                       'observations first (gymnasium.wrappers.FlattenObservation).')
-    if (action_spec.shape.rank != 0 or not action_spec.dtype.is_integer or
-        int(action_spec.minimum) != 0):
-      raise ValueError(f'ActorCriticNetwork needs a scalar discrete action from 0, got '
-                       f'{action_spec}.')
-    super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
-    self._num_actions = int(action_spec.maximum) + 1
-    self._observation_rank = len(observation_spec.shape)
-    # Orthogonal initialization, as PPO/IMPALA reference implementations use.
-    dense = lambda units, gain=2.0 ** 0.5, act=activation: tf.keras.layers.Dense(
-        units, activation=act, kernel_initializer=tf.keras.initializers.Orthogonal(gain))
-    self._torso = [dense(units) for units in fc_layer_params]
-    self._value_torso = (None if shared_torso else
-                         [dense(units) for units in fc_layer_params])
-    # Small initial logits: the first policy is close to uniform.
-    self._logits = dense(self._num_actions, gain=0.01, act=None)
-    self._value = dense(1, gain=1.0, act=None)
+    if lstm_size and not shared_torso:
+      raise ValueError('An LSTM core is shared by both heads: use shared_torso=True '
+                       'with lstm_size.')
+    state_spec = ()
+    if lstm_size:
+      state_spec = (tf.TensorSpec([lstm_size], tf.float32, name='lstm_h'),
+                    tf.TensorSpec([lstm_size], tf.float32, name='lstm_c'))
+    super().__init__(input_tensor_spec=observation_spec, state_spec=state_spec, name=name)
+    self._observation_spec = observation_spec
+    self._encoder = encoders.make_encoder(observation_spec, fc_layer_params, activation)
+    self._value_encoder = (None if shared_torso else encoders.make_encoder(
+        observation_spec, fc_layer_params, activation, name='value_encoder'))
+    self._lstm = tf.keras.layers.LSTMCell(lstm_size) if lstm_size else None
+    self._head = action_heads.make_head(
+        action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain))
+    self._value = encoders.orthogonal_dense(1, gain=1.0)
 
   @property
-  def num_actions(self) -> int:
-    return self._num_actions
+  def head(self) -> action_heads.ActionHead:
+    """How the distribution parameters are sampled and scored."""
+    return self._head
+
+  @property
+  def is_recurrent(self) -> bool:
+    return self._lstm is not None
 
   def call(self, observation, step_type=None, network_state=(), training=False):
-    del step_type, training
-    outer_shape = tf.shape(observation)[:tf.rank(observation) - self._observation_rank]
-    flat = tf.reshape(tf.cast(observation, tf.float32),
-                      [-1, _flat_size(observation, self._observation_rank)])
-    policy_features = value_features = _apply(self._torso, flat)
-    if self._value_torso is not None:
-      value_features = _apply(self._value_torso, flat)
-    logits = tf.reshape(self._logits(policy_features),
-                        tf.concat([outer_shape, [self._num_actions]], 0))
+    del training
+    first_leaf = tf.nest.flatten(observation)[0]
+    first_spec = tf.nest.flatten(self._observation_spec)[0]
+    outer_rank = first_leaf.shape.rank - first_spec.shape.rank
+    outer_shape = tf.shape(first_leaf)[:outer_rank]
+    flat = tf.nest.map_structure(
+        lambda x, spec: tf.reshape(x, tf.concat([[-1], spec.shape], 0)),
+        observation, self._observation_spec)
+    policy_features = value_features = self._encoder(flat)
+    if self._value_encoder is not None:
+      value_features = self._value_encoder(flat)
+    if self._lstm is not None:
+      features = tf.reshape(policy_features,
+                            tf.concat([outer_shape, tf.shape(policy_features)[-1:]], 0))
+      features, network_state = self._unroll(features, step_type, network_state,
+                                             outer_rank)
+      policy_features = value_features = tf.reshape(features, [-1, self._lstm.units])
+    params = {name: tf.reshape(x, tf.concat([outer_shape, tf.shape(x)[-1:]], 0))
+              for name, x in self._head(policy_features).items()}
     value = tf.reshape(self._value(value_features), outer_shape)
-    return (logits, value), network_state
+    return (params, value), network_state
 
+  def _unroll(self, features, step_type, network_state, outer_rank: int):
+    """Runs the LSTM over [B, F] (one step) or time-major [T, B, F] features."""
+    if step_type is None:
+      raise ValueError('A recurrent ActorCriticNetwork needs step_type (its state is '
+                       'reset at FIRST steps).')
+    if outer_rank == 1:
+      features, step_type = features[None], step_type[None]
+    batch_size = tf.shape(features)[1]
+    if not tf.nest.flatten(network_state):
+      network_state = tuple(tf.zeros([batch_size, self._lstm.units]) for _ in range(2))
 
-def _apply(layers, x):
-  for layer in layers:
-    x = layer(x)
-  return x
+    def step(carry, inputs):
+      (h, c), _ = carry
+      x, first = inputs
+      keep = 1.0 - tf.cast(first, tf.float32)[:, None]
+      output, (h, c) = self._lstm(x, (h * keep, c * keep))
+      return (h, c), output
 
-
-def _flat_size(observation, observation_rank: int) -> int:
-  dims = observation.shape[-observation_rank:] if observation_rank else []
-  size = 1
-  for d in dims:
-    size *= int(d)
-  return size
+    initial = (tuple(network_state), tf.zeros([batch_size, self._lstm.units]))
+    states, outputs = tf.scan(step, (features, tf.equal(step_type, ts.StepType.FIRST)),
+                              initializer=initial)
+    final_state = tf.nest.map_structure(lambda x: x[-1], states)
+    if outer_rank == 1:
+      outputs = outputs[0]
+    return outputs, final_state
 
 
 def create_variables(net: ActorCriticNetwork, observation_spec) -> None:
   """Builds the network's variables with one dummy call."""
-  net(tensor_spec.sample_spec_nest(tensor_spec.add_outer_dims_nest(observation_spec, (1,))))
+  observation = tensor_spec.sample_spec_nest(
+      tensor_spec.add_outer_dims_nest(observation_spec, (1,)))
+  net(observation, step_type=tf.constant([int(ts.StepType.FIRST)]),
+      network_state=net.get_initial_state(1) if net.state_spec else ())

@@ -7,7 +7,7 @@ and close. The layouts themselves (n-step transitions, sequences, episodes) live
 """
 import abc
 import threading
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -123,9 +123,22 @@ class BatchedWriter(abc.ABC):
       self._writer = self._open_writer()
     self._writer.append(groups)
 
-  def _create_items(self, group_index: int, slicer) -> None:
-    """Creates one item (in every table) from group `group_index`'s columns."""
-    item = tf.nest.map_structure(slicer, self._writer.history[group_index])
+  def _create_items(self, group_index: int, slicer,
+                    column_slicers: Optional[Dict[str, Callable]] = None) -> None:
+    """Creates one item (in every table) from group `group_index`'s columns.
+
+    Args:
+      group_index: the env group.
+      slicer: column -> what the item references of it (e.g. its last L steps).
+      column_slicers: slicers for some top-level columns of a dict row instead (e.g.
+        only the first step of an unroll's policy state).
+    """
+    history = self._writer.history[group_index]
+    if column_slicers:
+      item = {name: tf.nest.map_structure(column_slicers.get(name, slicer), columns)
+              for name, columns in history.items()}
+    else:
+      item = tf.nest.map_structure(slicer, history)
     priority = float(self._priority())
     for table in self._tables:
       self._writer.create_item(table, priority, item)
@@ -166,7 +179,8 @@ class BatchedWriter(abc.ABC):
 
   @abc.abstractmethod
   def write(self, time_step: ts.TimeStep, policy_step: policy_step_lib.PolicyStep,
-            next_time_step: ts.TimeStep, policy_version: int = 0) -> None:
+            next_time_step: ts.TimeStep, policy_version: int = 0,
+            policy_state: Any = ()) -> None:
     """Takes one batched step: arrays with leading dimension N (the number of envs).
 
     Args:
@@ -174,6 +188,8 @@ class BatchedWriter(abc.ABC):
       policy_step: the policy's output (action, state, info) on `time_step`.
       next_time_step: what the environment returned.
       policy_version: the train step of the policy that acted.
+      policy_state: the state the policy acted from (a recurrent policy's; () for
+        none). Writers whose items start a learner's unroll store it.
     """
 
   def reset(self) -> None:

@@ -93,6 +93,9 @@ def _unpack_rows(layout: str, rows_per_item: int):
     info = {name: tf.repeat(getattr(sample.info, name), rows_per_item)
             for name in reverb.replay_sample.SampleInfo._fields}
     info[writers.POLICY_VERSION] = merge(data[writers.POLICY_VERSION], time_major)
+    if writers.POLICY_STATE in data:  # [B, G, ...] -> [B * G, ...]: one per unroll
+      info[writers.POLICY_STATE] = tf.nest.map_structure(
+          lambda x: tf.reshape(x, [-1] + x.shape[2:].as_list()), data[writers.POLICY_STATE])
     if step_mask is not None:
       info[STEP_MASK] = step_mask
     return experience, info

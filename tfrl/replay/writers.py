@@ -41,6 +41,7 @@ from tfrl.replay.batched_writer import BatchedWriter
 _LAST = ts.StepType.LAST
 EXPERIENCE = 'experience'
 POLICY_VERSION = 'policy_version'
+POLICY_STATE = 'policy_state'
 
 
 def _plain_spec(spec: Any) -> Any:
@@ -107,7 +108,8 @@ class NStepTransitionWriter(BatchedWriter):
     self._window = []
     self._pending = []
 
-  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
+            policy_state: Any = ()) -> None:
     num_groups = self._groups(np.shape(time_step.step_type)[0])
     self._window.append((time_step, policy_step, next_time_step, policy_version))
     if len(self._window) < self._n:
@@ -177,7 +179,8 @@ def _stack_pair(start: ts.TimeStep, policy_step, end: ts.TimeStep, end_step_type
 class SequenceWriter(BatchedWriter):
   """Writes fixed-length unrolls of `length` steps every `stride` steps, per env group.
 
-  Items are time-major `[length, G]` Trajectories (the dataset turns them batch-major).
+  Items are time-major `[length, G]` Trajectories (the dataset turns them batch-major),
+  and, for a recurrent policy, the `[G, ...]` state it acted from at the first step.
   Unrolls run across episode boundaries, as IMPALA and PPO learners expect: the boundary
   step is kept so learners can mask it. For bootstrapping from the step after an unroll,
   use length = T + 1 and stride = T (consecutive unrolls share one step).
@@ -201,25 +204,39 @@ class SequenceWriter(BatchedWriter):
     self._steps = 0
 
   @staticmethod
-  def item_signature(collect_data_spec: Any, length: int, envs_per_item: int) -> dict:
-    """The table signature for `[length, envs_per_item]` unrolls."""
-    return {
+  def item_signature(collect_data_spec: Any, length: int, envs_per_item: int,
+                     policy_state_spec: Any = ()) -> dict:
+    """The table signature for `[length, envs_per_item]` unrolls.
+
+    With a `policy_state_spec` (a recurrent policy's), items also hold the state the
+    policy acted from at each unroll's first step, `[envs_per_item, ...]`: what a
+    learner unrolls the network from.
+    """
+    signature = {
         EXPERIENCE: tensor_spec.add_outer_dims_nest(
             _plain_spec(collect_data_spec), (length, envs_per_item)),
         POLICY_VERSION: tf.TensorSpec((length, envs_per_item), tf.int64),
     }
+    if tf.nest.flatten(policy_state_spec):
+      signature[POLICY_STATE] = tensor_spec.add_outer_dims_nest(
+          _plain_spec(policy_state_spec), (envs_per_item,))
+    return signature
 
   def reset(self) -> None:
     self._steps = 0
 
-  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
+            policy_state: Any = ()) -> None:
     num_groups = self._groups(np.shape(time_step.step_type)[0])
     row = _row(time_step, policy_step, next_time_step, policy_version)
+    if tf.nest.flatten(policy_state):
+      row[POLICY_STATE] = tf.nest.map_structure(np.asarray, policy_state)
     self._append(self._split(row, num_groups))
     self._steps += 1
     if self._steps >= self._length and (self._steps - self._length) % self._stride == 0:
       for g in range(num_groups):
-        self._create_items(g, lambda column: column[-self._length:])
+        self._create_items(g, lambda column: column[-self._length:], column_slicers={
+            POLICY_STATE: lambda column: column[-self._length]})
       self._throttle()
 
 
@@ -258,7 +275,8 @@ class EpisodeWriter(BatchedWriter):
   def reset(self) -> None:
     self._lengths = None
 
-  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0) -> None:
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
+            policy_state: Any = ()) -> None:
     num_envs = self._groups(np.shape(time_step.step_type)[0])
     if self._lengths is None:
       self._lengths = np.zeros(num_envs, dtype=np.int64)
