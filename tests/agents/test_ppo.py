@@ -203,7 +203,7 @@ def test_clipped_surrogate_has_no_gradient_beyond_the_clip(specs, sign):
   # Stored values 0 and rewards of one sign: every valid advantage has that sign.
   rewards = sign * (1.0 + np.abs(traj.reward))
   (current, _), _ = agent._network(tf.constant(traj.observation))
-  current = current.numpy()
+  current = current['logits'].numpy()
   # Behaviour logits: the taken action unlikely (ratio >> 1) or likely (ratio << 1).
   taken = np.eye(2, dtype=np.float32)[traj.action]
   far = np.where(taken > 0, -3.0 * sign, 3.0 * sign).astype(np.float32)

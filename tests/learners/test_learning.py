@@ -22,6 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 CASES = [
     ('dqn_per_cartpole.gin', 475.0),
+    ('ppo_pendulum.gin', -200.0),
+    ('ppo_lstm_cartpole_masked.gin', 475.0),
     ('ppo_cartpole.gin', 475.0),
     ('impala_cartpole.gin', 475.0),
     ('clear_cartpole.gin', 475.0),
@@ -30,14 +32,19 @@ CASES = [
 ]
 
 
+def train_eval(root_dir, gin_file, *bindings):
+  """Runs `python -m learners.train_eval` as a user would; returns the process."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  return subprocess.run(
+      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
+       f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('gin_file,threshold', CASES, ids=[c[0] for c in CASES])
 def test_config_reaches_threshold(tmp_path, gin_file, threshold):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={tmp_path}',
-       f'--gin_file={gin_file}'],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  result = train_eval(tmp_path, gin_file)
   log = result.stdout + result.stderr
   assert result.returncode == 0, log[-4000:]
   number = r'(-?\d+(?:\.\d+)?)'
@@ -72,3 +79,32 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'),
                            last['confirmation_seed'])  # the confirmation's episodes
   assert played >= threshold, (played, state, last)
+
+
+# The capabilities' own configs on every seed they claim (seed 0 runs above).
+SEEDED_CASES = [(gin_file, threshold, seed) for gin_file, threshold in (
+    ('ppo_pendulum.gin', -200.0), ('ppo_lstm_cartpole_masked.gin', 475.0))
+                for seed in (1, 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('gin_file,threshold,seed', SEEDED_CASES,
+                         ids=[f'{c[0]}-seed{c[2]}' for c in SEEDED_CASES])
+def test_config_reaches_threshold_on_other_seeds(tmp_path, gin_file, threshold, seed):
+  result = train_eval(tmp_path, gin_file, f'Experiment.seed = {seed}')
+  assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+@pytest.mark.slow
+def test_masked_cartpole_needs_the_lstm(tmp_path):
+  """Without velocities a feed-forward policy cannot balance the pole: the LSTM config
+  with the LSTM removed fails within the budget (its num_train_steps) the LSTM solves
+  in."""
+  result = train_eval(tmp_path, 'ppo_lstm_cartpole_masked.gin',
+                      'create_ppo_agent.lstm_size = None',
+                      'create_ppo_agent.shared_torso = False')
+  log = result.stdout + result.stderr
+  assert result.returncode == 1, log[-4000:]
+  assert 'never reached the target 475.0' in log, log[-4000:]
+  returns = [float(r) for r in re.findall(r'\| eval return\s+(-?\d+(?:\.\d+)?)', log)]
+  assert returns and max(returns) < 300.0, returns

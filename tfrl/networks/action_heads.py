@@ -19,6 +19,7 @@ policy later (IMPALA's importance ratios, PPO's old log-probs, CLEAR's cloning K
 import abc
 from typing import Any, Dict, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 from tf_agents.distributions import utils as distribution_utils
@@ -127,10 +128,13 @@ class TanhGaussianHead(ActionHead):
     self._log_scale = self.add_weight(
         name='log_scale', shape=[self.action_size], trainable=True,
         initializer=tf.keras.initializers.Constant(initial_log_scale))
-    low = tf.broadcast_to(tf.cast(action_spec.minimum, tf.float32), self._shape)
-    high = tf.broadcast_to(tf.cast(action_spec.maximum, tf.float32), self._shape)
-    self._center = tf.reshape((high + low) / 2.0, [-1])
-    self._half_range = tf.reshape((high - low) / 2.0, [-1])
+    low = np.broadcast_to(action_spec.minimum, self._shape).astype(np.float32).ravel()
+    high = np.broadcast_to(action_spec.maximum, self._shape).astype(np.float32).ravel()
+    self._center = (high + low) / 2.0
+    self._half_range = (high - low) / 2.0
+    # The bounds as a flat spec, for tf-agents' squashed Normal (the greedy mode).
+    self._flat_spec = tensor_spec.BoundedTensorSpec([self.action_size], tf.float32, low,
+                                                    high)
 
   def call(self, features):
     loc = self._loc(features)
@@ -151,10 +155,7 @@ class TanhGaussianHead(ActionHead):
 
   def distribution(self, params):
     normal = tfp.distributions.Normal(params[LOC], tf.exp(params[LOG_SCALE]))
-    flat_spec = tensor_spec.BoundedTensorSpec(
-        [self.action_size], tf.float32, tf.reshape(self._center - self._half_range, [-1]),
-        tf.reshape(self._center + self._half_range, [-1]))
-    squashed = distribution_utils.SquashToSpecNormal(normal, flat_spec)
+    squashed = distribution_utils.SquashToSpecNormal(normal, self._flat_spec)
     return tfp.distributions.TransformedDistribution(
         squashed, tfp.bijectors.Reshape(self._shape, [self.action_size]))
 
