@@ -132,7 +132,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
         self._lambda, valid)
     old_log_prob = head.log_prob(action_heads.params_of(action_info, head), actions,
                                  action_info)
-    return {'observation': data.observation[:-1], 'step_type': data.step_type[:-1],
+    # A nest for Dict observations: every leaf loses the bootstrap step.
+    observation = tf.nest.map_structure(lambda x: x[:-1], data.observation)
+    return {'observation': observation, 'step_type': data.step_type[:-1],
             'action': actions, 'valid': valid, 'action_info': action_info,
             'old_log_prob': old_log_prob, 'old_value': old_values[:-1],
             'advantage': advantages, 'value_target': value_targets,
