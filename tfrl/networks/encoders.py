@@ -167,15 +167,25 @@ class NatureCnnEncoder(_SpecLayer):
 
 
 class _ResidualBlock(tf.keras.layers.Layer):
-  """x + conv(relu(conv(relu(x)))), two 3x3 same-padded convolutions."""
+  """x + conv(relu(conv(relu(x)))), two 3x3 same-padded convolutions.
+
+  The second convolution's bias is added after the residual sum (the same function):
+  with it inside, TF 2.15's grappler remapper tries to fuse conv + bias + add + relu
+  although the sum also feeds the next block's skip connection, logs "remapper failed
+  ... fanout exist for missing node" and drops its optimizations for the whole graph.
+  """
 
   def __init__(self, channels: int, name: str):
     super().__init__(name=name)
     self._conv_a = _orthogonal_conv(channels, 3, padding='same')
-    self._conv_b = _orthogonal_conv(channels, 3, padding='same')
+    self._conv_b = tf.keras.layers.Conv2D(
+        channels, 3, padding='same', use_bias=False,
+        kernel_initializer=tf.keras.initializers.Orthogonal(_RELU_GAIN))
+    self._bias_b = self.add_weight('bias', [channels], initializer='zeros')
 
   def call(self, x):
-    return x + self._conv_b(tf.nn.relu(self._conv_a(tf.nn.relu(x))))
+    residual = self._conv_b(tf.nn.relu(self._conv_a(tf.nn.relu(x))))
+    return tf.nn.bias_add(x + residual, self._bias_b)
 
 
 class ImpalaCnnEncoder(_SpecLayer):
