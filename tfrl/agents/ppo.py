@@ -274,7 +274,7 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     learning_rate: Adam's learning rate.
     shared_torso: see `ActorCriticNetwork`.
     lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations, 'nature' or 'impala' (see
+    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
     **kwargs: any `PpoAgent` argument.
 
