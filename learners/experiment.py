@@ -43,6 +43,10 @@ class Experiment:
     env_name: a gymnasium id.
     observation_indices: keep only these entries of the (flat) observation, in order
       (None: all); e.g. (0, 2) is CartPole without its velocities.
+    frame_stack: stack the last k observations (0: none); images come out channel-last
+      [H, W, k * C] in their own dtype (see `tfrl.envs.make`).
+    atari: gymnasium's AtariPreprocessing and 4 stacked frames, uint8 [84, 84, 4]
+      (needs ale-py and opencv; see `tfrl.envs.make`).
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
     gamma: the discount, shared by the agent and the n-step writer.
@@ -84,6 +88,8 @@ class Experiment:
   """
   env_name: str = 'CartPole-v1'
   observation_indices: Optional[Tuple[int, ...]] = None
+  frame_stack: int = 0
+  atari: bool = False
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
@@ -151,15 +157,18 @@ class Experiment:
 
   # -- Builders -------------------------------------------------------------------
 
+  def _env_options(self) -> dict:
+    """The observation settings every env of the job (collect and eval) shares."""
+    return dict(observation_indices=self.observation_indices,
+                frame_stack=self.frame_stack, atari=self.atari)
+
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None):
     return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
-                          seed=self.seed if seed is None else seed,
-                          observation_indices=self.observation_indices)
+                          seed=self.seed if seed is None else seed, **self._env_options())
 
   def make_eval_env(self):
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
-                          seed=self.seed + 10_000,
-                          observation_indices=self.observation_indices)
+                          seed=self.seed + 10_000, **self._env_options())
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,

@@ -5,7 +5,8 @@ Each config runs twice, as a user would run it, seeded by its config: in one pro
 episodes, then 10 more on fresh seeds) reaches `Experiment.target_return`, the test also
 reading the figures from its log; and as separate programs under `python -m
 learners.launch` (Reverb server, 2 collectors, trainer, evaluator), where the
-evaluator's last confirmed result must reach the threshold.
+evaluator's last confirmed result must reach the threshold. The pixel configs run in
+one process only (see ONE_PROCESS_CASES).
 """
 import json
 import os
@@ -30,6 +31,16 @@ CASES = [
     ('appo_cartpole.gin', 475.0),
     ('sac_pendulum.gin', -200.0),
 ]
+# Pixels (uint8 images through Reverb to IMPALA's CNN) and a Dict observation (CNN +
+# MLP) on catch, where a random policy returns about -0.6 and the best 1: in one process
+# only. Under launch PPO learns them too, but more slowly and unevenly (targets reached
+# at train steps 121, 169 and 355, once not within 600): with --variable_update_period
+# 50 the collectors act up to several train steps behind, and these configs' 16
+# gradient steps per train call move the policy far in that time.
+ONE_PROCESS_CASES = CASES + [
+    ('ppo_pixel_catch.gin', 0.9),
+    ('ppo_pixel_catch_dict.gin', 0.9),
+]
 
 
 def train_eval(root_dir, gin_file, *bindings):
@@ -42,7 +53,8 @@ def train_eval(root_dir, gin_file, *bindings):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('gin_file,threshold', CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize('gin_file,threshold', ONE_PROCESS_CASES,
+                         ids=[c[0] for c in ONE_PROCESS_CASES])
 def test_config_reaches_threshold(tmp_path, gin_file, threshold):
   result = train_eval(tmp_path, gin_file)
   log = result.stdout + result.stderr

@@ -23,6 +23,8 @@ from tf_agents.policies import epsilon_greedy_policy
 from tf_agents.policies import tf_policy
 from tf_agents.utils import common
 
+from tfrl.networks import encoders
+
 
 @dataclasses.dataclass(frozen=True)
 class EpsilonSchedule:
@@ -70,6 +72,15 @@ class DdqnAgent(_ReplayAgentInterface, dqn_agent.DdqnAgent):
   exploration."""
 
 
+def _per_entry(nest, make_layer):
+  """`nest`'s top level with each entry replaced by make_layer(key, entry)."""
+  if isinstance(nest, dict):
+    return {key: make_layer(key, value) for key, value in nest.items()}
+  layers = [make_layer(getattr(nest, '_fields', range(len(nest)))[i], value)
+            for i, value in enumerate(nest)]
+  return type(nest)(*layers) if hasattr(nest, '_fields') else type(nest)(layers)
+
+
 @gin.configurable
 def create_dqn_agent(time_step_spec,
                      action_spec,
@@ -83,8 +94,16 @@ def create_dqn_agent(time_step_spec,
                      epsilon_start: float = 1.0,
                      epsilon_end: float = 0.05,
                      epsilon_decay_steps: int = 5000,
-                     gradient_clipping: float = None) -> DqnAgent:
-  """Returns an initialized (Double) DQN agent with a fully connected Q-network.
+                     gradient_clipping: float = None,
+                     cnn: str = 'nature') -> DqnAgent:
+  """Returns an initialized (Double) DQN agent.
+
+  A flat vector observation gets a fully connected Q-network. Image observations (uint8
+  [H, W, C]) and nested ones (Dicts) get tfrl's encoder as the Q-network's
+  preprocessing layer, the same torso classes the actor-critic agents use
+  (`tfrl.networks.encoders.make_encoder`): a CNN for images (which casts and scales
+  uint8 to [0, 1] itself), and for a nest each image key's CNN features concatenated
+  with the other keys' flattened values; `fc_layer_params` then follow.
 
   Args:
     time_step_spec, action_spec: from the environment.
@@ -98,11 +117,33 @@ def create_dqn_agent(time_step_spec,
     epsilon_start, epsilon_end, epsilon_decay_steps: the collect policy's exploration
       falls linearly from start to end over the first decay steps (in train steps).
     gradient_clipping: clip each gradient's norm to this value (None: no clipping).
+    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+      `tfrl.networks.encoders.make_encoder`).
+      Nature DQN's own network is cnn='nature' with fc_layer_params=() (the CNN ends
+      in its 512-unit layer).
 
   Returns:
     A `DqnAgent` (or `DdqnAgent`, a subclass of tf-agents' `DqnAgent` too).
+
+  Raises:
+    ValueError: an observation no encoder serves (see `make_encoder`).
   """
-  network = q_network.QNetwork(time_step_spec.observation, action_spec,
+  observation_spec = time_step_spec.observation
+  preprocessing, combiner = None, None
+  if tf.nest.is_nested(observation_spec):
+    # One tfrl encoder per top-level entry, concatenated: DictEncoder's features, in
+    # the form tf-agents' EncodingNetwork takes (it wants a combiner for a nest).
+    preprocessing = _per_entry(observation_spec, lambda key, spec: encoders.make_encoder(
+        spec, fc_layer_params=(), name=f'q_encoder_{key}', cnn=cnn))
+    combiner = tf.keras.layers.Concatenate(axis=-1)
+  elif encoders.is_image_spec(observation_spec):
+    # EncodingNetwork applies it to the batch-squashed [N, H, W, C] observation, what
+    # tfrl's encoders take, and copies it (get_config/from_config) for the target.
+    preprocessing = encoders.make_encoder(observation_spec, fc_layer_params=(),
+                                          name='q_encoder', cnn=cnn)
+  network = q_network.QNetwork(observation_spec, action_spec,
+                               preprocessing_layers=preprocessing,
+                               preprocessing_combiner=combiner,
                                fc_layer_params=tuple(fc_layer_params))
 
   agent_class = DdqnAgent if double_q else DqnAgent

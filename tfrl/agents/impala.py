@@ -284,17 +284,20 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                         learning_rate: float = 1e-3, shared_torso: bool = True,
-                        lstm_size: Optional[int] = None, **kwargs) -> ImpalaAgent:
+                        lstm_size: Optional[int] = None, cnn: str = 'nature',
+                        **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
     time_step_spec, action_spec: the environment's specs.
     train_step: the learner's step variable.
     gamma: the discount.
-    fc_layer_params: hidden layers of the shared torso.
+    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
     learning_rate: Adam's learning rate.
     shared_torso: see `ActorCriticNetwork`.
     lstm_size: units of an LSTM core (None: a feed-forward policy).
+    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+      `tfrl.networks.encoders.make_encoder`).
     **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
       CLEAR, ...).
 
@@ -303,7 +306,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
   """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
                                             fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size)
+                                            lstm_size=lstm_size, cnn=cnn)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

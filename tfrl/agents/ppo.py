@@ -132,7 +132,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
         self._lambda, valid)
     old_log_prob = head.log_prob(action_heads.params_of(action_info, head), actions,
                                  action_info)
-    return {'observation': data.observation[:-1], 'step_type': data.step_type[:-1],
+    # A nest for Dict observations: every leaf loses the bootstrap step.
+    observation = tf.nest.map_structure(lambda x: x[:-1], data.observation)
+    return {'observation': observation, 'step_type': data.step_type[:-1],
             'action': actions, 'valid': valid, 'action_info': action_info,
             'old_log_prob': old_log_prob, 'old_value': old_values[:-1],
             'advantage': advantages, 'value_target': value_targets,
@@ -260,11 +262,31 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                      learning_rate: float = 3e-4, shared_torso: bool = True,
-                     lstm_size: Optional[int] = None, **kwargs) -> PpoAgent:
-  """Builds a PpoAgent with an ActorCriticNetwork and Adam (kwargs: PpoAgent's);
-  `lstm_size` adds an LSTM core (a recurrent policy)."""
+                     lstm_size: Optional[int] = None, cnn: str = 'nature',
+                     **kwargs) -> PpoAgent:
+  """Builds a PpoAgent with an ActorCriticNetwork and Adam.
+
+  Args:
+    time_step_spec, action_spec: the environment's specs.
+    train_step: the learner's step variable.
+    gamma: the discount.
+    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
+    learning_rate: Adam's learning rate.
+    shared_torso: see `ActorCriticNetwork`.
+    lstm_size: units of an LSTM core (None: a feed-forward policy).
+    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+      `tfrl.networks.encoders.make_encoder`).
+    **kwargs: any `PpoAgent` argument.
+
+  Returns:
+    The agent.
+
+  Raises:
+    ValueError: an observation or action spec the network cannot serve, or bad
+      PpoAgent arguments.
+  """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
                                             fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size)
+                                            lstm_size=lstm_size, cnn=cnn)
   return PpoAgent(time_step_spec, action_spec, network,
                   tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)

@@ -3,6 +3,11 @@
     env = tfrl.envs.make('CartPole-v1', num_envs=64, seed=0)
     time_step = env.reset()          # TimeStep with arrays of shape [64, ...]
     time_step = env.step(actions)    # actions: [64] ints
+
+Pixels: `frame_stack=k` stacks an image env's last k frames channel-last ([H, W, k * C],
+uint8 kept), `atari=True` applies gymnasium's AtariPreprocessing and stacks 4 frames
+([84, 84, 4] uint8; needs ale-py and opencv). Importing this package registers tfrl's
+toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.toy`).
 """
 import difflib
 from typing import Optional, Sequence
@@ -10,11 +15,16 @@ from typing import Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
+from tfrl.envs import toy
 from tfrl.envs.batched_env import BatchedEnv, NonFiniteEnvError, batched_spec
 from tfrl.envs.specs import space_to_spec
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'NonFiniteEnvError']
+           'NonFiniteEnvError', 'stack_frames']
+
+toy.register()
+# AtariPreprocessing's default: 4 frames stacked.
+ATARI_FRAME_STACK = 4
 
 
 class UnknownEnvironmentError(ValueError):
@@ -38,6 +48,8 @@ def make(env_id: str,
          asynchronous: bool = False,
          vectorization_mode: Optional[str] = None,
          observation_indices: Optional[Sequence[int]] = None,
+         frame_stack: int = 0,
+         atari: bool = False,
          **kwargs) -> BatchedEnv:
   """Makes a batched environment of `num_envs` copies of a registered gymnasium env.
 
@@ -53,6 +65,15 @@ def make(env_id: str,
     observation_indices: keep only these entries of a flat Box observation, in this
       order (e.g. (0, 2): CartPole's cart position and pole angle, without the
       velocities, a partially observed task that needs memory).
+    frame_stack: stack each sub-env's last `frame_stack` observations (0: none) with
+      gymnasium's FrameStackObservation; images ([H, W] or [H, W, C]) come out
+      channel-last, [H, W, frame_stack * C] with the newest frame last, in their own
+      dtype (uint8 stays uint8); other Box observations as [frame_stack, ...].
+    atari: apply gymnasium's AtariPreprocessing with its defaults (no-op starts,
+      frame skip 4 with max-pooling, 84 x 84 grayscale) to an ALE env, made with
+      frameskip=1 unless given (the wrapper skips frames itself), then stack
+      `frame_stack` frames (4 when 0): observations uint8 [84, 84, 4]. Needs ale-py
+      (and `import ale_py` before using its ids) and opencv-python.
     **kwargs: passed to the environment's constructor (e.g. `render_mode`).
 
   Returns:
@@ -60,16 +81,27 @@ def make(env_id: str,
 
   Raises:
     UnknownEnvironmentError: if `env_id` is not registered (lists close ids).
-    ValueError: if `num_envs` < 1, or observation_indices that do not index the
-      environment's flat Box observation.
+    ValueError: if `num_envs` < 1, observation_indices that do not index the
+      environment's flat Box observation, a negative frame_stack, or frame_stack on
+      an observation that is not a Box.
   """
   if num_envs < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
+  if frame_stack < 0:
+    raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
   _check_registered(env_id)
   mode = vectorization_mode or ('async' if asynchronous else 'sync')
   wrappers = []
   if observation_indices is not None:
     wrappers.append(lambda env: keep_observation_entries(env, observation_indices))
+  if atari:
+    # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
+    # skips frames too, which ALE's v5 ids do by default.
+    kwargs.setdefault('frameskip', 1)
+    wrappers.append(lambda env: gym.wrappers.AtariPreprocessing(env))
+    frame_stack = frame_stack or ATARI_FRAME_STACK
+  if frame_stack:
+    wrappers.append(lambda env: stack_frames(env, frame_stack))
   vector_env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
                             wrappers=wrappers, **kwargs)
   env = BatchedEnv(vector_env, env_id=env_id)
@@ -96,3 +128,40 @@ def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:
   kept = gym.spaces.Box(space.low[indices], space.high[indices], dtype=space.dtype)
   return gym.wrappers.TransformObservation(
       env, lambda observation: np.asarray(observation)[indices], kept)
+
+
+def stack_frames(env: gym.Env, num_frames: int) -> gym.Env:
+  """Wraps `env` so it observes its last `num_frames` observations.
+
+  gymnasium's FrameStackObservation stacks on a new leading axis ([k, H, W, C]; after a
+  reset the stack is filled with the first observation); image observations are then
+  moved channel-last, [H, W, k * C] (frame-major: frame i's channels are i * C to
+  (i + 1) * C - 1, the newest frame last), the layout CNNs take. The dtype is kept:
+  uint8 frames stay uint8, a quarter of float32's bytes in every buffer on the way.
+
+  Args:
+    env: an env with a Box observation.
+    num_frames: frames per observation, >= 1.
+
+  Returns:
+    The wrapped env.
+
+  Raises:
+    ValueError: the observation is not a Box.
+  """
+  space = env.observation_space
+  if not isinstance(space, gym.spaces.Box):
+    raise ValueError(f'frame_stack needs a Box observation, got {space}.')
+  stacked = gym.wrappers.FrameStackObservation(env, num_frames)
+  if len(space.shape) not in (2, 3):
+    return stacked  # vectors: [k, ...] as stacked, for an MLP that flattens anyway
+
+  def channel_last(observation):
+    # [k, H, W(, C)] -> [H, W, k(, C)] -> [H, W, k * C]: one copy, contiguous.
+    moved = np.moveaxis(np.asarray(observation), 0, 2)
+    return np.ascontiguousarray(moved.reshape(moved.shape[:2] + (-1,)))
+
+  stacked_space = stacked.observation_space
+  channel_last_space = gym.spaces.Box(channel_last(stacked_space.low),
+                                      channel_last(stacked_space.high), dtype=space.dtype)
+  return gym.wrappers.TransformObservation(stacked, channel_last, channel_last_space)

@@ -9,6 +9,16 @@ from tf_agents.specs import tensor_spec
 SUPPORTED_SPACES = ('Box', 'Discrete', 'MultiDiscrete', 'MultiBinary', 'Dict', 'Tuple')
 
 
+def _bound(values: np.ndarray) -> np.ndarray:
+  """A Box bound as one scalar when every entry is the same (an image's 0 and 255):
+  the spec then prints, and exports into policy_specs.pbtxt, as two numbers rather
+  than two arrays of the observation's size."""
+  values = np.asarray(values)
+  if values.size and np.all(values == values.flat[0]):
+    return values.flat[0].copy()
+  return values
+
+
 def space_to_spec(space: gym.Space, name: str = 'observation') -> Any:
   """Returns the tensor spec (a nest of `BoundedTensorSpec`) describing `space`.
 
@@ -24,8 +34,10 @@ def space_to_spec(space: gym.Space, name: str = 'observation') -> Any:
       Sequence, OneOf, custom spaces), naming the space.
   """
   if isinstance(space, gym.spaces.Box):
+    # The space's dtype is kept: uint8 pixels stay uint8 (the encoder casts them).
     return tensor_spec.BoundedTensorSpec(
-        space.shape, tf.as_dtype(space.dtype), space.low, space.high, name=name)
+        space.shape, tf.as_dtype(space.dtype), _bound(space.low), _bound(space.high),
+        name=name)
   if isinstance(space, gym.spaces.Discrete):
     start = int(space.start)
     return tensor_spec.BoundedTensorSpec(

@@ -23,17 +23,23 @@ class ActorCriticNetwork(network.Network):
 
   def __init__(self, observation_spec, action_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', shared_torso: bool = True,
-               lstm_size: Optional[int] = None, name: str = 'ActorCriticNetwork'):
+               lstm_size: Optional[int] = None, cnn: encoders.CnnChoice = 'nature',
+               name: str = 'ActorCriticNetwork'):
     """Args:
-      observation_spec: the observation spec (see `encoders.make_encoder`).
+      observation_spec: the observation spec, a nest allowed (see
+        `encoders.make_encoder`): uint8 images [H, W, C] go to a CNN, Dicts to one
+        encoder per key.
       action_spec: a scalar discrete action spec with minimum 0, or a bounded
         continuous one (see `action_heads.make_head`).
-      fc_layer_params: hidden layer sizes of the encoder's MLP.
+      fc_layer_params: hidden layer sizes of the encoder's MLPs (a CNN ends in its own
+        dense layer and does not use them).
       activation: hidden activation.
       shared_torso: one encoder for both heads; False gives the value head its own
         encoder of the same shape (PPO often learns faster without the value loss's
         gradients in the policy's features). With an LSTM the torso is shared.
       lstm_size: units of an LSTM core after the encoder (None: feed-forward).
+      cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+        `encoders.make_encoder`).
       name: network name.
 
     Raises:
@@ -49,9 +55,10 @@ class ActorCriticNetwork(network.Network):
                     tf.TensorSpec([lstm_size], tf.float32, name='lstm_c'))
     super().__init__(input_tensor_spec=observation_spec, state_spec=state_spec, name=name)
     self._observation_spec = observation_spec
-    self._encoder = encoders.make_encoder(observation_spec, fc_layer_params, activation)
+    self._encoder = encoders.make_encoder(observation_spec, fc_layer_params, activation,
+                                          cnn=cnn)
     self._value_encoder = (None if shared_torso else encoders.make_encoder(
-        observation_spec, fc_layer_params, activation, name='value_encoder'))
+        observation_spec, fc_layer_params, activation, name='value_encoder', cnn=cnn))
     self._lstm = tf.keras.layers.LSTMCell(lstm_size) if lstm_size else None
     self._head = action_heads.make_head(
         action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain))
@@ -72,8 +79,10 @@ class ActorCriticNetwork(network.Network):
     first_spec = tf.nest.flatten(self._observation_spec)[0]
     outer_rank = first_leaf.shape.rank - first_spec.shape.rank
     outer_shape = tf.shape(first_leaf)[:outer_rank]
+    # Every leaf (each key of a Dict, an image) to [N, *spec.shape]: static inner dims
+    # keep the encoder's shapes known when traced (a CNN's dense layer needs them).
     flat = tf.nest.map_structure(
-        lambda x, spec: tf.reshape(x, tf.concat([[-1], spec.shape], 0)),
+        lambda x, spec: tf.reshape(x, [-1] + spec.shape.as_list()),
         observation, self._observation_spec)
     policy_features = value_features = self._encoder(flat)
     if self._value_encoder is not None:

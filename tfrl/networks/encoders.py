@@ -1,33 +1,125 @@
 """Observation encoders: a nest of observations with flattened outer dims [N, ...] ->
-features [N, F]. The actor-critic network runs one before its heads (and its LSTM).
+features [N, F]. The actor-critic network runs one before its heads (and its LSTM), and
+DQN's Q-network runs the same classes as its preprocessing layer.
 
-`make_encoder(observation_spec, ...)` picks the encoder for a spec; today an MLP over
-the flattened observation.
+`make_encoder(observation_spec, ...)` picks the encoder for a spec:
+- a nest (a Dict or Tuple space's spec): `DictEncoder`, one encoder per entry, their
+  features concatenated;
+- an image, a rank-3 uint8 spec [H, W, C]: a CNN, `NatureCnnEncoder` (the default) or
+  `ImpalaCnnEncoder`;
+- anything else numeric: `MlpEncoder` over the flattened observation.
+
+Images stay uint8 from the environment through Reverb to the learner (a quarter of the
+bytes of float32 everywhere on the way); the CNNs cast and scale them to [0, 1] as their
+first operation. A float image given to a CNN is taken as already scaled.
+
+Every encoder's constructor takes only plain arguments and `get_config` returns them,
+so tf-agents can copy one (`type(layer).from_config(layer.get_config())`, which its
+EncodingNetwork does to preprocessing layers and `Network.copy` to target networks).
 """
-from typing import Callable, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import tensorflow as tf
 
 # (units, activation, gain) -> a Dense layer with the network's initializer.
 DenseFn = Callable[..., tf.keras.layers.Layer]
+# A CNN choice: a name in CNNS, or (image_spec, name=...) -> an encoder layer.
+CnnChoice = Union[str, Callable[..., tf.keras.layers.Layer]]
+
+_RELU_GAIN = 2.0 ** 0.5
 
 
-def orthogonal_dense(units: int, activation=None, gain: float = 2.0 ** 0.5
+def orthogonal_dense(units: int, activation=None, gain: float = _RELU_GAIN
                      ) -> tf.keras.layers.Dense:
   """Dense with orthogonal initialization, as PPO/IMPALA reference implementations use."""
   return tf.keras.layers.Dense(units, activation=activation,
                                kernel_initializer=tf.keras.initializers.Orthogonal(gain))
 
 
-class MlpEncoder(tf.keras.layers.Layer):
+def _orthogonal_conv(filters: int, kernel_size: int, strides: int = 1,
+                     padding: str = 'valid', activation=None) -> tf.keras.layers.Conv2D:
+  """Conv2D with the same orthogonal initialization as the dense layers."""
+  return tf.keras.layers.Conv2D(
+      filters, kernel_size, strides=strides, padding=padding, activation=activation,
+      kernel_initializer=tf.keras.initializers.Orthogonal(_RELU_GAIN))
+
+
+def describe_spec(spec: Any) -> str:
+  """'uint8[84, 84, 4] (observation)': a spec (or nest of specs) in one line."""
+  if tf.nest.is_nested(spec):
+    return str(tf.nest.map_structure(describe_spec, spec))
+  name = f' ({spec.name})' if getattr(spec, 'name', None) else ''
+  return f'{spec.dtype.name}{spec.shape.as_list()}{name}'
+
+
+def is_image_spec(spec: Any) -> bool:
+  """Whether `spec` is an image a CNN encodes: rank 3 ([H, W, C]) and uint8."""
+  return (not tf.nest.is_nested(spec) and spec.shape.rank == 3 and
+          spec.dtype == tf.uint8)
+
+
+def _as_images(observation: tf.Tensor) -> tf.Tensor:
+  """uint8 images -> float32 in [0, 1]; float images are taken as already scaled."""
+  if observation.dtype == tf.uint8:
+    return tf.cast(observation, tf.float32) * (1.0 / 255.0)
+  return tf.cast(observation, tf.float32)
+
+
+class _SpecLayer(tf.keras.layers.Layer):
+  """A layer built for one observation spec, whose config holds its constructor's
+  arguments (see the module docstring on copies)."""
+
+  def __init__(self, observation_spec, name: str, config: dict, **kwargs):
+    super().__init__(name=name, **kwargs)
+    # Set past Keras's attribute tracking, which would wrap a dict spec (and the
+    # config) in its own mapping types.
+    object.__setattr__(self, '_observation_spec', observation_spec)
+    object.__setattr__(self, '_config', dict(config, observation_spec=observation_spec))
+
+  @property
+  def observation_spec(self):
+    return self._observation_spec
+
+  def get_config(self) -> dict:
+    return dict(super().get_config(), **self._config)
+
+
+def _check_image_spec(spec, encoder: str, min_size: int = 1) -> None:
+  """Raises a one-line ValueError unless `spec` is an image `encoder` can take."""
+  if tf.nest.is_nested(spec) or spec.shape.rank != 3 or not spec.shape.is_fully_defined():
+    raise ValueError(f'{encoder} takes one image observation [H, W, C] of known size, '
+                     f'got {describe_spec(spec)}.')
+  height, width, _ = spec.shape.as_list()
+  if min(height, width) < min_size:
+    raise ValueError(f'{encoder} needs images of at least {min_size}x{min_size} pixels, '
+                     f'got {describe_spec(spec)}; use cnn=\'impala\' (any size) or larger '
+                     'images.')
+
+
+class MlpEncoder(_SpecLayer):
   """Flattens one observation (cast to float32) and applies dense layers."""
 
-  def __init__(self, observation_spec, fc_layer_params: Sequence[int], activation: str,
-               name: str = 'mlp_encoder'):
-    super().__init__(name=name)
+  def __init__(self, observation_spec, fc_layer_params: Sequence[int] = (64, 64),
+               activation: str = 'tanh', name: str = 'mlp_encoder', **kwargs):
+    """Args:
+      observation_spec: one (not nested) numeric spec of known shape.
+      fc_layer_params: hidden layer sizes (none: the flattened observation itself).
+      activation: hidden activation.
+      name: layer name.
+      **kwargs: Keras layer arguments (what `from_config` passes back).
+
+    Raises:
+      ValueError: a nested or non-numeric spec, or one of unknown size.
+    """
+    super().__init__(observation_spec, name, dict(
+        fc_layer_params=tuple(fc_layer_params), activation=activation), **kwargs)
     if tf.nest.is_nested(observation_spec):
-      raise ValueError('MlpEncoder takes one flat observation; flatten nested '
-                       'observations first (gymnasium.wrappers.FlattenObservation).')
+      raise ValueError('MlpEncoder takes one flat observation, got the nest '
+                       f'{describe_spec(observation_spec)}; use DictEncoder.')
+    if not (observation_spec.dtype.is_floating or observation_spec.dtype.is_integer or
+            observation_spec.dtype.is_bool) or not observation_spec.shape.is_fully_defined():
+      raise ValueError('MlpEncoder takes a numeric observation of known shape, got '
+                       f'{describe_spec(observation_spec)}.')
     self._size = int(observation_spec.shape.num_elements())
     self._layers = [orthogonal_dense(units, activation) for units in fc_layer_params]
 
@@ -38,11 +130,219 @@ class MlpEncoder(tf.keras.layers.Layer):
     return x
 
 
+class NatureCnnEncoder(_SpecLayer):
+  """The DQN Nature paper's torso (Mnih et al. 2015): conv 32 8x8 stride 4, conv 64
+  4x4 stride 2, conv 64 3x3 stride 1 (valid padding, relu), flatten, dense relu.
+
+  Images need at least 36x36 pixels (the three valid convolutions leave 1x1 of a 36x36
+  image). uint8 images are scaled to [0, 1] here.
+  """
+
+  MIN_SIZE = 36
+
+  def __init__(self, observation_spec, dense_units: int = 512, name: str = 'nature_cnn',
+               **kwargs):
+    """Args:
+      observation_spec: an image spec [H, W, C] (uint8, or float already in [0, 1]).
+      dense_units: units of the dense layer after the convolutions.
+      name: layer name.
+      **kwargs: Keras layer arguments (what `from_config` passes back).
+
+    Raises:
+      ValueError: not an image spec, or an image smaller than 36x36.
+    """
+    super().__init__(observation_spec, name, dict(dense_units=dense_units), **kwargs)
+    _check_image_spec(observation_spec, 'NatureCnnEncoder', self.MIN_SIZE)
+    self._convs = [_orthogonal_conv(32, 8, 4, activation='relu'),
+                   _orthogonal_conv(64, 4, 2, activation='relu'),
+                   _orthogonal_conv(64, 3, 1, activation='relu')]
+    self._flatten = tf.keras.layers.Flatten()
+    self._dense = orthogonal_dense(dense_units, 'relu')
+
+  def call(self, observation):
+    x = _as_images(observation)
+    for conv in self._convs:
+      x = conv(x)
+    return self._dense(self._flatten(x))
+
+
+class _ResidualBlock(tf.keras.layers.Layer):
+  """x + conv(relu(conv(relu(x)))), two 3x3 same-padded convolutions.
+
+  The second convolution's bias is added after the residual sum (the same function):
+  with it inside, TF 2.15's grappler remapper tries to fuse conv + bias + add + relu
+  although the sum also feeds the next block's skip connection, logs "remapper failed
+  ... fanout exist for missing node" and drops its optimizations for the whole graph.
+  """
+
+  def __init__(self, channels: int, name: str):
+    super().__init__(name=name)
+    self._conv_a = _orthogonal_conv(channels, 3, padding='same')
+    self._conv_b = tf.keras.layers.Conv2D(
+        channels, 3, padding='same', use_bias=False,
+        kernel_initializer=tf.keras.initializers.Orthogonal(_RELU_GAIN))
+    self._bias_b = self.add_weight('bias', [channels], initializer='zeros')
+
+  def call(self, x):
+    residual = self._conv_b(tf.nn.relu(self._conv_a(tf.nn.relu(x))))
+    return tf.nn.bias_add(x + residual, self._bias_b)
+
+
+class ImpalaCnnEncoder(_SpecLayer):
+  """IMPALA's "deep" residual torso (Espeholt et al. 2018, figure 3): per section a 3x3
+  conv, a 3x3 max pool of stride 2 and residual blocks; then relu, flatten, dense relu.
+
+  Same padding throughout, so any image size works (each section halves it, rounding
+  up). uint8 images are scaled to [0, 1] here.
+  """
+
+  def __init__(self, observation_spec, channels: Sequence[int] = (16, 32, 32),
+               blocks_per_section: int = 2, dense_units: int = 256,
+               name: str = 'impala_cnn', **kwargs):
+    """Args:
+      observation_spec: an image spec [H, W, C] (uint8, or float already in [0, 1]).
+      channels: output channels of each section.
+      blocks_per_section: residual blocks after each section's pooling.
+      dense_units: units of the dense layer after the sections.
+      name: layer name.
+      **kwargs: Keras layer arguments (what `from_config` passes back).
+
+    Raises:
+      ValueError: not an image spec.
+    """
+    super().__init__(observation_spec, name, dict(
+        channels=tuple(channels), blocks_per_section=blocks_per_section,
+        dense_units=dense_units), **kwargs)
+    _check_image_spec(observation_spec, 'ImpalaCnnEncoder')
+    self._sections = []
+    for i, depth in enumerate(channels):
+      section = [_orthogonal_conv(depth, 3, padding='same'),
+                 tf.keras.layers.MaxPool2D(3, strides=2, padding='same')]
+      section += [_ResidualBlock(depth, name=f'section_{i}_block_{j}')
+                  for j in range(blocks_per_section)]
+      self._sections.append(section)
+    self._flatten = tf.keras.layers.Flatten()
+    self._dense = orthogonal_dense(dense_units, 'relu')
+
+  def call(self, observation):
+    x = _as_images(observation)
+    for section in self._sections:
+      for layer in section:
+        x = layer(x)
+    return self._dense(self._flatten(tf.nn.relu(x)))
+
+
+CNNS = {'nature': NatureCnnEncoder, 'impala': ImpalaCnnEncoder}
+
+
+def _cnn_class(cnn: CnnChoice) -> Callable[..., tf.keras.layers.Layer]:
+  if callable(cnn):
+    return cnn
+  if cnn not in CNNS:
+    raise ValueError(f'cnn must be one of {sorted(CNNS)} or a callable, got {cnn!r}.')
+  return CNNS[cnn]
+
+
+def _entries(observation_spec) -> list:
+  """(label, key, spec) of a nest's top level, in `tf.nest.flatten` order (a dict's
+  keys sorted): the order the encoders' features are concatenated in. `key` indexes
+  the observation (a dict key, or a position in a tuple or namedtuple)."""
+  if isinstance(observation_spec, dict):
+    return [(str(key), key, spec) for key, spec in sorted(observation_spec.items())]
+  labels = getattr(observation_spec, '_fields', range(len(observation_spec)))
+  return [(str(label), i, spec)
+          for i, (label, spec) in enumerate(zip(labels, observation_spec))]
+
+
+class DictEncoder(_SpecLayer):
+  """One encoder per entry of a nested observation (a CNN for images, an MLP for the
+  rest, a DictEncoder for a nest inside), their features concatenated, then
+  optionally one dense layer.
+
+  Entries are encoded in `tf.nest.flatten` order (a dict's keys sorted), so features
+  line up with the order tf-agents flattens observations in.
+  """
+
+  def __init__(self, observation_spec, fc_layer_params: Sequence[int] = (64, 64),
+               activation: str = 'tanh', cnn: CnnChoice = 'nature',
+               joint_units: Optional[int] = None, name: str = 'dict_encoder',
+               **kwargs):
+    """Args:
+      observation_spec: a dict, tuple or namedtuple of specs (nests inside allowed).
+      fc_layer_params: hidden layer sizes of each non-image entry's MLP.
+      activation: the MLPs' hidden activation (and the joint layer's).
+      cnn: the image entries' CNN ('nature', 'impala' or a callable, see
+        `make_encoder`).
+      joint_units: units of a dense layer over the concatenated features (None: the
+        concatenation is the output).
+      name: layer name.
+      **kwargs: Keras layer arguments (what `from_config` passes back).
+
+    Raises:
+      ValueError: a spec that is not a nest, an empty nest, or an entry no encoder
+        serves (the message names it).
+    """
+    super().__init__(observation_spec, name, dict(
+        fc_layer_params=tuple(fc_layer_params), activation=activation, cnn=cnn,
+        joint_units=joint_units), **kwargs)
+    if not tf.nest.is_nested(observation_spec) or not tf.nest.flatten(observation_spec):
+      raise ValueError('DictEncoder takes a non-empty nest of observation specs, got '
+                       f'{observation_spec!r}.')
+    self._keys = []
+    self._encoders = []
+    for label, key, spec in _entries(observation_spec):
+      if tf.nest.is_nested(spec) and not tf.nest.flatten(spec):
+        continue  # an empty entry holds no data (and tf.nest.flatten skips it too)
+      self._keys.append(key)
+      self._encoders.append(make_encoder(spec, fc_layer_params, activation,
+                                         name=f'{name}_{label}', cnn=cnn))
+    self._joint = orthogonal_dense(joint_units, activation) if joint_units else None
+
+  @property
+  def encoders(self) -> list:
+    """(key, encoder) per entry, in the order their features are concatenated."""
+    return list(zip(self._keys, self._encoders))
+
+  def call(self, observation):
+    features = [encoder(observation[key])
+                for encoder, key in zip(self._encoders, self._keys)]
+    x = features[0] if len(features) == 1 else tf.concat(features, axis=-1)
+    return self._joint(x) if self._joint is not None else x
+
+
 def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
-                 activation: str = 'tanh', name: str = 'encoder') -> tf.keras.layers.Layer:
-  """The encoder for `observation_spec`.
+                 activation: str = 'tanh', name: str = 'encoder',
+                 cnn: CnnChoice = 'nature') -> tf.keras.layers.Layer:
+  """The encoder for `observation_spec` (see the module docstring for the choice).
+
+  Args:
+    observation_spec: a spec or a nest of specs, without outer (batch) dims.
+    fc_layer_params: hidden layer sizes of the MLPs (of a flat observation, or of a
+      nest's non-image entries). A CNN ends in its own dense layer and does not use
+      them.
+    activation: the MLPs' hidden activation.
+    name: layer name.
+    cnn: the CNN for images: 'nature' (`NatureCnnEncoder`, needs >= 36x36), 'impala'
+      (`ImpalaCnnEncoder`, any size), or a callable (image_spec, name=) -> layer.
+
+  Returns:
+    A Keras layer mapping observations with flattened outer dims [N, ...] (a nest
+    for a nested spec) to float32 features [N, F].
 
   Raises:
-    ValueError: an observation no encoder serves.
+    ValueError: an observation no encoder serves (one line naming the spec): a uint8
+      observation of rank 2 or above 3 (an image without its channel axis, or frames
+      stacked on a leading axis), a non-numeric or unknown-shape one, an empty nest,
+      an image too small for the chosen CNN, or an unknown `cnn`.
   """
+  if tf.nest.is_nested(observation_spec):
+    return DictEncoder(observation_spec, fc_layer_params, activation, cnn=cnn, name=name)
+  if is_image_spec(observation_spec):
+    return _cnn_class(cnn)(observation_spec, name=name)
+  if observation_spec.dtype == tf.uint8 and observation_spec.shape.rank not in (0, 1):
+    raise ValueError(
+        f'No encoder for the uint8 observation {describe_spec(observation_spec)}: images '
+        'must be [H, W, C] (add a channel axis; stack frames channel-last, as '
+        'tfrl.envs.make(frame_stack=) does).')
   return MlpEncoder(observation_spec, fc_layer_params, activation, name=name)
+
