@@ -1,4 +1,5 @@
-"""IMPALA, CLEAR, APPO and PPO under MirroredStrategy train exactly as on one device.
+"""IMPALA, CLEAR, APPO and PPO under MirroredStrategy train exactly as on one device,
+with categorical and Gaussian action heads and with LSTM cores.
 
 tfrl's own agents must mean the same under every strategy (see
 `tfrl/agents/actor_critic_agent.py`): global normalizers, gradients summed before
@@ -31,6 +32,12 @@ CONFIGS = {
     'ppo': dict(kwargs=dict(num_epochs=3, num_minibatches=1, normalize_advantages=True,
                             value_clip=0.2, gradient_clipping=0.5, entropy_cost=0.01),
                 data=[]),
+    'impala_lstm': dict(kwargs=dict(lstm_size=8), data=['policy_state']),
+    'ppo_lstm': dict(kwargs=dict(num_epochs=2, num_minibatches=1, lstm_size=8),
+                     data=['policy_state']),
+    'impala_gaussian': dict(kwargs=dict(gradient_clipping=0.5), data=[], env='Pendulum-v1'),
+    'ppo_gaussian': dict(kwargs=dict(num_epochs=2, num_minibatches=1), data=[],
+                         env='Pendulum-v1'),
 }
 
 _SCRIPT = textwrap.dedent('''
@@ -47,8 +54,9 @@ _SCRIPT = textwrap.dedent('''
 
     CONFIGS = json.loads({configs!r})
     B, T, CALLS, STEPS = 8, 5, 3, 2
-    env = envs.make('CartPole-v1', num_envs=1)
-    specs = (env.time_step_spec(), env.action_spec())
+    def specs_of(env_id):
+      env = envs.make(env_id, num_envs=1)
+      return env.time_step_spec(), env.action_spec()
     rows = B * CALLS * STEPS
     rng = np.random.RandomState(0)
     step_type = np.ones((rows, T + 1), np.int32)  # MID, with episode ends here and there
@@ -57,7 +65,11 @@ _SCRIPT = textwrap.dedent('''
       step_type[row, t], step_type[row, t + 1] = 2, 0
     discount = np.where(step_type == 2, rng.randint(0, 2, step_type.shape), 1)
     experience = unrolls.make(step_type, discount, seed=1)
+    experiences = {{'CartPole-v1': experience,
+                   'Pendulum-v1': unrolls.with_gaussian_actions(experience)}}
     extras = {{'replay_mask': (np.arange(rows) % 2).astype(np.float32),
+              'policy_state': tuple((0.5 * rng.randn(rows, 8)).astype(np.float32)
+                                    for _ in range(2)),
               # Row r trains at step r // B with a lag of r % 8 (half beyond the max).
               'policy_version': np.repeat(
                   (np.arange(rows) // B - np.arange(rows) % 8)[:, None], T + 1, 1)}}
@@ -67,14 +79,17 @@ _SCRIPT = textwrap.dedent('''
       tf.keras.utils.set_random_seed(0)
       with strategy.scope():
         step = learner_lib.new_train_step()
-        builder = ppo.create_ppo_agent if name == 'ppo' else impala.create_impala_agent
-        agent = builder(*specs, step, fc_layer_params=(16,), **config['kwargs'])
+        builder = (ppo.create_ppo_agent if name.startswith('ppo') else
+                   impala.create_impala_agent)
+        env_id = config.get('env', 'CartPole-v1')
+        agent = builder(*specs_of(env_id), step, fc_layer_params=(16,),
+                        **config['kwargs'])
         agent._optimizer = tf.keras.optimizers.SGD(0.3)
         agent._optimizer.build(agent._network.trainable_variables)
       init = np.random.RandomState(2)
       for v in agent._network.variables:
         v.assign(0.3 * init.randn(*v.shape).astype(np.float32))
-      data = dict({{'experience': experience}},
+      data = dict({{'experience': experiences[env_id]}},
                   **{{key: extras[key] for key in config['data']}})
 
       def dataset_fn(context):

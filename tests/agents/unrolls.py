@@ -40,3 +40,18 @@ def log_softmax(logits):
 def action_log_prob(logits, actions):
   """Numpy reference: log softmax(logits)[action]."""
   return np.take_along_axis(log_softmax(logits), actions[..., None], -1)[..., 0]
+
+
+def with_gaussian_actions(traj: trajectory.Trajectory, seed=0) -> trajectory.Trajectory:
+  """`traj` as Pendulum data: observations [3], actions 2 tanh(u) in [-2, 2] from a
+  behaviour Gaussian whose loc, log_scale and sample u are in the policy info."""
+  rows, length = traj.step_type.shape
+  rng = np.random.RandomState(seed + 7)
+  loc = (0.5 * rng.randn(rows, length, 1)).astype(np.float32)
+  log_scale = rng.uniform(-0.7, 0.5, (rows, length, 1)).astype(np.float32)
+  u = (loc + np.exp(log_scale) * rng.randn(rows, length, 1)).astype(np.float32)
+  return traj._replace(
+      observation=rng.randn(rows, length, 3).astype(np.float32),
+      action=(2.0 * np.tanh(u)).astype(np.float32),
+      policy_info={'loc': loc, 'log_scale': log_scale, 'raw_action': u,
+                   'value': traj.policy_info['value']})

@@ -94,8 +94,12 @@ def test_impala_clear(tmp_path):
 @pytest.mark.slow
 def test_serving(tmp_path):
   text, _ = execute('serving.ipynb', dict(
-      FIRST_TRAIN_STEPS=256, MORE_TRAIN_STEPS=512, NUM_CALLS=50), tmp_path)
+      FIRST_TRAIN_STEPS=256, MORE_TRAIN_STEPS=512, NUM_CALLS=50,
+      RECURRENT_TRAIN_STEPS=4), tmp_path)
   match = re.search(r'REFRESHED_FROM = (\d+) TO = (\d+)', text)
   assert match and int(match.group(2)) > int(match.group(1)), text[-2000:]
   assert _number(r'LATENCY_MS_BATCH_1 = ([\d.]+)', text) > 0
   assert _number(r'LATENCY_MS_BATCH_64 = ([\d.]+)', text) > 0
+  # The LSTM export served with its state carried by the caller plays whole episodes.
+  assert _number(r'RECURRENT_SERVED_RETURN = ([\d.]+)', text) >= 8.0
+  assert "state inputs: ['policy_state" in text

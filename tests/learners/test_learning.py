@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from learners import config
@@ -23,8 +24,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 CASES = [
     ('dqn_per_cartpole.gin', 475.0),
-    ('ppo_pendulum.gin', -200.0),
-    ('ppo_lstm_cartpole_masked.gin', 475.0),
     ('ppo_cartpole.gin', 475.0),
     ('impala_cartpole.gin', 475.0),
     ('clear_cartpole.gin', 475.0),
@@ -38,6 +37,8 @@ CASES = [
 # 50 the collectors act up to several train steps behind, and these configs' 16
 # gradient steps per train call move the policy far in that time.
 ONE_PROCESS_CASES = CASES + [
+    ('ppo_pendulum.gin', -200.0),
+    ('ppo_lstm_cartpole_masked.gin', 475.0),
     ('ppo_pixel_catch.gin', 0.9),
     ('ppo_pixel_catch_dict.gin', 0.9),
 ]
@@ -94,9 +95,7 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
 
 
 # The capabilities' own configs on every seed they claim (seed 0 runs above).
-SEEDED_CASES = [(gin_file, threshold, seed) for gin_file, threshold in (
-    ('ppo_pendulum.gin', -200.0), ('ppo_lstm_cartpole_masked.gin', 475.0))
-                for seed in (1, 2)]
+SEEDED_CASES = [('ppo_pendulum.gin', -200.0, seed) for seed in (1, 2)]
 
 
 @pytest.mark.slow
@@ -120,3 +119,26 @@ def test_masked_cartpole_needs_the_lstm(tmp_path):
   assert 'never reached the target 475.0' in log, log[-4000:]
   returns = [float(r) for r in re.findall(r'\| eval return\s+(-?\d+(?:\.\d+)?)', log)]
   assert returns and max(returns) < 300.0, returns
+
+
+LAUNCH_SMOKE_CASES = ['ppo_lstm_cartpole_masked.gin', 'impala_pendulum.gin']
+
+
+@pytest.mark.parametrize('gin_file', LAUNCH_SMOKE_CASES)
+def test_recurrent_and_continuous_configs_run_under_launch(tmp_path, gin_file):
+  """A short job as separate programs: the collectors write the items (LSTM states,
+  Gaussian samples) the trainer trains on, and the exported policy loads and plays."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  bindings = ['Experiment.num_train_steps = 20', 'Experiment.target_return = None',
+              'Experiment.eval_interval = 10']
+  result = subprocess.run(
+      [sys.executable, '-m', 'learners.launch', f'--root_dir={tmp_path}',
+       f'--gin_file={gin_file}', '--num_collectors=2', '--timeout_s=300'] +
+      [f'--gin_bindings={b}' for b in bindings],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+  state = final_state(str(tmp_path))
+  assert set(state.values()) == {20}, state
+  config.parse([gin_file], bindings)
+  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'), seed=0)
+  assert np.isfinite(played), played
