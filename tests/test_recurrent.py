@@ -19,12 +19,10 @@ from tfrl import envs
 from tfrl import export
 from tfrl import layouts
 from tfrl import learner as learner_lib
-from tfrl import replay
 from tfrl import triggers
 from tfrl.agents import impala
 from tfrl.agents import interface
 from tfrl.agents import ppo
-from tfrl.networks import actor_critic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNROLL = 5

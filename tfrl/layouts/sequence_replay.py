@@ -8,7 +8,7 @@ choice: old experience stays as likely as new, which is what protects earlier ta
 or, with `replay_remover='fifo'`, the most recent ones.
 """
 import dataclasses
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import reverb
 from tf_agents.agents import tf_agent
