@@ -5,11 +5,36 @@ For each algorithm and seed, runs tfrl's one-process program as a subprocess,
     .venv/bin/python -m learners.train_eval --root_dir=<tmp> \
         --gin_file=learners/configs/<config>.gin --gin_bindings=Experiment.seed=<seed>
 
-and, for DQN, PPO and SAC, the peer `benchmarks/peers/sb3_solve.py` with the same seed
-in the peer's own virtual environment (benchmarks/peers/.venv, created here from
-benchmarks/peers/requirements.txt when missing: stable-baselines3 2.9.2, torch 2.13.0
-CPU). It then prints, per algorithm, each seed's seconds / env steps / solved on both
-sides, the medians, and the ratio of medians with PASS/MISS against the target.
+and, for DQN, PPO, SAC, PPO on Pendulum and the LSTM PPO on masked CartPole, the peer
+`benchmarks/peers/sb3_solve.py` with the same seed in the peer's own virtual environment
+(benchmarks/peers/.venv, created here from benchmarks/peers/requirements.txt when
+missing: stable-baselines3 2.9.2, sb3-contrib 2.9.2, torch 2.13.0 CPU). It then prints,
+per algorithm, each seed's seconds / env steps / solved on both sides, the medians, and
+the ratio of medians with PASS/MISS against the target.
+
+Algorithms (`--algos`; tfrl config, env, threshold, peer; the peer's settings are
+RL-Zoo's, listed in sb3_solve.py):
+  dqn              dqn_cartpole, CartPole-v1, 475; SB3 DQN.
+  ppo              ppo_cartpole, CartPole-v1, 475; SB3 PPO.
+  sac              sac_pendulum, Pendulum-v1, -200; SB3 SAC.
+  ppo_pendulum     ppo_pendulum, Pendulum-v1, -200; SB3 PPO with RL-Zoo's tuned
+                   Pendulum-v1 settings (hyperparams/ppo.yml): 4 envs x 1,024 steps,
+                   gamma 0.9, GAE lambda 0.95, 10 epochs, lr 1e-3, clip 0.2, gSDE
+                   (sde_sample_freq 4), 1e5 steps. RL-Zoo gives this entry no `normalize`
+                   (no VecNormalize; only its PendulumNoVel-v1 LSTM entry has one), so the
+                   peer runs without; tfrl's config has no gSDE (a state-independent
+                   Gaussian, tanh-squashed) and scales rewards by 0.1.
+  ppo_lstm_masked  ppo_lstm_cartpole_masked, CartPole-v1 with only the cart position and
+                   the pole angle (observation entries 0, 2), 475; sb3-contrib
+                   RecurrentPPO with RL-Zoo's CartPoleNoVel-v1 settings
+                   (hyperparams/ppo_lstm.yml: 8 envs x 32 steps, batch 256, gamma 0.98,
+                   GAE lambda 0.8, 20 epochs, lr lin_1e-3, clip lin_0.2, LSTM 64 for the
+                   actor and another for the critic, heads pi [64] / vf [64], ReLU,
+                   VecNormalize of observations and rewards, 1e5 steps) on the same
+                   masked env (a gymnasium wrapper keeping entries 0 and 2). Its
+                   evaluation carries the LSTM state across steps and uses the training
+                   env's VecNormalize statistics, frozen.
+  dqn_per, impala, clear, appo   tfrl only (see below).
 
 How each side counts (like for like):
   tfrl  wall clock from the first train step (after the agent, the Reverb server and
@@ -24,7 +49,10 @@ How each side counts (like for like):
   SB3   wall clock from the start of `model.learn` (after the model is built) to the end
         of the evaluation that reached the threshold, evaluations INCLUDED; 10
         deterministic episodes every 5,000 env steps (SAC: 1,000), one eval env as in
-        RL-Zoo's EvalCallback, no confirmation run (see sb3_solve.py).
+        RL-Zoo's EvalCallback, no confirmation run (see sb3_solve.py). Where the peer
+        trains on VecNormalize'd envs (ppo_lstm_masked), the statistics are copied into
+        the eval env before each evaluation (counted in the evaluation's time) and its
+        returns are the raw env's.
   Neither side counts process start-up (imports, TF/torch initialisation, graph building
   before the first step); the "proc s" column gives each subprocess's whole wall clock as
   a diagnostic.
@@ -49,6 +77,8 @@ Run (from the repository root):
     .venv/bin/python benchmarks/solve_time.py --algos=ppo --seeds=0
     .venv/bin/python benchmarks/solve_time.py --algos=impala,appo --skip_peer
     .venv/bin/python benchmarks/solve_time.py --algos=dqn,ppo,sac --peer_torch_threads=1
+    .venv/bin/python benchmarks/solve_time.py --algos=ppo_pendulum,ppo_lstm_masked \\
+        --peer_torch_threads=1
 
 Results are recorded in benchmarks/RESULTS.md.
 """
@@ -78,16 +108,26 @@ PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
 PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
 STAMP = 'requirements.installed'  # inside the venv: the requirements it was built from
 
-# algo -> (gin config, env, threshold, SB3 peer algo or None)
+# algo -> (gin config, env, threshold, SB3 peer algo (sb3_solve.py --algo) or None)
 ALGOS = {
     'dqn': ('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
     'ppo': ('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
     'sac': ('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
+    'ppo_pendulum': ('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
+    'ppo_lstm_masked': ('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
+                        475.0, 'ppo_lstm_masked'),
     'dqn_per': ('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
     'impala': ('impala_cartpole', 'CartPole-v1', 475.0, None),
     'clear': ('clear_cartpole', 'CartPole-v1', 475.0, None),
     'appo': ('appo_cartpole', 'CartPole-v1', 475.0, None),
 }
+# The peer's name in the tables, where it is not 'SB3 <ALGO> (RL-Zoo)'.
+PEER_NAMES = {
+    'ppo_pendulum': 'SB3 PPO + gSDE (RL-Zoo)',
+    'ppo_lstm_masked': 'sb3-contrib RecurrentPPO (RL-Zoo CartPoleNoVel-v1)',
+}
+# Peer algorithms that come from sb3-contrib (their version goes in the header).
+CONTRIB_PEERS = ('ppo_lstm_masked',)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('algos', list(ALGOS), f'Subset of {",".join(ALGOS)}.')
@@ -178,11 +218,15 @@ def ensure_peer_venv() -> None:
     f.write(requirements)
 
 
-def peer_versions() -> str:
-  rc, out, err, _ = _run_process(
-      [peer_python(), '-c', 'import stable_baselines3, torch, gymnasium; '
-       'print(f"stable-baselines3 {stable_baselines3.__version__}, torch '
-       '{torch.__version__}, gymnasium {gymnasium.__version__}")'], timeout=120)
+def peer_versions(contrib: bool = False) -> str:
+  """The peer venv's versions; sb3-contrib's too where `contrib` (a peer uses it)."""
+  code = ('import stable_baselines3, torch, gymnasium; '
+          'print(f"stable-baselines3 {stable_baselines3.__version__}, torch '
+          '{torch.__version__}, gymnasium {gymnasium.__version__}", end="")')
+  if contrib:
+    code += ('; import sb3_contrib; '
+             'print(f", sb3-contrib {sb3_contrib.__version__}", end="")')
+  rc, out, err, _ = _run_process([peer_python(), '-c', code], timeout=120)
   return out.strip() if rc == 0 else f'unknown ({err.strip()[-200:]})'
 
 
@@ -201,7 +245,10 @@ def run_tfrl(algo: str, seed: int) -> Run:
   cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
          f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed={seed}']
   cmd += [f'--gin_bindings={binding}' for binding in FLAGS.tfrl_gin_bindings]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  # This checkout's tfrl and learners first, whatever else the interpreter has installed
+  # (`-m` from REPO puts it on sys.path too; PYTHONPATH makes it explicit).
+  pythonpath = [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=os.pathsep.join(pythonpath))
   run = Run('tfrl', algo, seed, load_start=common.load_1min())
   try:
     rc, out, err, run.process_seconds = _run_process(
@@ -294,8 +341,9 @@ def _row(run: Optional[Run]) -> str:
 def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
   gin_name, env_id, threshold, peer = ALGOS[algo]
   lines = [f'{algo} on {env_id} (threshold {threshold:g}): tfrl learners/configs/'
-           f'{gin_name}.gin' + (f' vs SB3 {peer.upper()} (RL-Zoo)' if peer else
-                                ' (no SB3 peer)')]
+           f'{gin_name}.gin' +
+           (f' vs {PEER_NAMES.get(peer, f"SB3 {peer.upper()} (RL-Zoo)")}' if peer else
+            ' (no SB3 peer)')]
   head = f'{"s":>8} {"env steps":>10} {"solved":>6} {"evals":>5} {"proc s":>7} {"load 1m":>12}'
   lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
   by_seed = {r.seed: r for r in peer_runs}
@@ -353,7 +401,8 @@ def main(argv):
       f'tfrl at {git}',
   ]
   if with_peer:
-    header.append(f'  peer venv: {peer_versions()}; torch threads: '
+    contrib = any(ALGOS[a][3] in CONTRIB_PEERS for a in FLAGS.algos)
+    header.append(f'  peer venv: {peer_versions(contrib)}; torch threads: '
                   f'{FLAGS.peer_torch_threads or "default (one per core)"}')
   header.append(common.load_line('start'))
   for line in header:

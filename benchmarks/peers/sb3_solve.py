@@ -1,7 +1,7 @@
 """Stable-Baselines3's time to solve, with RL-Zoo's tuned settings: the peer of solve_time.py.
 
-Runs one SB3 algorithm on one seed until a deterministic evaluation of 10 episodes
-reaches the threshold, then prints one JSON line:
+Runs one SB3 (or sb3-contrib) algorithm on one seed until a deterministic evaluation of
+10 episodes reaches the threshold, then prints one JSON line:
 
     {"algo": "ppo", "seed": 0, "solved": true, "seconds": 6.1, "env_steps": 10000, ...}
 
@@ -17,10 +17,39 @@ How it counts, so that it matches tfrl's `train_eval` (see benchmarks/solve_time
   evaluation  every `--eval_freq` env steps (5,000; SAC 1,000), 10 episodes with
               `deterministic=True` on a separate eval env (`--eval_envs` copies, default
               1 as in RL-Zoo's EvalCallback; seeded with seed + 10000 as tfrl's evaluator
-              is), through `stable_baselines3.common.evaluation.evaluate_policy`.
+              is), through `stable_baselines3.common.evaluation.evaluate_policy`, which
+              also serves recurrent models: it carries RecurrentPPO's LSTM state from
+              step to step and resets it where an episode starts. Returns are the raw
+              env's (Monitor), also where the model trains on VecNormalize'd envs.
   stop        at the first evaluation with mean return >= threshold (475 CartPole-v1,
               -200 Pendulum-v1; one evaluation, no confirmation run), at RL-Zoo's
               `n_timesteps` budget, or at the time cap (`--max_seconds`, 8 minutes).
+
+Algorithms (`--algo`) and their RL-Zoo entries (ppo_pendulum and ppo_lstm_masked read at
+DLR-RM/rl-baselines3-zoo 22e3ff2, 2026-04):
+  dqn              DQN, CartPole-v1 (hyperparams/dqn.yml, "Almost Tuned").
+  ppo              PPO, CartPole-v1 (hyperparams/ppo.yml, "Tuned").
+  sac              SAC, Pendulum-v1 (hyperparams/sac.yml).
+  ppo_pendulum     PPO, Pendulum-v1 (hyperparams/ppo.yml, "Tuned"): 4 envs x 1,024
+                   steps, batch 64 (SB3's default), gamma 0.9, GAE lambda 0.95, 10 epochs,
+                   lr 1e-3, clip 0.2, no entropy bonus, gSDE (use_sde, resampled every 4
+                   steps), 1e5 steps. RL-Zoo has no `normalize` for this entry (its
+                   PendulumNoVel-v1 LSTM entry has), so neither observations nor rewards
+                   are normalized here.
+  ppo_lstm_masked  sb3-contrib RecurrentPPO ('MlpLstmPolicy'), RL-Zoo's CartPoleNoVel-v1
+                   (hyperparams/ppo_lstm.yml, "Tuned"): 8 envs x 32 steps, batch 256,
+                   gamma 0.98, GAE lambda 0.8, 20 epochs, lr lin_1e-3, clip lin_0.2, no
+                   entropy bonus, policy_kwargs ortho_init=False, ReLU, lstm_hidden_size
+                   64, enable_critic_lstm=True (a second LSTM for the value),
+                   net_arch pi=[64] vf=[64], normalize=True (VecNormalize of observations
+                   and rewards, its gamma 0.98 as RL-Zoo sets it), 1e5 steps. The eval
+                   env is a VecNormalize with the training env's statistics copied in
+                   before each evaluation and frozen (training=False, raw rewards), as
+                   RL-Zoo's EvalCallback does. The env is CartPole-v1 with its
+                   observation cut to entries (0, 2), cart position and pole angle, as
+                   tfrl's `Experiment.observation_indices = (0, 2)`; RL-Zoo's
+                   CartPoleNoVel-v1 instead sets the velocities (1, 3) to 0 and keeps 4
+                   entries: the same information.
 
 Run with the peer's own venv (benchmarks/solve_time.py creates it):
 
@@ -40,7 +69,35 @@ from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import sync_envs_normalization
+from stable_baselines3.common.vec_env import VecNormalize
 import torch
+from torch import nn
+
+
+def recurrent_ppo():
+  """sb3-contrib's RecurrentPPO, imported only for the algorithm that needs it."""
+  from sb3_contrib import RecurrentPPO  # pylint: disable=g-import-not-at-top
+  return RecurrentPPO
+
+
+class KeepObservationEntries(gymnasium.ObservationWrapper):
+  """Keeps only the given entries of a flat Box observation (tfrl's observation_indices)."""
+
+  def __init__(self, env, indices):
+    super().__init__(env)
+    self.indices = np.asarray(indices)
+    space = env.observation_space
+    self.observation_space = gymnasium.spaces.Box(
+        low=space.low[self.indices], high=space.high[self.indices], dtype=space.dtype)
+
+  def observation(self, observation):
+    return observation[self.indices]
+
+
+def masked_cartpole():
+  """CartPole-v1 without its velocities: cart position and pole angle (entries 0, 2)."""
+  return KeepObservationEntries(gymnasium.make('CartPole-v1'), (0, 2))
 
 
 def linear(initial_value):
@@ -53,12 +110,16 @@ def linear(initial_value):
 
 
 # RL-Zoo's tuned hyperparameters, copied from DLR-RM/rl-baselines3-zoo
-# hyperparams/dqn.yml (CartPole-v1, "Almost Tuned"), hyperparams/ppo.yml (CartPole-v1,
-# "Tuned") and hyperparams/sac.yml (Pendulum-v1). `n_envs` and `n_timesteps` are the
-# Zoo's run settings (n_envs defaults to 1 there); the rest are the algorithm's kwargs.
+# hyperparams/dqn.yml (CartPole-v1, "Almost Tuned"), hyperparams/ppo.yml (CartPole-v1
+# and Pendulum-v1, "Tuned"), hyperparams/sac.yml (Pendulum-v1) and
+# hyperparams/ppo_lstm.yml (CartPoleNoVel-v1, "Tuned"). `n_envs`, `n_timesteps` and
+# `normalize` (VecNormalize kwargs, or None) are the Zoo's run settings (n_envs defaults
+# to 1 there); the rest are the algorithm's kwargs. `cls` is a callable that returns the
+# algorithm class (so sb3-contrib is imported only when used); `env` is an env id or a
+# function that builds the env (make_vec_env takes either); `env_id` names it.
 HYPERPARAMS = {
     'dqn': dict(
-        env_id='CartPole-v1', threshold=475.0, eval_freq=5_000, cls=DQN,
+        env_id='CartPole-v1', threshold=475.0, eval_freq=5_000, cls=lambda: DQN,
         n_envs=1, n_timesteps=int(5e4),
         kwargs=dict(policy='MlpPolicy', learning_rate=2.3e-3, batch_size=64,
                     buffer_size=100_000, learning_starts=1000, gamma=0.99,
@@ -66,15 +127,31 @@ HYPERPARAMS = {
                     exploration_fraction=0.16, exploration_final_eps=0.04,
                     policy_kwargs=dict(net_arch=[256, 256]))),
     'ppo': dict(
-        env_id='CartPole-v1', threshold=475.0, eval_freq=5_000, cls=PPO,
+        env_id='CartPole-v1', threshold=475.0, eval_freq=5_000, cls=lambda: PPO,
         n_envs=8, n_timesteps=int(1e5),
         kwargs=dict(policy='MlpPolicy', n_steps=32, batch_size=256, gae_lambda=0.8,
                     gamma=0.98, n_epochs=20, ent_coef=0.0,
                     learning_rate=linear(0.001), clip_range=linear(0.2))),
     'sac': dict(
-        env_id='Pendulum-v1', threshold=-200.0, eval_freq=1_000, cls=SAC,
+        env_id='Pendulum-v1', threshold=-200.0, eval_freq=1_000, cls=lambda: SAC,
         n_envs=1, n_timesteps=20_000,
         kwargs=dict(policy='MlpPolicy', learning_rate=1e-3)),
+    'ppo_pendulum': dict(
+        env_id='Pendulum-v1', threshold=-200.0, eval_freq=5_000, cls=lambda: PPO,
+        n_envs=4, n_timesteps=int(1e5),
+        kwargs=dict(policy='MlpPolicy', n_steps=1024, gae_lambda=0.95, gamma=0.9,
+                    n_epochs=10, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2,
+                    use_sde=True, sde_sample_freq=4)),
+    'ppo_lstm_masked': dict(
+        env_id='CartPole-v1 (observation entries 0, 2)', env=masked_cartpole,
+        threshold=475.0, eval_freq=5_000, cls=recurrent_ppo,
+        n_envs=8, n_timesteps=int(1e5), normalize=dict(gamma=0.98),
+        kwargs=dict(policy='MlpLstmPolicy', n_steps=32, batch_size=256, gae_lambda=0.8,
+                    gamma=0.98, n_epochs=20, ent_coef=0.0,
+                    learning_rate=linear(0.001), clip_range=linear(0.2),
+                    policy_kwargs=dict(ortho_init=False, activation_fn=nn.ReLU,
+                                       lstm_hidden_size=64, enable_critic_lstm=True,
+                                       net_arch=dict(pi=[64], vf=[64])))),
 }
 
 
@@ -109,6 +186,10 @@ class SolveCallback(BaseCallback):
       while self.next_eval <= self.num_timesteps:
         self.next_eval += self.eval_freq
       eval_start = time.perf_counter()
+      if isinstance(self.eval_env, VecNormalize):
+        # The training env's running statistics, frozen in the eval env (EvalCallback's
+        # sync_envs_normalization); counted in the evaluation's time.
+        sync_envs_normalization(self.training_env, self.eval_env)
       returns, _ = evaluate_policy(self.model, self.eval_env,
                                    n_eval_episodes=self.n_eval_episodes,
                                    deterministic=True, return_episode_rewards=True)
@@ -131,6 +212,16 @@ class SolveCallback(BaseCallback):
     return True
 
 
+def versions(model) -> dict:
+  found = {'stable_baselines3': stable_baselines3.__version__,
+           'torch': torch.__version__, 'gymnasium': gymnasium.__version__,
+           'python': platform.python_version()}
+  if type(model).__module__.startswith('sb3_contrib'):
+    import sb3_contrib  # pylint: disable=g-import-not-at-top
+    found['sb3_contrib'] = sb3_contrib.__version__
+  return found
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--algo', choices=sorted(HYPERPARAMS), required=True)
@@ -151,10 +242,16 @@ def main():
   params = HYPERPARAMS[args.algo]
   eval_freq = args.eval_freq or params['eval_freq']
   load_start = os.getloadavg()
-  env = make_vec_env(params['env_id'], n_envs=params['n_envs'], seed=args.seed)
-  eval_env = make_vec_env(params['env_id'], n_envs=args.eval_envs, seed=args.seed + 10_000)
-  model = params['cls'](env=env, seed=args.seed, verbose=0, device='cpu',
-                        **params['kwargs'])
+  make_env = params.get('env', params['env_id'])
+  env = make_vec_env(make_env, n_envs=params['n_envs'], seed=args.seed)
+  eval_env = make_vec_env(make_env, n_envs=args.eval_envs, seed=args.seed + 10_000)
+  normalize = params.get('normalize')
+  if normalize is not None:
+    env = VecNormalize(env, **normalize)
+    # RL-Zoo's eval env: no reward normalization, statistics not updated.
+    eval_env = VecNormalize(eval_env, **dict(normalize, training=False, norm_reward=False))
+  model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
+                          **params['kwargs'])
   callback = SolveCallback(eval_env, eval_freq, args.n_eval_episodes, params['threshold'],
                            args.max_seconds)
   callback.start_clock()
@@ -172,6 +269,8 @@ def main():
       'env_steps': env_steps,
       'eval_return': last_return,
       'threshold': params['threshold'],
+      'algo_class': type(model).__name__,
+      'normalize': normalize is not None,
       'stopped_by': callback.stopped_by,
       'seconds_include_eval': True,
       'eval_seconds': round(callback.eval_seconds, 2),
@@ -183,9 +282,7 @@ def main():
       'history': callback.history,
       'load_start': [round(x, 2) for x in load_start],
       'load_end': [round(x, 2) for x in os.getloadavg()],
-      'versions': {'stable_baselines3': stable_baselines3.__version__,
-                   'torch': torch.__version__, 'gymnasium': gymnasium.__version__,
-                   'python': platform.python_version()},
+      'versions': versions(model),
       'torch_threads': torch.get_num_threads(),
   }), flush=True)
 

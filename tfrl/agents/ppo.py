@@ -79,7 +79,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
         steps of any unrolls (GAE is computed on the whole unrolls before).
       reward_scale: rewards are multiplied by this before GAE, which keeps the value
         targets of tasks with large returns (Pendulum's reach -160 at gamma 0.9) in a
-        range the value head fits (SB3 gets the same from VecNormalize's rewards).
+        range the value head fits (what SB3 users get from VecNormalize).
       name: agent name.
 
     Raises:
