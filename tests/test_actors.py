@@ -28,8 +28,9 @@ class StepRecorder:
     self.rewards = []
     self.versions = []
 
-  def write(self, time_step, policy_step, next_time_step, policy_version):
-    del time_step, policy_step  # Unused.
+  def write(self, time_step, policy_step, next_time_step, policy_version,
+            policy_state=()):
+    del time_step, policy_step, policy_state  # Unused.
     self.next_step_types.append(np.array(next_time_step.step_type))
     self.rewards.append(np.array(next_time_step.reward))
     self.versions.append(policy_version)

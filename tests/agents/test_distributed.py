@@ -1,5 +1,6 @@
 """IMPALA, CLEAR, APPO and PPO under MirroredStrategy train exactly as on one device,
-with categorical and Gaussian action heads and with LSTM cores.
+with categorical and Gaussian action heads and with LSTM cores (one agent each: the
+heads and the core are shared code).
 
 tfrl's own agents must mean the same under every strategy (see
 `tfrl/agents/actor_critic_agent.py`): global normalizers, gradients summed before
@@ -32,12 +33,9 @@ CONFIGS = {
     'ppo': dict(kwargs=dict(num_epochs=3, num_minibatches=1, normalize_advantages=True,
                             value_clip=0.2, gradient_clipping=0.5, entropy_cost=0.01),
                 data=[]),
-    'impala_lstm': dict(kwargs=dict(lstm_size=8), data=['policy_state']),
     'ppo_lstm': dict(kwargs=dict(num_epochs=2, num_minibatches=1, lstm_size=8),
                      data=['policy_state']),
     'impala_gaussian': dict(kwargs=dict(gradient_clipping=0.5), data=[], env='Pendulum-v1'),
-    'ppo_gaussian': dict(kwargs=dict(num_epochs=2, num_minibatches=1), data=[],
-                         env='Pendulum-v1'),
 }
 
 _SCRIPT = textwrap.dedent('''
