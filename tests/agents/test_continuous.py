@@ -7,7 +7,6 @@ behaviour info holds the Gaussian's loc and log_scale and the pre-squash sample 
 action sent was 2 tanh(u).
 """
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from tfrl import envs
@@ -21,15 +20,6 @@ from tfrl.networks import actor_critic
 import test_impala  # tests/agents/test_impala.py
 
 HALF_RANGE = 2.0
-
-
-@pytest.fixture(scope='module')
-def pendulum_specs():
-  env = envs.make('Pendulum-v1', num_envs=1)
-  try:
-    return env.time_step_spec(), env.action_spec()
-  finally:
-    env.close()
 
 
 def gaussian_unrolls(seed=0):

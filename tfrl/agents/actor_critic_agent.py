@@ -37,8 +37,8 @@ def write_summaries(prefix: str, names: Sequence[str], local_shares: Sequence[tf
 class ActorCriticAgentBase(tf_agent.TFAgent):
   """A TFAgent over an `ActorCriticNetwork` trained on `[B, T+1]` unrolls.
 
-  The collect policy samples from the network's logits and records them (and the value)
-  in its info; the greedy policy takes the most likely action.
+  The collect policy samples from the network's action head and records its parameters
+  (and the value) in its info; the greedy policy takes the distribution's mode.
   """
 
   def __init__(self, time_step_spec, action_spec, network, optimizer,
