@@ -72,14 +72,16 @@ def test_unrolled_network_equals_stepping_with_resets_at_first(cartpole):
 
 
 class _StateRecorder:
-  """A writer that keeps the state the policy acted from at every step."""
+  """A writer that keeps the observation and the state the policy acted from at every
+  step."""
 
   def __init__(self):
-    self.states = []
+    self.observations, self.states = [], []
 
   def write(self, time_step, policy_step, next_time_step, policy_version=0,
             policy_state=()):
-    del time_step, policy_step, next_time_step, policy_version
+    del policy_step, next_time_step, policy_version
+    self.observations.append(np.array(time_step.observation))
     self.states.append(tf.nest.map_structure(np.array, policy_state))
 
   def reset(self):
@@ -100,10 +102,18 @@ def test_items_hold_the_state_each_unroll_starts_from(cartpole, reverb_server_fa
   # A sample timeout: the prefetch asks for more unrolls than were written.
   dataset = layout.dataset_fn(server.address, agent, sample_timeout_ms=1000)(
       tf.distribute.InputContext())
-  for unroll, (experience, info) in enumerate(dataset.take(3)):
+  starts = [recorder.observations[unroll * UNROLL] for unroll in range(3)]
+  sampled = []
+  for experience, info in dataset.take(3):
     assert experience.observation.shape == (NUM_ENVS, UNROLL + 1, 4)
+    # Reverb's parallel sample workers may hand queue items out of order: find the
+    # unroll this item is by its first observations.
+    first = experience.observation[:, 0].numpy()
+    unroll = next(u for u, obs in enumerate(starts) if np.array_equal(obs, first))
+    sampled.append(unroll)
     for got, recorded in zip(info['policy_state'], recorder.states[unroll * UNROLL]):
       np.testing.assert_allclose(got, recorded, rtol=1e-6)
+  assert sorted(sampled) == [0, 1, 2]
   # And what the agent is given: its declared input.
   assert interface.train_inputs(agent) == ('policy_state',)
   kwargs = layout.train_inputs_fn(agent)(experience, info)
