@@ -1,6 +1,6 @@
 """IMPALA, CLEAR, APPO and PPO under MirroredStrategy train exactly as on one device,
-with categorical and Gaussian action heads and with LSTM cores (one agent each: the
-heads and the core are shared code).
+with categorical and Gaussian action heads, with LSTM cores and with observation
+normalization (one agent each: the heads, the core and the normalizer are shared code).
 
 tfrl's own agents must mean the same under every strategy (see
 `tfrl/agents/actor_critic_agent.py`): global normalizers, gradients summed before
@@ -36,6 +36,10 @@ CONFIGS = {
     'ppo_lstm': dict(kwargs=dict(num_epochs=2, num_minibatches=1, lstm_size=8),
                      data=['policy_state']),
     'impala_gaussian': dict(kwargs=dict(gradient_clipping=0.5), data=[], env='Pendulum-v1'),
+    # The normalizer's statistics are compared with the weights: each replica folds in
+    # the whole batch's moments.
+    'impala_normalized_observations': dict(kwargs=dict(normalize_observations=True),
+                                           data=[]),
 }
 
 _SCRIPT = textwrap.dedent('''
@@ -85,7 +89,7 @@ _SCRIPT = textwrap.dedent('''
         agent._optimizer = tf.keras.optimizers.SGD(0.3)
         agent._optimizer.build(agent._network.trainable_variables)
       init = np.random.RandomState(2)
-      for v in agent._network.variables:
+      for v in agent._network.trainable_variables:
         v.assign(0.3 * init.randn(*v.shape).astype(np.float32))
       data = dict({{'experience': experiences[env_id]}},
                   **{{key: extras[key] for key in config['data']}})

@@ -39,6 +39,7 @@ CASES = [
 ONE_PROCESS_CASES = CASES + [
     ('ppo_pendulum.gin', -200.0),
     ('ppo_lstm_cartpole_masked.gin', 475.0),
+    ('impala_lstm_cartpole_masked.gin', 475.0),
     ('ppo_pixel_catch.gin', 0.9),
     ('ppo_pixel_catch_dict.gin', 0.9),
 ]
@@ -95,7 +96,8 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
 
 
 # The capabilities' own configs on every seed they claim (seed 0 runs above).
-SEEDED_CASES = [('ppo_pendulum.gin', -200.0, seed) for seed in (1, 2)]
+SEEDED_CASES = [(gin_file, threshold, seed) for seed in (1, 2) for gin_file, threshold in (
+    ('ppo_pendulum.gin', -200.0), ('ppo_lstm_cartpole_masked.gin', 475.0))]
 
 
 @pytest.mark.slow

@@ -78,6 +78,13 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
                        "their starting states (the 'policy_state' train input).")
     return tuple(policy_state)
 
+  def update_normalizer(self, experience) -> None:
+    """Folds a batch-major [B, T+1] batch's observations, all but each row's bootstrap
+    step (the next unroll's first), into the network's observation normalizer, if it
+    has one. Called before the loss, so the loss sees the updated statistics."""
+    self._network.update_normalizer(
+        tf.nest.map_structure(lambda x: x[:, :-1], experience.observation))
+
   @staticmethod
   def time_major(experience):
     """[B, T, ...] -> [T, B, ...] for every leaf of a batch-major Trajectory."""

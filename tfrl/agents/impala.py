@@ -147,6 +147,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
   def _train(self, experience, weights=None, replay_mask=None, policy_version=None,
              policy_state=None):
+    self.update_normalizer(experience)
     with tf.GradientTape() as tape:
       loss_info = self._loss(experience, weights, replay_mask, policy_version,
                              policy_state, training=True)
@@ -285,7 +286,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                         learning_rate: float = 1e-3, shared_torso: bool = True,
                         lstm_size: Optional[int] = None, cnn: str = 'nature',
-                        **kwargs) -> ImpalaAgent:
+                        normalize_observations: bool = False, **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -298,6 +299,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     lstm_size: units of an LSTM core (None: a feed-forward policy).
     cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
+    normalize_observations: normalize float observations by running statistics the
+      agent updates from each training batch (see `ActorCriticNetwork`).
     **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
       CLEAR, ...).
 
@@ -306,7 +309,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
   """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
                                             fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size, cnn=cnn)
+                                            lstm_size=lstm_size, cnn=cnn,
+                                            normalize_observations=normalize_observations)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

@@ -178,6 +178,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 
   def _train(self, experience, weights=None, policy_state=None):
     del weights
+    self.update_normalizer(experience)
     data = self._prepare(experience, policy_state)
     if self._shuffle == 'steps':
       # GAE has run on the whole unrolls: from here on a step needs nothing of its
@@ -263,7 +264,7 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                      learning_rate: float = 3e-4, shared_torso: bool = True,
                      lstm_size: Optional[int] = None, cnn: str = 'nature',
-                     **kwargs) -> PpoAgent:
+                     normalize_observations: bool = False, **kwargs) -> PpoAgent:
   """Builds a PpoAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -276,6 +277,8 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     lstm_size: units of an LSTM core (None: a feed-forward policy).
     cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
+    normalize_observations: normalize float observations by running statistics the
+      agent updates from each training batch (see `ActorCriticNetwork`).
     **kwargs: any `PpoAgent` argument.
 
   Returns:
@@ -287,6 +290,7 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
   """
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
                                             fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size, cnn=cnn)
+                                            lstm_size=lstm_size, cnn=cnn,
+                                            normalize_observations=normalize_observations)
   return PpoAgent(time_step_spec, action_spec, network,
                   tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)

@@ -9,10 +9,12 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.networks import action_heads
 from tfrl.networks import encoders
+from tfrl.networks import normalization
 
 
 class ActorCriticNetwork(network.Network):
-  """observation -> encoder -> [LSTM] -> (distribution parameters {name: [...]}, value).
+  """observation -> [normalizer] -> encoder -> [LSTM] -> (distribution parameters
+  {name: [...]}, value).
 
   Inputs have outer dims [B] (one step per env: what a policy passes) or [T, B]
   (time-major unrolls: what the agents pass). With an LSTM (`lstm_size`), the network
@@ -24,7 +26,7 @@ class ActorCriticNetwork(network.Network):
   def __init__(self, observation_spec, action_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', shared_torso: bool = True,
                lstm_size: Optional[int] = None, cnn: encoders.CnnChoice = 'nature',
-               name: str = 'ActorCriticNetwork'):
+               normalize_observations: bool = False, name: str = 'ActorCriticNetwork'):
     """Args:
       observation_spec: the observation spec, a nest allowed (see
         `encoders.make_encoder`): uint8 images [H, W, C] go to a CNN, Dicts to one
@@ -40,11 +42,14 @@ class ActorCriticNetwork(network.Network):
       lstm_size: units of an LSTM core after the encoder (None: feed-forward).
       cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
         `encoders.make_encoder`).
+      normalize_observations: normalize float observations by running statistics
+        (see `normalization.ObservationNormalizer`), which the agent updates from
+        its training batches (`update_normalizer`).
       name: network name.
 
     Raises:
-      ValueError: an observation or action spec no encoder or head serves, or an
-        LSTM with shared_torso=False.
+      ValueError: an observation or action spec no encoder or head serves, an LSTM
+        with shared_torso=False, or normalize_observations with no float observation.
     """
     if lstm_size and not shared_torso:
       raise ValueError('An LSTM core is shared by both heads: use shared_torso=True '
@@ -55,6 +60,8 @@ class ActorCriticNetwork(network.Network):
                     tf.TensorSpec([lstm_size], tf.float32, name='lstm_c'))
     super().__init__(input_tensor_spec=observation_spec, state_spec=state_spec, name=name)
     self._observation_spec = observation_spec
+    self._normalizer = normalization.maybe_normalizer(observation_spec,
+                                                      normalize_observations)
     self._encoder = encoders.make_encoder(observation_spec, fc_layer_params, activation,
                                           cnn=cnn)
     self._value_encoder = (None if shared_torso else encoders.make_encoder(
@@ -73,8 +80,16 @@ class ActorCriticNetwork(network.Network):
   def is_recurrent(self) -> bool:
     return self._lstm is not None
 
+  def update_normalizer(self, observation, mask=None) -> None:
+    """Folds observations (outer dims matching `mask`) into the normalizer's statistics;
+    nothing without `normalize_observations`."""
+    if self._normalizer is not None:
+      self._normalizer.update(observation, mask)
+
   def call(self, observation, step_type=None, network_state=(), training=False):
     del training
+    if self._normalizer is not None:
+      observation = self._normalizer(observation)
     first_leaf = tf.nest.flatten(observation)[0]
     first_spec = tf.nest.flatten(self._observation_spec)[0]
     outer_rank = first_leaf.shape.rank - first_spec.shape.rank
