@@ -142,6 +142,45 @@ def test_recurrent_agents_train_from_the_stored_state_and_refuse_without_it(
     make_ppo(cartpole, shuffle='steps')
 
 
+@pytest.mark.parametrize('name,kwargs', [
+    ('appo', dict(policy_loss='ppo', max_policy_lag=3)),
+    ('clear', dict(policy_cloning_cost=0.5, value_cloning_cost=0.5)),
+])
+def test_recurrent_appo_and_clear_train_through_their_layouts(
+    cartpole, reverb_server_factory, name, kwargs):
+  """What each declares (policy versions; replayed rows) arrives beside the states,
+  and the recurrent loss trains on it: the weights move."""
+  agent = impala.create_impala_agent(cartpole.time_step_spec(), cartpole.action_spec(),
+                                     learner_lib.new_train_step(), fc_layer_params=(16,),
+                                     lstm_size=8, **kwargs)
+  if name == 'clear':
+    layout = layouts.SequenceQueueAndReplay(NUM_ENVS, 2 * NUM_ENVS, unroll_length=UNROLL,
+                                            queue_capacity=64, replay_capacity=64,
+                                            replay_fraction=0.5)
+  else:
+    layout = layouts.SequenceQueue(NUM_ENVS, NUM_ENVS, unroll_length=UNROLL,
+                                   queue_capacity=64)
+  layout.check_agent(agent)
+  server = reverb_server_factory(layout.tables(agent))
+  writer = layout.make_writer(server.client)
+  actors.Actor(cartpole, agent.collect_policy, [writer]).run(3 * UNROLL + 1)
+  writer.close()
+  dataset = layout.dataset_fn(server.address, agent, 1000)(tf.distribute.InputContext())
+  before = [v.numpy().copy() for v in agent._network.trainable_variables]  # pylint: disable=protected-access
+  for experience, info in dataset.take(2):
+    kwargs = layout.train_inputs_fn(agent)(experience, info)
+    assert set(kwargs) == {'experience', 'policy_state', *interface.train_inputs(agent)}
+    loss_info = agent.train(**kwargs)
+    assert np.isfinite(float(loss_info.loss))
+  if name == 'clear':
+    # The second batch's replayed unrolls were acted by the weights before the first
+    # step: the cloning KL to them is no longer zero.
+    assert float(loss_info.extra.policy_cloning_loss) > 0
+  moved = [not np.allclose(a, b.numpy()) for a, b in zip(
+      before, agent._network.trainable_variables)]  # pylint: disable=protected-access
+  assert any(moved)
+
+
 _PLAIN_TF_SCRIPT = textwrap.dedent('''
     import json, sys
     import numpy as np

@@ -123,13 +123,15 @@ def test_masked_cartpole_needs_the_lstm(tmp_path):
   assert returns and max(returns) < 300.0, returns
 
 
-LAUNCH_SMOKE_CASES = ['ppo_lstm_cartpole_masked.gin', 'impala_pendulum.gin']
+LAUNCH_SMOKE_CASES = ['ppo_lstm_cartpole_masked.gin', 'impala_pendulum.gin',
+                      'ppo_pixel_catch_dict.gin']
 
 
 @pytest.mark.parametrize('gin_file', LAUNCH_SMOKE_CASES)
-def test_recurrent_and_continuous_configs_run_under_launch(tmp_path, gin_file):
+def test_recurrent_continuous_and_pixel_configs_run_under_launch(tmp_path, gin_file):
   """A short job as separate programs: the collectors write the items (LSTM states,
-  Gaussian samples) the trainer trains on, and the exported policy loads and plays."""
+  Gaussian samples, uint8 images beside a vector) the trainer trains on, and the
+  exported policy loads and plays."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
   bindings = ['Experiment.num_train_steps = 20', 'Experiment.target_return = None',
               'Experiment.eval_interval = 10']
