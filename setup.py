@@ -17,8 +17,21 @@ INSTALL_REQUIRES = [
     'portpicker>=1.5',
 ]
 
+# Environment suites (tfrl.envs.make names the extra when one is missing).
+ENV_EXTRAS = {
+    # ale-py wheels include the ROMs; AtariPreprocessing resizes with OpenCV, whose
+    # releases from 4.11 on need NumPy 2.
+    'atari': ['ale-py>=0.9', 'opencv-python>=4.5,<4.11'],
+    'box2d': ['box2d==2.3.10'],  # the wheel gymnasium >= 1.1 names (no swig build)
+    'mujoco': ['mujoco>=2.3.3', 'imageio>=2.14.1'],  # v5 envs' minimum; gymnasium imports imageio
+    'minigrid': ['minigrid>=2.3'],
+}
+
 EXTRAS_REQUIRE = {
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'],
+    **ENV_EXTRAS,
+    # The tests run every suite's configs briefly, so dev pulls all of them.
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + sorted(
+        {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     'notebooks': ['nbclient>=0.7', 'nbformat>=5', 'ipykernel>=6', 'ipython<8.19',
                   'matplotlib>=3.5'],

@@ -43,10 +43,12 @@ class Experiment:
     env_name: a gymnasium id.
     observation_indices: keep only these entries of the (flat) observation, in order
       (None: all); e.g. (0, 2) is CartPole without its velocities.
+    observation_keys: keep only these keys of a Dict observation (None: all); e.g.
+      ('image', 'direction') of MiniGrid, without its mission text.
     frame_stack: stack the last k observations (0: none); images come out channel-last
       [H, W, k * C] in their own dtype (see `tfrl.envs.make`).
     atari: gymnasium's AtariPreprocessing and 4 stacked frames, uint8 [84, 84, 4]
-      (needs ale-py and opencv; see `tfrl.envs.make`).
+      (needs the 'atari' extra; see `tfrl.envs.make`).
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
     gamma: the discount, shared by the agent and the n-step writer.
@@ -88,6 +90,7 @@ class Experiment:
   """
   env_name: str = 'CartPole-v1'
   observation_indices: Optional[Tuple[int, ...]] = None
+  observation_keys: Optional[Tuple[str, ...]] = None
   frame_stack: int = 0
   atari: bool = False
   seed: int = 0
@@ -160,6 +163,7 @@ class Experiment:
   def _env_options(self) -> dict:
     """The observation settings every env of the job (collect and eval) shares."""
     return dict(observation_indices=self.observation_indices,
+                observation_keys=self.observation_keys,
                 frame_stack=self.frame_stack, atari=self.atari)
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None):

@@ -20,7 +20,7 @@ from tfrl.envs.batched_env import BatchedEnv, NonFiniteEnvError, batched_spec
 from tfrl.envs.specs import space_to_spec
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'NonFiniteEnvError', 'stack_frames']
+           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames']
 
 toy.register()
 # AtariPreprocessing's default: 4 frames stacked.
@@ -31,7 +31,54 @@ class UnknownEnvironmentError(ValueError):
   """Raised for an environment id that gymnasium has not registered."""
 
 
+class MissingExtraError(ImportError):
+  """Raised when an environment needs a package of a tfrl extra that is not installed."""
+
+
+# Id prefix -> (the package whose import registers those ids, the tfrl extra with it).
+_REGISTERING_PACKAGES = {
+    'ALE/': ('ale_py', 'atari'),
+    'MiniGrid-': ('minigrid', 'minigrid'),
+    'BabyAI-': ('minigrid', 'minigrid'),
+}
+# A word of a registered entry point -> the tfrl extra its simulator comes with.
+_SIMULATOR_EXTRAS = {'box2d': 'box2d', 'mujoco': 'mujoco'}
+
+
+def _missing_extra(env_id: str, extra: str, cause: Exception) -> MissingExtraError:
+  return MissingExtraError(
+      f"{env_id} needs tfrl's {extra!r} extra: pip install 'tfrl[{extra}]' "
+      f'(or, in a clone, .venv/bin/pip install -e ".[{extra}]"); {cause}')
+
+
+def _import_registering_package(env_id: str) -> None:
+  """Imports the package that registers `env_id` (ale_py for 'ALE/...', minigrid for
+  'MiniGrid-...'), so users need no import of their own.
+
+  Raises:
+    MissingExtraError: that package is not installed (names the extra).
+  """
+  for prefix, (package, extra) in _REGISTERING_PACKAGES.items():
+    if env_id.startswith(prefix) and env_id not in gym.registry:
+      try:
+        module = __import__(package)
+      except ImportError as e:
+        raise _missing_extra(env_id, extra, e) from e
+      # ale_py registers on import; gymnasium's plugin hook is the fallback.
+      register = getattr(module, 'register_v5_envs', None) or getattr(module, 'register', None)
+      if env_id not in gym.registry and callable(register):
+        register()
+
+
+def _simulator_extra(env_id: str) -> Optional[str]:
+  """The extra whose simulator a registered env's entry point names, if any."""
+  entry_point = str(gym.registry[env_id].entry_point).lower()
+  return next((extra for word, extra in _SIMULATOR_EXTRAS.items() if word in entry_point),
+              None)
+
+
 def _check_registered(env_id: str) -> None:
+  _import_registering_package(env_id)
   if env_id in gym.registry:
     return
   close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=5, cutoff=0.5)
@@ -48,6 +95,7 @@ def make(env_id: str,
          asynchronous: bool = False,
          vectorization_mode: Optional[str] = None,
          observation_indices: Optional[Sequence[int]] = None,
+         observation_keys: Optional[Sequence[str]] = None,
          frame_stack: int = 0,
          atari: bool = False,
          **kwargs) -> BatchedEnv:
@@ -65,6 +113,9 @@ def make(env_id: str,
     observation_indices: keep only these entries of a flat Box observation, in this
       order (e.g. (0, 2): CartPole's cart position and pole angle, without the
       velocities, a partially observed task that needs memory).
+    observation_keys: keep only these entries of a Dict observation (gymnasium's
+      FilterObservation), e.g. ('image', 'direction') of MiniGrid, whose 'mission'
+      text no encoder takes.
     frame_stack: stack each sub-env's last `frame_stack` observations (0: none) with
       gymnasium's FrameStackObservation; images ([H, W] or [H, W, C]) come out
       channel-last, [H, W, frame_stack * C] with the newest frame last, in their own
@@ -72,8 +123,9 @@ def make(env_id: str,
     atari: apply gymnasium's AtariPreprocessing with its defaults (no-op starts,
       frame skip 4 with max-pooling, 84 x 84 grayscale) to an ALE env, made with
       frameskip=1 unless given (the wrapper skips frames itself), then stack
-      `frame_stack` frames (4 when 0): observations uint8 [84, 84, 4]. Needs ale-py
-      (and `import ale_py` before using its ids) and opencv-python.
+      `frame_stack` frames (4 when 0): observations uint8 [84, 84, 4]. Needs the
+      'atari' extra (ale-py, whose 'ALE/...' ids this function registers, and
+      opencv-python).
     **kwargs: passed to the environment's constructor (e.g. `render_mode`).
 
   Returns:
@@ -81,7 +133,10 @@ def make(env_id: str,
 
   Raises:
     UnknownEnvironmentError: if `env_id` is not registered (lists close ids).
-    ValueError: if `num_envs` < 1, observation_indices that do not index the
+    MissingExtraError: the env needs a package of a tfrl extra (atari, box2d, mujoco,
+      minigrid) that is not installed; the message names the extra.
+    ValueError: if `num_envs` < 1, observation_keys that are not keys of a Dict
+      observation, observation_indices that do not index the
       environment's flat Box observation, a negative frame_stack, or frame_stack on
       an observation that is not a Box.
   """
@@ -94,6 +149,8 @@ def make(env_id: str,
   wrappers = []
   if observation_indices is not None:
     wrappers.append(lambda env: keep_observation_entries(env, observation_indices))
+  if observation_keys is not None:
+    wrappers.append(lambda env: keep_observation_keys(env, observation_keys))
   if atari:
     # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
     # skips frames too, which ALE's v5 ids do by default.
@@ -102,8 +159,14 @@ def make(env_id: str,
     frame_stack = frame_stack or ATARI_FRAME_STACK
   if frame_stack:
     wrappers.append(lambda env: stack_frames(env, frame_stack))
-  vector_env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                            wrappers=wrappers, **kwargs)
+  try:
+    vector_env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                              wrappers=wrappers, **kwargs)
+  except (gym.error.DependencyNotInstalled, ImportError) as e:
+    extra = _simulator_extra(env_id) or ('atari' if atari else None)
+    if extra is None:
+      raise
+    raise _missing_extra(env_id, extra, e) from e
   env = BatchedEnv(vector_env, env_id=env_id)
   if seed is not None:
     env.reset(seed=seed)
@@ -128,6 +191,22 @@ def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:
   kept = gym.spaces.Box(space.low[indices], space.high[indices], dtype=space.dtype)
   return gym.wrappers.TransformObservation(
       env, lambda observation: np.asarray(observation)[indices], kept)
+
+
+def keep_observation_keys(env: gym.Env, keys: Sequence[str]) -> gym.Env:
+  """Wraps `env` so its Dict observation keeps only `keys`.
+
+  Raises:
+    ValueError: the observation is not a Dict, or a key is not one of its keys.
+  """
+  space = env.observation_space
+  if not isinstance(space, gym.spaces.Dict):
+    raise ValueError(f'observation_keys needs a Dict observation, got {space}.')
+  missing = [key for key in keys if key not in space.spaces]
+  if missing or not keys:
+    raise ValueError(f'observation_keys {list(keys)} are not keys of the observation; '
+                     f'it has {list(space.spaces)}.')
+  return gym.wrappers.FilterObservation(env, list(keys))
 
 
 def stack_frames(env: gym.Env, num_frames: int) -> gym.Env:
