@@ -34,7 +34,16 @@ RL-Zoo's, listed in sb3_solve.py):
                    masked env (a gymnasium wrapper keeping entries 0 and 2). Its
                    evaluation carries the LSTM state across steps and uses the training
                    env's VecNormalize statistics, frozen.
+  dqn_lunarlander  dqn_lunarlander, LunarLander-v3 (the 'box2d' extra), 200 over 20
+                   episodes; SB3 DQN with RL-Zoo's LunarLander settings (dqn.yml: lr
+                   6.3e-4, batch 128, buffer 50k, target every 250 steps, 1e5 steps).
+  ppo_lunarlander  ppo_lunarlander, LunarLander-v3, 200 over 20 episodes; SB3 PPO with
+                   RL-Zoo's LunarLander settings (ppo.yml: 16 envs x 1,024 steps,
+                   batch 64, 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01, 1e6 steps).
   dqn_per, impala, clear, appo   tfrl only (see below).
+
+--curves_dir=DIR also writes each algo's learning curves (eval return against env
+steps and against seconds, both sides, every seed) to DIR/solve_time_<algo>.png.
 
 How each side counts (like for like):
   tfrl  wall clock from the first train step (after the agent, the Reverb server and
@@ -101,6 +110,7 @@ from absl import app
 from absl import flags
 
 import common  # benchmarks/common.py
+import curves  # benchmarks/curves.py
 
 REPO = common.REPO
 PEERS = os.path.join(REPO, 'benchmarks', 'peers')
@@ -116,6 +126,8 @@ ALGOS = {
     'ppo_pendulum': ('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
     'ppo_lstm_masked': ('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
                         475.0, 'ppo_lstm_masked'),
+    'dqn_lunarlander': ('dqn_lunarlander', 'LunarLander-v3', 200.0, 'dqn_lunarlander'),
+    'ppo_lunarlander': ('ppo_lunarlander', 'LunarLander-v3', 200.0, 'ppo_lunarlander'),
     'dqn_per': ('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
     'impala': ('impala_cartpole', 'CartPole-v1', 475.0, None),
     'clear': ('clear_cartpole', 'CartPole-v1', 475.0, None),
@@ -144,6 +156,9 @@ flags.DEFINE_string('peer_venv', os.path.join(PEERS, '.venv'),
 flags.DEFINE_integer('peer_torch_threads', 0,
                      "SB3's torch intra-op threads (0: torch's default, one per core).")
 flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line here.')
+flags.DEFINE_string('curves_dir', None,
+                    'Write each algo\'s learning curves (both sides, every seed) to '
+                    '<curves_dir>/solve_time_<algo>.png.')
 flags.DEFINE_multi_string('tfrl_gin_bindings', [],
                           "Extra gin bindings for tfrl's runs (to try a setting against "
                           'the peer without editing the .gin file).')
@@ -266,6 +281,7 @@ def run_tfrl(algo: str, seed: int) -> Run:
     run.extra['train_steps'] = int(step)
   run.solved = bool(reached)
   run.evals = evals.index(reached[0]) + 1 if reached else len(evals)
+  run.extra['curve'] = [(int(e[1]), float(e[3]), float(e[2])) for e in evals]
   final = _FINAL.search(out)
   if final and rc == 0:
     run.extra['confirmed_seconds'] = float(final.group(3))
@@ -306,6 +322,8 @@ def run_peer(algo: str, seed: int) -> Run:
   run.evals = result['evals']
   run.extra = {k: result[k] for k in ('eval_seconds', 'seconds_excluding_eval',
                                       'stopped_by', 'versions', 'torch_threads')}
+  run.extra['curve'] = [(h['env_steps'], h['seconds'], h['eval_return'])
+                        for h in result.get('history', ())]
   if not run.solved:
     run.note = f'not solved (stopped by {result["stopped_by"]})'
   return run
@@ -433,6 +451,17 @@ def main(argv):
           json_out.write(json.dumps(dataclasses.asdict(run)) + '\n')
           json_out.flush()
     tables.append(report(algo, tfrl_runs, peer_runs))
+    if FLAGS.curves_dir:
+      os.makedirs(FLAGS.curves_dir, exist_ok=True)
+      gin_name, env_id, threshold, _ = ALGOS[algo]
+      png = curves.plot(
+          os.path.join(FLAGS.curves_dir, f'solve_time_{algo}.png'),
+          f'{algo} on {env_id}: tfrl {gin_name}.gin' + (
+              f' vs {PEER_NAMES.get(algo, "SB3")}' if peer_runs else ''),
+          {'tfrl': [r.extra.get('curve', []) for r in tfrl_runs],
+           **({'SB3': [r.extra.get('curve', []) for r in peer_runs]} if peer_runs else {})},
+          threshold)
+      print(f'  curves: {png}', flush=True)
   print(common.load_line('end'))
   for table in tables:
     print()

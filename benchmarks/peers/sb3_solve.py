@@ -112,7 +112,9 @@ def linear(initial_value):
 # RL-Zoo's tuned hyperparameters, copied from DLR-RM/rl-baselines3-zoo
 # hyperparams/dqn.yml (CartPole-v1, "Almost Tuned"), hyperparams/ppo.yml (CartPole-v1
 # and Pendulum-v1, "Tuned"), hyperparams/sac.yml (Pendulum-v1) and
-# hyperparams/ppo_lstm.yml (CartPoleNoVel-v1, "Tuned"). `n_envs`, `n_timesteps` and
+# hyperparams/ppo_lstm.yml (CartPoleNoVel-v1, "Tuned"); LunarLander from dqn.yml and
+# ppo.yml (LunarLander-v2 there; gymnasium 1.x has v3, the same task with fixes),
+# evaluated on 20 episodes (issue 14's "200 over 20 episodes"). `n_envs`, `n_timesteps` and
 # `normalize` (VecNormalize kwargs, or None) are the Zoo's run settings (n_envs defaults
 # to 1 there); the rest are the algorithm's kwargs. `cls` is a callable that returns the
 # algorithm class (so sb3-contrib is imported only when used); `env` is an env id or a
@@ -152,6 +154,19 @@ HYPERPARAMS = {
                     policy_kwargs=dict(ortho_init=False, activation_fn=nn.ReLU,
                                        lstm_hidden_size=64, enable_critic_lstm=True,
                                        net_arch=dict(pi=[64], vf=[64])))),
+    'dqn_lunarlander': dict(
+        env_id='LunarLander-v3', threshold=200.0, eval_freq=5_000, n_eval_episodes=20,
+        cls=lambda: DQN, n_envs=1, n_timesteps=int(1e5),
+        kwargs=dict(policy='MlpPolicy', learning_rate=6.3e-4, batch_size=128,
+                    buffer_size=50_000, learning_starts=0, gamma=0.99,
+                    target_update_interval=250, train_freq=4, gradient_steps=-1,
+                    exploration_fraction=0.12, exploration_final_eps=0.1,
+                    policy_kwargs=dict(net_arch=[256, 256]))),
+    'ppo_lunarlander': dict(
+        env_id='LunarLander-v3', threshold=200.0, eval_freq=5_000, n_eval_episodes=20,
+        cls=lambda: PPO, n_envs=16, n_timesteps=int(1e6),
+        kwargs=dict(policy='MlpPolicy', n_steps=1024, batch_size=64, gae_lambda=0.98,
+                    gamma=0.999, n_epochs=4, ent_coef=0.01)),
 }
 
 
@@ -228,7 +243,8 @@ def main():
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--eval_freq', type=int, default=None,
                       help='env steps between evaluations (default: 5000; SAC 1000)')
-  parser.add_argument('--n_eval_episodes', type=int, default=10)
+  parser.add_argument('--n_eval_episodes', type=int, default=None,
+                      help='episodes per evaluation (default: the task\'s, else 10)')
   parser.add_argument('--eval_envs', type=int, default=1,
                       help='eval env copies (RL-Zoo default 1)')
   parser.add_argument('--max_seconds', type=float, default=480.0,
@@ -252,7 +268,8 @@ def main():
     eval_env = VecNormalize(eval_env, **dict(normalize, training=False, norm_reward=False))
   model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
                           **params['kwargs'])
-  callback = SolveCallback(eval_env, eval_freq, args.n_eval_episodes, params['threshold'],
+  n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
+  callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
                            args.max_seconds)
   callback.start_clock()
   model.learn(total_timesteps=params['n_timesteps'], callback=callback)
