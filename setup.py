@@ -22,7 +22,9 @@ ENV_EXTRAS = {
     # ale-py wheels include the ROMs; AtariPreprocessing resizes with OpenCV, whose
     # releases from 4.11 on need NumPy 2.
     'atari': ['ale-py>=0.9', 'opencv-python>=4.5,<4.11'],
-    'box2d': ['box2d==2.3.10'],  # the wheel gymnasium >= 1.1 names (no swig build)
+    # The wheel gymnasium >= 1.1 names (no swig build); LunarLander also imports pygame,
+    # which tf-agents already installs.
+    'box2d': ['box2d==2.3.10'],
     'mujoco': ['mujoco>=2.3.3', 'imageio>=2.14.1'],  # v5 envs' minimum; gymnasium imports imageio
     'minigrid': ['minigrid>=2.3'],
 }
