@@ -137,6 +137,8 @@ ALGOS = {
 PEER_NAMES = {
     'ppo_pendulum': 'SB3 PPO + gSDE (RL-Zoo)',
     'ppo_lstm_masked': 'sb3-contrib RecurrentPPO (RL-Zoo CartPoleNoVel-v1)',
+    'dqn_lunarlander': 'SB3 DQN (RL-Zoo LunarLander)',
+    'ppo_lunarlander': 'SB3 PPO (RL-Zoo LunarLander)',
 }
 # Peer algorithms that come from sb3-contrib (their version goes in the header).
 CONTRIB_PEERS = ('ppo_lstm_masked',)
