@@ -61,13 +61,9 @@ def _import_registering_package(env_id: str) -> None:
   for prefix, (package, extra) in _REGISTERING_PACKAGES.items():
     if env_id.startswith(prefix) and env_id not in gym.registry:
       try:
-        module = __import__(package)
+        __import__(package)  # both register their ids on import
       except ImportError as e:
         raise _missing_extra(env_id, extra, e) from e
-      # ale_py registers on import; gymnasium's plugin hook is the fallback.
-      register = getattr(module, 'register_v5_envs', None) or getattr(module, 'register', None)
-      if env_id not in gym.registry and callable(register):
-        register()
 
 
 def _simulator_extra(env_id: str) -> Optional[str]:
