@@ -27,6 +27,7 @@ from learners import config
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
+from tfrl import metrics as tfrl_metrics
 from tfrl import replay
 from tfrl.agents import interface
 
@@ -165,9 +166,10 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
       continue
     if time.monotonic() - last_log >= options.log_interval_s:
       last_log = time.monotonic()
-      logging.info('collector %d | env steps %d | %.0f env steps/s | avg return %.1f | '
+      logging.info('collector %d | env steps %d | %.0f env steps/s | avg return %s | '
                    'policy version %d', task_id, actor.env_steps + random_steps,
-                   metrics['EnvStepsPerSecond'], metrics['AverageReturn'], int(train_step))
+                   metrics['EnvStepsPerSecond'],
+                   tfrl_metrics.format_return(metrics['AverageReturn']), int(train_step))
   try:
     # Briefly: once the trainer has stopped, a rate limiter may hold these for good.
     writer.close(timeout_ms=_CLOSE_TIMEOUT_MS)

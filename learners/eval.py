@@ -34,6 +34,7 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
+from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 
@@ -111,8 +112,8 @@ def evaluate_saved_model(path: str) -> Dict[str, Any]:
   evaluator = actors.Evaluator(experiment.make_eval_env(), policy,
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   result = evaluator.run()
-  logging.info('SavedModel %s (train step %d): average return %.1f over %d episodes.',
-               path, policy.get_train_step(), result['AverageReturn'],
+  logging.info('SavedModel %s (train step %d): average return %s over %d episodes.',
+               path, policy.get_train_step(), metrics.format_return(result['AverageReturn']),
                result['NumberOfEpisodes'])
   return result
 
@@ -203,11 +204,11 @@ def _evaluate_when_due(experiment: Experiment, address: str,
          # confirmation's episodes (e.g. to check an exported policy).
          'confirmation_seed': confirmation_seed}
   log.add(row)
-  logging.info('eval | train step %d | env steps %d | return %.1f', step, env_steps,
-               result['AverageReturn'])
+  logging.info('eval | train step %d | env steps %d | return %s', step, env_steps,
+               metrics.format_return(result['AverageReturn']))
   if reached:
-    logging.info('Target return %.1f reached and confirmed (%.1f) at train step %d.',
-                 target, confirmation, step)
+    logging.info('Target return %s reached and confirmed (%s) at train step %d.',
+                 metrics.format_return(target), metrics.format_return(confirmation), step)
   return row
 
 

@@ -81,6 +81,12 @@ class Experiment:
       process: as many as the queue holds batches for, up to this).
     num_train_steps: the train step budget.
     eval_interval: train steps between evaluations.
+    log_interval: (one process) train steps between progress lines (None: one at each
+      evaluation). A line between evaluations gives the training episodes' return
+      (the collect policy's, last 100 episodes) and no eval return.
+    max_train_seconds: (one process) a wall-clock budget: training stops at the first
+      iteration past this many seconds from the first train step, then evaluates,
+      checkpoints and exports as at the end of num_train_steps (None: no budget).
     num_eval_episodes: episodes per evaluation.
     target_return: stop once a confirmed evaluation reaches it.
     checkpoint_interval: train steps between learner checkpoints.
@@ -115,6 +121,8 @@ class Experiment:
   train_steps_per_iteration: int = 1
   num_train_steps: int = 100_000
   eval_interval: int = 1_000
+  log_interval: Optional[int] = None
+  max_train_seconds: Optional[float] = None
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
   checkpoint_interval: int = 10_000
@@ -135,6 +143,10 @@ class Experiment:
       raise ValueError("replay_table='prioritized' needs a priority per row, which only "
                        "the 'transition' layout's agents (DQN) report: use "
                        f"replay_table='uniform' with data_layout={self.data_layout!r}.")
+    for name in ('eval_interval', 'log_interval', 'max_train_seconds'):
+      value = getattr(self, name)
+      if value is not None and value <= 0:
+        raise ValueError(f'{name} must be positive, got {value}.')
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement

@@ -216,7 +216,7 @@ class Launcher:
     return (f'[{alive}] env steps {status["env_steps"]} '
             f'({status["env_steps_per_s"]:.0f}/s) | train step {status["train_step"]} '
             f'({status["train_steps_per_s"]:.0f}/s) | last eval return '
-            f'{status["last_eval_return"]:.1f}')
+            f'{metrics.format_return(status["last_eval_return"])}')
 
   def wait(self, status_interval_s: float = 10.0, timeout_s: float = 0.0,
            printer=print) -> List[dict]:
@@ -325,7 +325,8 @@ def main(argv):
   if launcher.lost:
     print(f'Lost during the job (reported above): {", ".join(sorted(launcher.lost))}.')
   last = results[-1] if results else {}
-  print(f'Job finished: last eval return {last.get("return", float("nan")):.1f} at train '
+  print(f'Job finished: last eval return '
+        f'{metrics.format_return(last.get("return", float("nan")))} at train '
         f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '
         f'{_final_state(launcher.root_dir)}')
 

@@ -7,11 +7,14 @@ Each iteration collects `collect_steps_per_iteration` vector steps (num_envs env
 each) and then runs `train_steps_per_iteration` train steps in one compiled call, so the
 ratio of training to collection is fixed by configuration, not by process speeds. Every
 `eval_interval` train steps the greedy policy plays `num_eval_episodes` episodes and a
-progress line is logged. Re-running with the same root_dir resumes from the latest
+progress line is logged (and every `log_interval` train steps when that is set, with the
+training episodes' return). Training ends at `num_train_steps`, at a confirmed
+`target_return`, or past `max_train_seconds` of wall clock. Re-running with the same root_dir resumes from the latest
 checkpoint. The greedy policy's SavedModel ends up in root_dir/policies/greedy_policy.
 """
 import contextlib
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -133,20 +136,35 @@ class _OneProcessJob:
       Whether a confirmed evaluation reached the target.
     """
     exp = self.exp
-    logging.info('Training %s on %s from train step %d to %d.', type(self.agent).__name__,
-                 exp.env_name, self.start_step, exp.num_train_steps)
+    budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
+              else '')
+    logging.info('Training %s on %s from train step %d to %d%s.', type(self.agent).__name__,
+                 exp.env_name, self.start_step, exp.num_train_steps, budget)
     self.start_time = time.perf_counter()
-    next_eval = (self.start_step // exp.eval_interval + 1) * exp.eval_interval
+    next_eval = _next_multiple(self.start_step, exp.eval_interval)
+    # Without a log_interval, progress lines come with the evaluations only.
+    next_log = (math.inf if exp.log_interval is None else
+                _next_multiple(self.start_step, exp.log_interval))
     while self.learner.train_step_numpy < exp.num_train_steps:
       self.collect()
       if not self.train():
         continue
       step = self.learner.train_step_numpy
-      if step < next_eval and step < exp.num_train_steps:
-        continue
-      next_eval = step + exp.eval_interval
-      if self.evaluate(on_evaluation) and self.confirm():
-        return True
+      out_of_time = (exp.max_train_seconds is not None and
+                     time.perf_counter() - self.start_time >= exp.max_train_seconds)
+      if step >= next_eval or step >= exp.num_train_steps or out_of_time:
+        next_eval = step + exp.eval_interval
+        if exp.log_interval is not None:
+          next_log = _next_multiple(step, exp.log_interval)
+        if self.evaluate(on_evaluation) and self.confirm():
+          return True
+      elif step >= next_log:
+        next_log = _next_multiple(step, exp.log_interval)
+        self.log_progress(eval_return=None)
+      if out_of_time:
+        logging.info('Stopping at train step %d: the budget of %g s of training is spent.',
+                     step, exp.max_train_seconds)
+        break
     return False
 
   def collect(self) -> None:
@@ -194,18 +212,26 @@ class _OneProcessJob:
       tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', self.last_return,
                         step=self.env_steps)
+    self.log_progress(eval_return=self.last_return)
+    return exp.target_return is not None and self.last_return >= exp.target_return
+
+  def log_progress(self, eval_return: Optional[float]) -> None:
+    """One progress line; 'eval return' only on the line of an evaluation at this step."""
+    step = self.learner.train_step_numpy
+    evaluated = ('' if eval_return is None else
+                 f'eval return {metrics.format_return(eval_return):>7} | ')
     logging.info(
-        'train step %7d | env steps %9d | eval return %7.1f | %8.0f env steps/s | '
-        '%6.0f train steps/s | %5.1f s', step, self.env_steps, self.last_return,
+        'train step %7d | env steps %9d | %strain return %7s | %8.0f env steps/s | '
+        '%6.0f train steps/s | %5.1f s', step, self.env_steps, evaluated,
+        metrics.format_return(self.collect_actor.stats.average_return()),
         self.collect_throughput.active_rate(self.collect_actor.env_steps),
         self.train_throughput.active_rate(step - self.start_step),
         time.perf_counter() - self.start_time)
-    return exp.target_return is not None and self.last_return >= exp.target_return
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
     confirmation = self.evaluator.run()['AverageReturn']
-    logging.info('Confirmation evaluation: %.1f', confirmation)
+    logging.info('Confirmation evaluation: %s', metrics.format_return(confirmation))
     return confirmation >= self.exp.target_return
 
   def export(self, reached: bool) -> Dict[str, Any]:
@@ -226,6 +252,11 @@ class _OneProcessJob:
     }
 
 
+def _next_multiple(step: int, interval: int) -> int:
+  """The first multiple of `interval` above `step`."""
+  return (step // interval + 1) * interval
+
+
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
         on_evaluation: Optional[OnEvaluation] = None, **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
@@ -243,6 +274,12 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   Raises:
     learners.config.ConfigError: a missing gin file or a bad binding.
   """
+  if not flags.FLAGS.is_parsed():
+    # Called from Python (a notebook, a test), absl's verbosity is unset, which its
+    # logger reads as 'pass everything' until TF's first SavedModel save sets the
+    # verbosity to FATAL and back to the unset value's WARNING: the progress lines
+    # stopped at the first export. Set it as the programs' flag default does.
+    logging.set_verbosity(logging.INFO)
   config.parse(gin_files, gin_bindings)
   try:
     experiment = dataclasses.replace(Experiment(), **overrides)
@@ -267,7 +304,8 @@ def main(argv):
     config.fail(str(e))
   target = Experiment().target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
-        f'{result["train_seconds"]:.1f} s; last eval return {result["eval_return"]:.1f}.')
+        f'{result["train_seconds"]:.1f} s; last eval return '
+        f'{metrics.format_return(result["eval_return"])}.')
   print(f'Greedy policy exported to: {os.path.abspath(result["greedy_policy_dir"])}')
   if target is not None and not result['reached_target']:
     sys.exit(f'error: the eval return never reached the target {target} within '

@@ -11,6 +11,13 @@ _FIRST = ts.StepType.FIRST
 _LAST = ts.StepType.LAST
 
 
+def format_return(value: float) -> str:
+  """A return for progress lines: 0.1 resolution where returns are large (CartPole's
+  475.4), three decimals below 10 (MiniGrid's 0.961, which '%.1f' would print as 1.0
+  and a log reader would take for a target of 0.9 reached where 0.85 was)."""
+  return f'{value:.3f}' if abs(value) < 10 else f'{value:.1f}'
+
+
 class EpisodeStats:
   """Running returns and lengths for N envs; averages over the last `window` episodes."""
 

@@ -337,23 +337,6 @@ def test_episode_end_stops_vtrace_targets(specs, vtrace_spy):
   assert abs(new_vs[0, 0] - vs[0, 0]) > 1e-5
 
 
-# -- Reward clipping ----------------------------------------------------------------
-
-def test_clip_rewards_modes():
-  rewards = np.array([-20.0, -3.0, -1.5, -0.5, 0.0, 0.5, 1.5, 3.0, 20.0], np.float32)
-  np.testing.assert_array_equal(impala.clip_rewards(tf.constant(rewards), 'none').numpy(),
-                                rewards)
-  np.testing.assert_array_equal(
-      impala.clip_rewards(tf.constant(rewards), 'abs_one').numpy(),
-      [-1, -1, -1, -0.5, 0, 0.5, 1, 1, 1])
-  expected = 5.0 * np.tanh(rewards / 5.0) * np.where(rewards < 0, 0.3, 1.0)
-  np.testing.assert_allclose(
-      impala.clip_rewards(tf.constant(rewards), 'soft_asymmetric').numpy(), expected,
-      rtol=1e-6)
-  with pytest.raises(ValueError, match='reward_clipping'):
-    impala.clip_rewards(tf.constant(rewards), 'sign')
-
-
 def test_unknown_modes_raise(specs):
   with pytest.raises(ValueError, match='reward_clipping'):
     make_agent(specs, reward_clipping='sign')

@@ -135,6 +135,19 @@ def test_prepare_matches_numpy_gae(specs):
   assert advantages[TERM_ROW, TERM_LAST] == 0 and advantages[TRUNC_ROW, TRUNC_LAST] == 0
 
 
+def test_reward_clipping_clips_before_gae(specs):
+  """'abs_one' gives the advantages of the rewards clipped to [-1, 1] (after the scale)."""
+  traj = make_unrolls()
+  large = replace(traj, reward=traj.reward * 7.0)
+  clipped = make_agent(specs, reward_clipping='abs_one', reward_scale=0.5)._prepare(
+      tensors(large))
+  expected = make_agent(specs)._prepare(tensors(replace(
+      traj, reward=np.clip(large.reward * 0.5, -1.0, 1.0))))
+  np.testing.assert_allclose(clipped['advantage'].numpy(), expected['advantage'].numpy(),
+                             rtol=1e-5, atol=1e-6)
+  assert np.abs(large.reward * 0.5).max() > 1.0  # the clipping had work to do
+
+
 def test_prepare_boundary_rule(specs):
   agent = make_agent(specs)
   traj = make_unrolls()
@@ -361,6 +374,8 @@ def test_constructor_checks_its_arguments(specs):
     make_agent(specs, num_epochs=0)
   with pytest.raises(ValueError, match='shuffle'):
     make_agent(specs, shuffle='episodes')
+  with pytest.raises(ValueError, match='reward_clipping'):
+    make_agent(specs, reward_clipping='sign')
 
 
 @pytest.mark.parametrize('shuffle', ['rows', 'steps'])

@@ -1,6 +1,7 @@
 """learners/train_eval: the one-process job, its config errors, resume, and the demo."""
 import collections
 import glob
+import logging
 import os
 import re
 import subprocess
@@ -37,6 +38,31 @@ def test_tiny_run_exports_and_resumes(tmp_path):
   assert second['train_step'] == 100
   # Resumed at 50: the first evaluation of the second run comes after step 50.
   assert second['history'][0]['train_step'] == 75
+
+
+def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, caplog):
+  root = str(tmp_path / 'budget')
+  with caplog.at_level(logging.INFO, logger='absl'):
+    result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=1_000_000,
+                            log_interval=5, max_train_seconds=3.0, **TINY)
+  # Stopped by the budget, long before the step budget, with a last evaluation at the
+  # step it stopped at and an export of that step.
+  assert 0 < result['train_step'] < 1_000_000
+  assert result['history'][-1]['train_step'] == result['train_step']
+  assert 3.0 <= result['history'][-1]['seconds'] < 30
+  assert export.exported_train_step(result['greedy_policy_dir']) == result['train_step']
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train step")]
+  evaluated = [l for l in lines if 'eval return' in l]
+  between = [l for l in lines if 'eval return' not in l]
+  assert len(evaluated) == len(result['history'])
+  assert len(between) > len(evaluated)  # every 5 steps against every 25
+  assert all(re.search(r'\| train return\s+(nan|-?[\d.]+) \|', l) for l in lines), lines[:3]
+  assert any('budget of 3 s of training is spent' in r.getMessage() for r in caplog.records)
+
+
+def test_intervals_must_be_positive():
+  with pytest.raises(config.ConfigError, match='log_interval must be positive'):
+    train_eval.run('unused', ['dqn_cartpole.gin'], log_interval=0)
 
 
 def _summary_values(directory):

@@ -266,3 +266,20 @@ def test_truncation_bootstraps_termination_does_not():
   td_errors, _ = returns_lib.generalized_advantage_estimation(
       rewards, discounts, values, bootstrap_value, lambda_=0.0)
   np.testing.assert_allclose(td_errors.numpy()[1], [1.0, 11.0], rtol=1e-6)
+
+
+# -- Reward clipping ----------------------------------------------------------------
+
+def test_clip_rewards_modes():
+  rewards = np.array([-20.0, -3.0, -1.5, -0.5, 0.0, 0.5, 1.5, 3.0, 20.0], np.float32)
+  np.testing.assert_array_equal(
+      returns_lib.clip_rewards(tf.constant(rewards), 'none').numpy(), rewards)
+  np.testing.assert_array_equal(
+      returns_lib.clip_rewards(tf.constant(rewards), 'abs_one').numpy(),
+      [-1, -1, -1, -0.5, 0, 0.5, 1, 1, 1])
+  expected = 5.0 * np.tanh(rewards / 5.0) * np.where(rewards < 0, 0.3, 1.0)
+  np.testing.assert_allclose(
+      returns_lib.clip_rewards(tf.constant(rewards), 'soft_asymmetric').numpy(), expected,
+      rtol=1e-6)
+  with pytest.raises(ValueError, match='reward_clipping'):
+    returns_lib.clip_rewards(tf.constant(rewards), 'sign')

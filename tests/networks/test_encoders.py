@@ -131,7 +131,9 @@ def test_make_encoder_picks(spec, expected):
     (tf.TensorSpec([2], tf.string, name='text'), {}, r'string\[2\] \(text\)'),
     (tf.TensorSpec([None], tf.float32), {}, r'float32\[None\]'),
     ({}, {}, 'non-empty nest'),
-    (ATARI, {'cnn': 'resnet'}, "cnn must be one of \\['impala', 'nature'\\]"),
+    (ATARI, {'cnn': 'resnet'}, "cnn must be one of \\['grid', 'impala', 'nature'\\]"),
+    (tf.TensorSpec([3, 3, 3], tf.uint8), {'cnn': 'grid'},
+     r'GridCnnEncoder needs images of at least 4x4 pixels, got uint8\[3, 3, 3\]'),
     ({'image': SMALL}, {}, r'uint8\[20, 10, 1\]'),
 ])
 def test_unserved_observations_raise_one_line_naming_the_spec(spec, kwargs, match):
@@ -140,7 +142,35 @@ def test_unserved_observations_raise_one_line_naming_the_spec(spec, kwargs, matc
   assert '\n' not in str(error.value)
 
 
-@pytest.mark.parametrize('spec, cnn', [(ATARI, 'nature'), (SMALL, 'impala'), (DICT, 'impala')])
+GRID = tf.TensorSpec([7, 7, 3], tf.uint8, name='image')  # MiniGrid's view
+
+
+def test_grid_cnn_takes_cell_codes_unscaled():
+  """MiniGrid's codes (at most 10) reach the convolutions as they are: doubling every
+  code changes the features, and the [7, 7, 3] view ends in 1x1x64 before the dense."""
+  encoder = encoders.make_encoder({'image': GRID, 'direction': tf.TensorSpec([], tf.int64)},
+                                  fc_layer_params=(16,), cnn='grid')
+  grid = dict(encoder.encoders)['image']
+  assert type(grid) is encoders.GridCnnEncoder  # pylint: disable=unidiomatic-typecheck
+  codes = np.random.RandomState(0).randint(0, 11, [4, 7, 7, 3]).astype(np.uint8)
+  features = grid(tf.constant(codes)).numpy()
+  as_floats = grid(tf.constant(codes.astype(np.float32))).numpy()
+  np.testing.assert_allclose(features, as_floats, rtol=1e-6)  # cast only, no 1/255
+  assert features.shape == (4, 64)
+  kernels = [v.shape.as_list() for v in grid.trainable_variables if 'kernel' in v.name]
+  assert kernels == [[2, 2, 3, 16], [2, 2, 16, 32], [2, 2, 32, 64], [64, 64]]
+  # One changed cell moves the features about 255 times more than it would if the codes
+  # were scaled as pixels are.
+  changed = codes.copy()
+  changed[:, 3, 3, 0] = 10
+  moved = np.abs(grid(tf.constant(changed)).numpy() - features).max()
+  scaled = lambda x: grid(tf.constant(x.astype(np.float32) / 255.0)).numpy()
+  moved_if_scaled = np.abs(scaled(changed) - scaled(codes)).max()
+  assert moved > 100 * moved_if_scaled > 0
+
+
+@pytest.mark.parametrize('spec, cnn', [(ATARI, 'nature'), (SMALL, 'impala'), (DICT, 'impala'),
+                                       (GRID, 'grid')])
 def test_copies_from_config_build_the_same_encoder_with_new_weights(spec, cnn):
   """What tf-agents' EncodingNetwork does to preprocessing layers (and so to targets)."""
   encoder = encoders.make_encoder(spec, cnn=cnn)

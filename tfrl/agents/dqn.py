@@ -117,7 +117,7 @@ def create_dqn_agent(time_step_spec,
     epsilon_start, epsilon_end, epsilon_decay_steps: the collect policy's exploration
       falls linearly from start to end over the first decay steps (in train steps).
     gradient_clipping: clip each gradient's norm to this value (None: no clipping).
-    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
       Nature DQN's own network is cnn='nature' with fc_layer_params=() (the CNN ends
       in its 512-unit layer).

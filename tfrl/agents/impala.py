@@ -32,6 +32,7 @@ from tfrl.agents import actor_critic_policy
 from tfrl.losses import cloning
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
+from tfrl.losses import returns as returns_lib
 from tfrl.losses import vtrace
 from tfrl.networks import action_heads
 from tfrl.networks import actor_critic
@@ -40,20 +41,7 @@ ImpalaLossInfo = collections.namedtuple('ImpalaLossInfo', [
     'policy_loss', 'baseline_loss', 'entropy_loss', 'policy_cloning_loss',
     'value_cloning_loss', 'gradient_norm', 'fraction_dropped'])
 
-REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
 POLICY_LOSSES = ('vtrace', 'ppo')
-
-
-def clip_rewards(rewards, mode: str):
-  """IMPALA's reward clipping: none, to [-1, 1], or a squashed asymmetric form."""
-  if mode == 'none':
-    return rewards
-  if mode == 'abs_one':
-    return tf.clip_by_value(rewards, -1.0, 1.0)
-  if mode == 'soft_asymmetric':
-    squeezed = tf.tanh(rewards / 5.0)
-    return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
-  raise ValueError(f'reward_clipping must be one of {REWARD_CLIPPING}, got {mode!r}.')
 
 
 @gin.configurable
@@ -107,9 +95,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     Raises:
       ValueError: an unknown reward_clipping or policy_loss.
     """
-    if reward_clipping not in REWARD_CLIPPING:
-      raise ValueError(f'reward_clipping must be one of {REWARD_CLIPPING}, '
-                       f'got {reward_clipping!r}.')
+    returns_lib.check_reward_clipping(reward_clipping)
     if policy_loss not in POLICY_LOSSES:
       raise ValueError(f'policy_loss must be one of {POLICY_LOSSES}, got {policy_loss!r}.')
     self._gamma = gamma
@@ -192,7 +178,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
                           replicas.global_count(tf.reduce_sum(valid)))
       valid *= fresh
-    rewards = clip_rewards(self._reward_scale * time_major.reward[:-1],
+    rewards = returns_lib.clip_rewards(self._reward_scale * time_major.reward[:-1],
                            self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
     discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
@@ -297,7 +283,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     learning_rate: Adam's learning rate.
     shared_torso: see `ActorCriticNetwork`.
     lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
     normalize_observations: normalize float observations by running statistics the
       agent updates from each training batch (see `ActorCriticNetwork`).

@@ -58,7 +58,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
                entropy_cost: float = 0.0, num_epochs: int = 4,
                num_minibatches: int = 1, normalize_advantages: bool = True,
                gradient_clipping: Optional[float] = 0.5, shuffle: str = 'rows',
-               reward_scale: float = 1.0, name: str = 'PpoAgent'):
+               reward_scale: float = 1.0, reward_clipping: str = 'none',
+               name: str = 'PpoAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
       network: an `ActorCriticNetwork`.
@@ -80,14 +81,20 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       reward_scale: rewards are multiplied by this before GAE, which keeps the value
         targets of tasks with large returns (Pendulum's reach -160 at gamma 0.9) in a
         range the value head fits (what SB3 users get from VecNormalize).
+      reward_clipping: 'none' | 'abs_one' | 'soft_asymmetric', applied after
+        `reward_scale` (`tfrl.losses.returns.clip_rewards`; 'abs_one' is Atari's usual
+        clipping, which SB3's AtariWrapper applies in the env). The env and every
+        reported return keep the raw rewards.
       name: agent name.
 
     Raises:
-      ValueError: num_epochs or num_minibatches below 1, or an unknown shuffle.
+      ValueError: num_epochs or num_minibatches below 1, an unknown shuffle or
+        reward_clipping.
     """
     if num_epochs < 1 or num_minibatches < 1:
       raise ValueError(f'num_epochs and num_minibatches must be at least 1, got '
                        f'num_epochs={num_epochs}, num_minibatches={num_minibatches}.')
+    returns_lib.check_reward_clipping(reward_clipping)
     if shuffle not in SHUFFLE:
       raise ValueError(f'shuffle must be one of {SHUFFLE}, got {shuffle!r}.')
     if shuffle == 'steps' and network.is_recurrent:
@@ -100,6 +107,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     self._value_cost = value_cost
     self._entropy_cost = entropy_cost
     self._reward_scale = reward_scale
+    self._reward_clipping = reward_clipping
     self._num_epochs = num_epochs
     self._num_minibatches = num_minibatches
     self._normalize_advantages = normalize_advantages
@@ -128,7 +136,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     actions = data.action[:-1]
     discounts = self._gamma * data.discount[:-1] * valid
     advantages, value_targets = returns_lib.generalized_advantage_estimation(
-        self._reward_scale * data.reward[:-1], discounts, old_values[:-1], old_values[-1],
+        returns_lib.clip_rewards(self._reward_scale * data.reward[:-1],
+                                 self._reward_clipping), discounts, old_values[:-1], old_values[-1],
         self._lambda, valid)
     old_log_prob = head.log_prob(action_heads.params_of(action_info, head), actions,
                                  action_info)
@@ -275,7 +284,7 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     learning_rate: Adam's learning rate.
     shared_torso: see `ActorCriticNetwork`.
     lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
     normalize_observations: normalize float observations by running statistics the
       agent updates from each training batch (see `ActorCriticNetwork`).

@@ -3,9 +3,42 @@
 `discounts[t]` is the discount applied after step t: gamma on ordinary steps, 0 after a
 terminal step, gamma again after a truncated (time-limit) step, where the value of the
 final observation is the bootstrap. Both functions stop at episode ends through these
-discounts alone.
+discounts alone. `clip_rewards` is the reward clipping applied before either.
 """
 import tensorflow as tf
+
+REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
+
+
+def check_reward_clipping(mode: str) -> None:
+  """Raises a one-line ValueError unless `mode` is one of REWARD_CLIPPING."""
+  if mode not in REWARD_CLIPPING:
+    raise ValueError(f'reward_clipping must be one of {REWARD_CLIPPING}, got {mode!r}.')
+
+
+def clip_rewards(rewards, mode: str):
+  """IMPALA's reward clipping (Espeholt et al. 2018, section 5.3).
+
+  Args:
+    rewards: rewards of any shape.
+    mode: 'none'; 'abs_one', clipped to [-1, 1] (Atari's usual clipping: Breakout's 1,
+      4 and 7 points all become 1); 'soft_asymmetric', 5 tanh(r / 5) with negative
+      rewards scaled by 0.3.
+
+  Returns:
+    The clipped rewards, float32, of the same shape.
+
+  Raises:
+    ValueError: an unknown mode.
+  """
+  check_reward_clipping(mode)
+  rewards = tf.convert_to_tensor(rewards, tf.float32)
+  if mode == 'abs_one':
+    return tf.clip_by_value(rewards, -1.0, 1.0)
+  if mode == 'soft_asymmetric':
+    squeezed = tf.tanh(rewards / 5.0)
+    return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+  return rewards
 
 
 def n_step_returns(rewards, discounts, values, bootstrap_value, n):

@@ -40,7 +40,7 @@ class ActorCriticNetwork(network.Network):
         encoder of the same shape (PPO often learns faster without the value loss's
         gradients in the policy's features). With an LSTM the torso is shared.
       lstm_size: units of an LSTM core after the encoder (None: feed-forward).
-      cnn: the CNN for image observations: 'nature', 'impala' or a callable (see
+      cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
         `encoders.make_encoder`).
       normalize_observations: normalize float observations by running statistics
         (see `normalization.ObservationNormalizer`), which the agent updates from

@@ -5,8 +5,8 @@ DQN's Q-network runs the same classes as its preprocessing layer.
 `make_encoder(observation_spec, ...)` picks the encoder for a spec:
 - a nest (a Dict or Tuple space's spec): `DictEncoder`, one encoder per entry, their
   features concatenated;
-- an image, a rank-3 uint8 spec [H, W, C]: a CNN, `NatureCnnEncoder` (the default) or
-  `ImpalaCnnEncoder`;
+- an image, a rank-3 uint8 spec [H, W, C]: a CNN, `NatureCnnEncoder` (the default),
+  `ImpalaCnnEncoder`, or `GridCnnEncoder` for symbolic grids (MiniGrid's cell codes);
 - anything else numeric: `MlpEncoder` over the flattened observation.
 
 Images stay uint8 from the environment through Reverb to the learner (a quarter of the
@@ -232,7 +232,51 @@ class ImpalaCnnEncoder(_SpecLayer):
     return self._dense(self._flatten(tf.nn.relu(x)))
 
 
-CNNS = {'nature': NatureCnnEncoder, 'impala': ImpalaCnnEncoder}
+class GridCnnEncoder(_SpecLayer):
+  """A small CNN for symbolic grids: each cell holds small integer codes, not pixel
+  intensities (MiniGrid's and BabyAI's [7, 7, 3] view: object, colour and state
+  indices, at most 10).
+
+  The codes reach the convolutions unscaled: the image CNNs' 1/255 would shrink them to
+  below 0.04, where the first layer's outputs barely differ between a wall, a key and
+  a door. Convolutions of 2x2 (16, then a 2x2 max pool, 32, 64; valid padding, relu)
+  as in the MiniGrid baselines (lcswillems/rl-starter-files), then a dense relu layer.
+  Grids need at least 4x4 cells.
+  """
+
+  MIN_SIZE = 4
+
+  def __init__(self, observation_spec, channels: Sequence[int] = (16, 32, 64),
+               dense_units: int = 64, name: str = 'grid_cnn', **kwargs):
+    """Args:
+      observation_spec: a grid spec [H, W, C] of integer codes (uint8 or float).
+      channels: output channels of the three 2x2 convolutions.
+      dense_units: units of the dense layer after the convolutions.
+      name: layer name.
+      **kwargs: Keras layer arguments (what `from_config` passes back).
+
+    Raises:
+      ValueError: not a grid spec [H, W, C], or a grid smaller than 4x4.
+    """
+    super().__init__(observation_spec, name, dict(
+        channels=tuple(channels), dense_units=dense_units), **kwargs)
+    _check_image_spec(observation_spec, 'GridCnnEncoder', self.MIN_SIZE)
+    first, second, third = channels
+    self._layers = [_orthogonal_conv(first, 2, activation='relu'),
+                    tf.keras.layers.MaxPool2D(2),
+                    _orthogonal_conv(second, 2, activation='relu'),
+                    _orthogonal_conv(third, 2, activation='relu'),
+                    tf.keras.layers.Flatten(),
+                    orthogonal_dense(dense_units, 'relu')]
+
+  def call(self, observation):
+    x = tf.cast(observation, tf.float32)  # codes, not intensities: no scaling
+    for layer in self._layers:
+      x = layer(x)
+    return x
+
+
+CNNS = {'nature': NatureCnnEncoder, 'impala': ImpalaCnnEncoder, 'grid': GridCnnEncoder}
 
 
 def _cnn_class(cnn: CnnChoice) -> Callable[..., tf.keras.layers.Layer]:
@@ -271,7 +315,7 @@ class DictEncoder(_SpecLayer):
       observation_spec: a dict, tuple or namedtuple of specs (nests inside allowed).
       fc_layer_params: hidden layer sizes of each non-image entry's MLP.
       activation: the MLPs' hidden activation (and the joint layer's).
-      cnn: the image entries' CNN ('nature', 'impala' or a callable, see
+      cnn: the image entries' CNN ('nature', 'impala', 'grid' or a callable, see
         `make_encoder`).
       joint_units: units of a dense layer over the concatenated features (None: the
         concatenation is the output).
@@ -323,7 +367,8 @@ def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
     activation: the MLPs' hidden activation.
     name: layer name.
     cnn: the CNN for images: 'nature' (`NatureCnnEncoder`, needs >= 36x36), 'impala'
-      (`ImpalaCnnEncoder`, any size), or a callable (image_spec, name=) -> layer.
+      (`ImpalaCnnEncoder`, any size), 'grid' (`GridCnnEncoder`, symbolic grids such as
+      MiniGrid's, unscaled), or a callable (image_spec, name=) -> layer.
 
   Returns:
     A Keras layer mapping observations with flattened outer dims [N, ...] (a nest
