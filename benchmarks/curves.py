@@ -9,7 +9,7 @@ _COLORS = {'tfrl': 'tab:blue', 'SB3': 'tab:orange'}
 
 
 def plot(path: str, title: str, curves: Dict[str, List[Curve]],
-         threshold: Optional[float] = None) -> str:
+         threshold: Optional[float] = None, y_label: str = 'eval return') -> str:
   """Writes one PNG with two panels (return vs env steps, return vs seconds).
 
   Args:
@@ -17,6 +17,7 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
     title: the figure's title (the task, the configs compared).
     curves: side ('tfrl', 'SB3') -> one curve per seed.
     threshold: drawn as a dashed line when given.
+    y_label: what the returns are (an evaluation's, or the training episodes').
 
   Returns:
     `path`.
@@ -37,7 +38,7 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
     if threshold is not None:
       axis.axhline(threshold, color='gray', linestyle='--', linewidth=1, label='threshold')
     axis.set_xlabel(label)
-    axis.set_ylabel('eval return')
+    axis.set_ylabel(y_label)
     axis.grid(alpha=0.3)
     axis.legend()
   figure.suptitle(title)

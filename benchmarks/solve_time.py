@@ -40,7 +40,25 @@ RL-Zoo's, listed in sb3_solve.py):
   ppo_lunarlander  ppo_lunarlander, LunarLander-v3, 200 over 20 episodes; SB3 PPO with
                    RL-Zoo's LunarLander settings (ppo.yml: 16 envs x 1,024 steps,
                    batch 64, 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01, 1e6 steps).
+  ppo_minigrid     ppo_minigrid_doorkey, MiniGrid-DoorKey-5x5-v0, 0.9 over 20 episodes;
+                   SB3 PPO with RL-Zoo's MiniGrid settings (FlatObsWrapper, VecNormalize,
+                   8 envs x 128 steps, batch 64, 10 epochs, lr 2.5e-4).
   dqn_per, impala, clear, appo   tfrl only (see below).
+
+Tasks judged on budgets (no threshold; issue 14): each side trains for
+`--budget_seconds` (tfrl: `Experiment.max_train_seconds`; SB3: its time cap), ends
+with one more evaluation, and the table gives the return at that point, the return at
+the task's env-step budget (the last point at or below it, where the run got that
+far), and env steps (Atari: frames, 4 per step) per second of training.
+  sac_halfcheetah, ppo_halfcheetah   HalfCheetah-v5 (the 'mujoco' extra), evaluated
+                   every ~10k / ~20k env steps; env-step budgets 40k / 200k; SB3 SAC and
+                   PPO with RL-Zoo's MuJoCo settings.
+  ppo_pong, ppo_breakout, dqn_pong, dqn_breakout   ALE Pong-v5 / Breakout-v5 (the
+                   'atari' extra): the training games' mean raw score (last 100 games),
+                   as Atari results are usually given, logged on both sides every ~10k
+                   env steps; tfrl evaluates only at the end. SB3 PPO and DQN with
+                   RL-Zoo's Atari settings (AtariWrapper, 4 frames).
+  impala_pong, impala_breakout   the same, tfrl only (no SB3 IMPALA).
 
 --curves_dir=DIR also writes each algo's learning curves (eval return against env
 steps and against seconds, both sides, every seed) to DIR/solve_time_<algo>.png.
@@ -88,6 +106,8 @@ Run (from the repository root):
     .venv/bin/python benchmarks/solve_time.py --algos=dqn,ppo,sac --peer_torch_threads=1
     .venv/bin/python benchmarks/solve_time.py --algos=ppo_pendulum,ppo_lstm_masked \\
         --peer_torch_threads=1
+    .venv/bin/python benchmarks/solve_time.py --algos=sac_halfcheetah,ppo_halfcheetah \\
+        --budget_seconds=600 --peer_torch_threads=1 --curves_dir=benchmarks/curves
 
 Results are recorded in benchmarks/RESULTS.md.
 """
@@ -104,7 +124,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -118,20 +138,62 @@ PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
 PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
 STAMP = 'requirements.installed'  # inside the venv: the requirements it was built from
 
-# algo -> (gin config, env, threshold, SB3 peer algo (sb3_solve.py --algo) or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One comparison: a tfrl config against an SB3 peer on one environment.
+
+  A task with a threshold is judged on the time to reach it; one without, on budgets:
+  the return reached after `--budget_seconds` of training, and at `env_step_budget`
+  env steps where set.
+  """
+  config: str                          # learners/configs/<config>.gin
+  env: str
+  threshold: Optional[float]           # None: judged on budgets
+  peer: Optional[str]                  # sb3_solve.py --algo, or None (tfrl only)
+  bindings: Tuple[str, ...] = ()       # tfrl's extra gin bindings
+  peer_args: Tuple[str, ...] = ()      # sb3_solve.py's extra arguments
+  env_step_budget: Optional[int] = None
+  returns: str = 'eval'                # 'train': the training episodes' (Atari)
+  frames_per_step: int = 1             # Atari's frame skip: env frames per env step
+
+
+def _atari(config: str, game: str, peer: Optional[str], log_interval: int) -> Task:
+  """An Atari budget task: progress lines every `log_interval` train steps carry the
+  training games' mean score, and only the end of the budget is evaluated."""
+  return Task(config, f'ALE/{game}-v5', None, peer,
+              bindings=(f"Experiment.env_name = 'ALE/{game}-v5'",
+                        f'Experiment.log_interval = {log_interval}',
+                        'Experiment.eval_interval = 100000000'),
+              peer_args=(f'--env_id=ALE/{game}-v5',), returns='train', frames_per_step=4)
+
+
 ALGOS = {
-    'dqn': ('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
-    'ppo': ('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
-    'sac': ('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
-    'ppo_pendulum': ('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
-    'ppo_lstm_masked': ('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
-                        475.0, 'ppo_lstm_masked'),
-    'dqn_lunarlander': ('dqn_lunarlander', 'LunarLander-v3', 200.0, 'dqn_lunarlander'),
-    'ppo_lunarlander': ('ppo_lunarlander', 'LunarLander-v3', 200.0, 'ppo_lunarlander'),
-    'dqn_per': ('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
-    'impala': ('impala_cartpole', 'CartPole-v1', 475.0, None),
-    'clear': ('clear_cartpole', 'CartPole-v1', 475.0, None),
-    'appo': ('appo_cartpole', 'CartPole-v1', 475.0, None),
+    'dqn': Task('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
+    'ppo': Task('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
+    'sac': Task('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
+    'ppo_pendulum': Task('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
+    'ppo_lstm_masked': Task('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
+                            475.0, 'ppo_lstm_masked'),
+    'dqn_lunarlander': Task('dqn_lunarlander', 'LunarLander-v3', 200.0, 'dqn_lunarlander'),
+    'ppo_lunarlander': Task('ppo_lunarlander', 'LunarLander-v3', 200.0, 'ppo_lunarlander'),
+    'ppo_minigrid': Task('ppo_minigrid_doorkey', 'MiniGrid-DoorKey-5x5-v0', 0.9,
+                         'ppo_minigrid'),
+    'sac_halfcheetah': Task('sac_halfcheetah', 'HalfCheetah-v5', None, 'sac_halfcheetah',
+                            env_step_budget=40_000),
+    'ppo_halfcheetah': Task('ppo_halfcheetah', 'HalfCheetah-v5', None, 'ppo_halfcheetah',
+                            env_step_budget=200_000),
+    'ppo_pong': _atari('ppo_atari', 'Pong', 'ppo_atari', log_interval=10),
+    'ppo_breakout': _atari('ppo_atari', 'Breakout', 'ppo_atari', log_interval=10),
+    'dqn_pong': _atari('dqn_atari', 'Pong', 'dqn_atari', log_interval=2560),
+    'dqn_breakout': _atari('dqn_atari', 'Breakout', 'dqn_atari', log_interval=2560),
+    'impala_pong': _atari('impala_atari', 'Pong', None, log_interval=50),
+    'impala_breakout': _atari('impala_atari', 'Breakout', None, log_interval=50),
+    'dqn_per': Task('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
+    'impala': Task('impala_cartpole', 'CartPole-v1', 475.0, None),
+    'clear': Task('clear_cartpole', 'CartPole-v1', 475.0, None),
+    'appo': Task('appo_cartpole', 'CartPole-v1', 475.0, None),
 }
 # The peer's name in the tables, where it is not 'SB3 <ALGO> (RL-Zoo)'.
 PEER_NAMES = {
@@ -139,6 +201,11 @@ PEER_NAMES = {
     'ppo_lstm_masked': 'sb3-contrib RecurrentPPO (RL-Zoo CartPoleNoVel-v1)',
     'dqn_lunarlander': 'SB3 DQN (RL-Zoo LunarLander)',
     'ppo_lunarlander': 'SB3 PPO (RL-Zoo LunarLander)',
+    'ppo_minigrid': 'SB3 PPO (RL-Zoo MiniGrid, FlatObsWrapper)',
+    'sac_halfcheetah': 'SB3 SAC (RL-Zoo MuJoCo)',
+    'ppo_halfcheetah': 'SB3 PPO (RL-Zoo HalfCheetah)',
+    'ppo_atari': 'SB3 PPO (RL-Zoo Atari)',
+    'dqn_atari': 'SB3 DQN (RL-Zoo Atari)',
 }
 # Peer algorithms that come from sb3-contrib (their version goes in the header).
 CONTRIB_PEERS = ('ppo_lstm_masked',)
@@ -147,7 +214,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list('algos', list(ALGOS), f'Subset of {",".join(ALGOS)}.')
 flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (Experiment.seed; SB3 seed).')
 flags.DEFINE_bool('skip_peer', False, 'Run tfrl only (no SB3, no peer venv).')
-flags.DEFINE_float('max_seconds', 480.0, 'Training time cap per run (s).')
+flags.DEFINE_float('max_seconds', 480.0,
+                   'Training time cap per run (s) of the tasks with a threshold.')
+flags.DEFINE_float('budget_seconds', 600.0,
+                   'The wall-clock budget (s of training) of the tasks without a '
+                   'threshold (HalfCheetah, Atari): each side trains this long.')
 flags.DEFINE_float('startup_seconds', 120.0,
                    'Allowance on top of max_seconds for process start-up before a run '
                    'is killed.')
@@ -253,42 +324,67 @@ _FINAL = re.compile(r'Trained to step (\d+) \((\d+) env steps\) in ([0-9.]+) s; 
                     r'last eval return (\S+)\.')
 _EVAL = re.compile(r'train step\s+(\d+) \| env steps\s+(\d+) \| eval return\s+(\S+) \|'
                    r'.*\|\s*([0-9.]+) s')
+# The progress lines between evaluations (`log_interval`): the training episodes'
+# return. (An evaluation's line also has one, but its clock includes the evaluation.)
+_PROGRESS = re.compile(r'train step\s+(\d+) \| env steps\s+(\d+) \| '
+                       r'train return\s+(\S+) \|.*\|\s*([0-9.]+) s')
+
+
+def _training_cap(task: Task) -> float:
+  """Seconds of training a run of `task` gets: its budget, or the time-to-solve cap."""
+  return FLAGS.budget_seconds if task.threshold is None else FLAGS.max_seconds
+
+
+def _process_cap(task: Task) -> float:
+  """When a run's process is killed: its training, start-up, and for budget tasks the
+  final evaluation (a greedy Atari policy that never serves plays until ALE's 27,000
+  step limit: a minute and more)."""
+  final_evaluation = 300.0 if task.threshold is None else 0.0
+  return _training_cap(task) + FLAGS.startup_seconds + final_evaluation
 
 
 def run_tfrl(algo: str, seed: int) -> Run:
-  gin_name, _, _, _ = ALGOS[algo]
-  gin_file = os.path.join('learners', 'configs', gin_name + '.gin')
+  task = ALGOS[algo]
+  gin_file = os.path.join('learners', 'configs', task.config + '.gin')
   root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
+  bindings = [f'Experiment.seed={seed}', *task.bindings, *FLAGS.tfrl_gin_bindings]
+  if task.threshold is None:
+    bindings.append(f'Experiment.max_train_seconds={FLAGS.budget_seconds}')
   cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
-         f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed={seed}']
-  cmd += [f'--gin_bindings={binding}' for binding in FLAGS.tfrl_gin_bindings]
+         f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings]
   # This checkout's tfrl and learners first, whatever else the interpreter has installed
   # (`-m` from REPO puts it on sys.path too; PYTHONPATH makes it explicit).
   pythonpath = [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=os.pathsep.join(pythonpath))
   run = Run('tfrl', algo, seed, load_start=common.load_1min())
   try:
-    rc, out, err, run.process_seconds = _run_process(
-        cmd, FLAGS.max_seconds + FLAGS.startup_seconds, env=env)
+    rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), env=env)
   finally:
     shutil.rmtree(root_dir, ignore_errors=True)
   run.load_end = common.load_1min()
-  evals = _EVAL.findall(err)
-  threshold = ALGOS[algo][2]
-  reached = [e for e in evals if float(e[2]) >= threshold]
-  # The first evaluation at the threshold (as SB3 is timed), else the last one.
-  step, env_steps, ret, seconds = (reached or evals or [(None,) * 4])[0 if reached else -1]
-  if step is not None:
-    run.env_steps, run.seconds, run.eval_return = int(env_steps), float(seconds), float(ret)
-    run.extra['train_steps'] = int(step)
-  run.solved = bool(reached)
-  run.evals = evals.index(reached[0]) + 1 if reached else len(evals)
-  run.extra['curve'] = [(int(e[1]), float(e[3]), float(e[2])) for e in evals]
+  if task.returns == 'train':
+    points = [(int(p[0]), int(p[1]), p[2], float(p[3])) for p in _PROGRESS.findall(err)]
+  else:
+    points = [(int(e[0]), int(e[1]), e[2], float(e[3])) for e in _EVAL.findall(err)]
+  points = [(step, env_steps, float(ret), seconds) for step, env_steps, ret, seconds in points]
+  run.extra['curve'] = [(env_steps, seconds, ret) for _, env_steps, ret, seconds in points]
+  if task.threshold is None:
+    _set_budget_results(run, run.extra['curve'], task)
+  else:
+    reached = [p for p in points if p[2] >= task.threshold]
+    # The first evaluation at the threshold (as SB3 is timed), else the last one.
+    step, env_steps, ret, seconds = (reached or points or [(None,) * 4])[
+        0 if reached else -1]
+    if step is not None:
+      run.env_steps, run.seconds, run.eval_return = env_steps, seconds, ret
+      run.extra['train_steps'] = step
+    run.solved = bool(reached)
+    run.evals = points.index(reached[0]) + 1 if reached else len(points)
   final = _FINAL.search(out)
   if final and rc == 0:
     run.extra['confirmed_seconds'] = float(final.group(3))
   if rc is None:
-    run.note = f'killed at the cap ({FLAGS.max_seconds + FLAGS.startup_seconds:.0f} s)'
+    run.note = f'killed at the cap ({_process_cap(task):.0f} s)'
   elif rc != 0:
     tail = [l for l in (err.strip().splitlines() or ['']) if l.strip()][-1:] or ['']
     run.note = (f'not confirmed: {tail[0][:150]}' if final else
@@ -296,17 +392,30 @@ def run_tfrl(algo: str, seed: int) -> Run:
   return run
 
 
+def _set_budget_results(run: Run, curve, task: Task) -> None:
+  """A budget run's figures from its curve of (env steps, seconds, return): the return
+  and env steps at its end (the wall-clock budget) and, in `extra`, the return at the
+  env-step budget (the last point at or below it; None if the run never got there)."""
+  if not curve:
+    return
+  run.env_steps, run.seconds, run.eval_return = curve[-1]
+  run.evals = len(curve)
+  if task.env_step_budget is not None:
+    within = [p for p in curve if p[0] <= task.env_step_budget]
+    got_there = curve[-1][0] >= task.env_step_budget
+    run.extra['return_at_env_steps'] = within[-1][2] if within and got_there else None
+
+
 # -- SB3 --------------------------------------------------------------------------------
 
 
 def run_peer(algo: str, seed: int) -> Run:
-  peer_algo = ALGOS[algo][3]
-  cmd = [peer_python(), PEER_SCRIPT, f'--algo={peer_algo}', f'--seed={seed}',
-         f'--max_seconds={FLAGS.max_seconds}',
-         f'--torch_threads={FLAGS.peer_torch_threads}']
+  task = ALGOS[algo]
+  cmd = [peer_python(), PEER_SCRIPT, f'--algo={task.peer}', f'--seed={seed}',
+         f'--max_seconds={_training_cap(task)}',
+         f'--torch_threads={FLAGS.peer_torch_threads}', *task.peer_args]
   run = Run('SB3', algo, seed, load_start=common.load_1min())
-  rc, out, err, run.process_seconds = _run_process(
-      cmd, FLAGS.max_seconds + FLAGS.startup_seconds)
+  rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task))
   run.load_end = common.load_1min()
   result = None
   for line in out.splitlines():
@@ -317,15 +426,18 @@ def run_peer(algo: str, seed: int) -> Run:
     run.note = ('killed at the cap' if rc is None else
                 f'failed (exit {rc}): {tail[0][:150]}')
     return run
+  run.extra = {k: result[k] for k in ('eval_seconds', 'seconds_excluding_eval',
+                                      'stopped_by', 'versions', 'torch_threads')}
+  run.extra['curve'] = [(h['env_steps'], h['seconds'], h['eval_return'])
+                        for h in result.get('history', ())]
+  if task.threshold is None:
+    _set_budget_results(run, run.extra['curve'], task)
+    return run
   run.solved = bool(result['solved'])
   run.seconds = result['seconds']
   run.env_steps = result['env_steps']
   run.eval_return = result['eval_return']
   run.evals = result['evals']
-  run.extra = {k: result[k] for k in ('eval_seconds', 'seconds_excluding_eval',
-                                      'stopped_by', 'versions', 'torch_threads')}
-  run.extra['curve'] = [(h['env_steps'], h['seconds'], h['eval_return'])
-                        for h in result.get('history', ())]
   if not run.solved:
     run.note = f'not solved (stopped by {result["stopped_by"]})'
   return run
@@ -358,12 +470,30 @@ def _row(run: Optional[Run]) -> str:
           f'{run.process_seconds:7.1f} {run.load_start:5.2f}->{run.load_end:<5.2f}')
 
 
+def _peer_name(task: Task) -> str:
+  return PEER_NAMES.get(task.peer, f'SB3 {str(task.peer).upper()} (RL-Zoo)')
+
+
+def _title(algo: str, judged_on: str) -> str:
+  task = ALGOS[algo]
+  return (f'{algo} on {task.env} ({judged_on}): tfrl learners/configs/{task.config}.gin' +
+          (f' vs {_peer_name(task)}' if task.peer else ' (no SB3 peer)'))
+
+
+def _notes(runs: List[Run]) -> List[str]:
+  return [f'  note: {run.side} seed {run.seed}: {run.note}' for run in runs if run.note]
+
+
 def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
-  gin_name, env_id, threshold, peer = ALGOS[algo]
-  lines = [f'{algo} on {env_id} (threshold {threshold:g}): tfrl learners/configs/'
-           f'{gin_name}.gin' +
-           (f' vs {PEER_NAMES.get(peer, f"SB3 {peer.upper()} (RL-Zoo)")}' if peer else
-            ' (no SB3 peer)')]
+  """The table of a task, by how it is judged (time to solve, or budgets)."""
+  if ALGOS[algo].threshold is None:
+    return report_budgets(algo, tfrl_runs, peer_runs)
+  return report_time_to_solve(algo, tfrl_runs, peer_runs)
+
+
+def report_time_to_solve(algo: str, tfrl_runs: List[Run],
+                         peer_runs: List[Run]) -> List[str]:
+  lines = [_title(algo, f'threshold {ALGOS[algo].threshold:g}')]
   head = f'{"s":>8} {"env steps":>10} {"solved":>6} {"evals":>5} {"proc s":>7} {"load 1m":>12}'
   lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
   by_seed = {r.seed: r for r in peer_runs}
@@ -372,9 +502,7 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
     if peer_runs:
       line += f'  |     {_row(by_seed.get(run.seed))}'
     lines.append(line)
-  for run in tfrl_runs + peer_runs:
-    if run.note:
-      lines.append(f'  note: {run.side} seed {run.seed}: {run.note}')
+  lines += _notes(tfrl_runs + peer_runs)
   confirmed = [f'seed {r.seed} {_fmt_s(r.extra.get("confirmed_seconds"))} s'
                for r in tfrl_runs]
   lines.append('  tfrl, to the end of the confirming evaluation (train_eval\'s stop): ' +
@@ -405,23 +533,97 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
   return lines
 
 
+def _median(values) -> Optional[float]:
+  values = [v for v in values if v is not None and not math.isnan(v)]
+  return statistics.median(values) if values else None
+
+
+def _fmt_return(x: Optional[float]) -> str:
+  return '-' if x is None else f'{x:.2f}' if abs(x) < 10 else f'{x:.1f}'
+
+
+def _steps_per_s(run: Run) -> Optional[float]:
+  return run.env_steps / run.seconds if run.env_steps and run.seconds else None
+
+
+def _budget_row(run: Optional[Run], task: Task) -> str:
+  if run is None:
+    return ''
+  at_steps = (f' {_fmt_return(run.extra.get("return_at_env_steps")):>9}'
+              if task.env_step_budget else '')
+  rate = _steps_per_s(run)
+  return (f'{_fmt_return(run.eval_return):>9}{at_steps} {_fmt_steps(run.env_steps):>10} '
+          f'{"-" if rate is None else f"{rate * task.frames_per_step:,.0f}":>9} '
+          f'{_fmt_s(run.seconds):>7} {run.load_start:5.2f}->{run.load_end:<5.2f}')
+
+
+def _verdict(label: str, tfrl_value: Optional[float], peer_value: Optional[float]) -> str:
+  if tfrl_value is None or peer_value is None:
+    return f'{label}: tfrl {_fmt_return(tfrl_value)} vs SB3 {_fmt_return(peer_value)}   n/a'
+  ok = tfrl_value > peer_value
+  return (f'{label}: tfrl {_fmt_return(tfrl_value)} vs SB3 {_fmt_return(peer_value)}   '
+          f'target: higher   {"PASS" if ok else "MISS"}')
+
+
+def report_budgets(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
+  """Return reached at the wall-clock budget (and at the env-step budget), per seed and
+  median; env steps (frames for Atari) per second of training."""
+  task = ALGOS[algo]
+  what = 'training games\' mean score' if task.returns == 'train' else 'eval return'
+  budgets = f'{FLAGS.budget_seconds:g} s of training' + (
+      f' and {task.env_step_budget:,} env steps' if task.env_step_budget else '')
+  lines = [_title(algo, f'{what} after {budgets}')]
+  rate = 'frames/s' if task.frames_per_step > 1 else 'steps/s'
+  head = (f'{"return":>9}' + (f' {"@steps":>9}' if task.env_step_budget else '') +
+          f' {"env steps":>10} {rate:>9} {"s":>7} {"load 1m":>12}')
+  lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
+  by_seed = {r.seed: r for r in peer_runs}
+  for run in tfrl_runs:
+    line = f'{run.seed:<6}      {_budget_row(run, task)}'
+    if peer_runs:
+      line += f'  |     {_budget_row(by_seed.get(run.seed), task)}'
+    lines.append(line)
+  lines += _notes(tfrl_runs + peer_runs)
+  medians = {}
+  for side, runs in (('tfrl', tfrl_runs), ('SB3', peer_runs)):
+    medians[side] = (_median(r.eval_return for r in runs),
+                     _median(r.extra.get('return_at_env_steps') for r in runs),
+                     _median(_steps_per_s(r) for r in runs))
+  lines.append(f'median       tfrl return {_fmt_return(medians["tfrl"][0])}' + (
+      f'  | SB3 return {_fmt_return(medians["SB3"][0])}' if peer_runs else ''))
+  if not peer_runs:
+    return lines
+  lines.append(_verdict(f'return after {FLAGS.budget_seconds:g} s', medians['tfrl'][0],
+                        medians['SB3'][0]))
+  if task.env_step_budget:
+    lines.append(_verdict(f'return at {task.env_step_budget:,} env steps',
+                          medians['tfrl'][1], medians['SB3'][1]))
+  tfrl_rate, peer_rate = medians['tfrl'][2], medians['SB3'][2]
+  if tfrl_rate and peer_rate:
+    lines.append(f'{rate} while training: tfrl {tfrl_rate * task.frames_per_step:,.0f} vs '
+                 f'SB3 {peer_rate * task.frames_per_step:,.0f} = '
+                 f'{tfrl_rate / peer_rate:.2f}x')
+  return lines
+
+
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
   seeds = [int(s) for s in FLAGS.seeds]
-  with_peer = not FLAGS.skip_peer and any(ALGOS[a][3] for a in FLAGS.algos)
+  with_peer = not FLAGS.skip_peer and any(ALGOS[a].peer for a in FLAGS.algos)
   if with_peer:
     ensure_peer_venv()
   git = subprocess.run(['git', 'describe', '--always', '--dirty'], cwd=REPO,
                        capture_output=True, text=True).stdout.strip()
   header = [
       f'Time to solve: algos={",".join(FLAGS.algos)} seeds={",".join(map(str, seeds))}, '
-      f'{os.cpu_count()} CPUs, cap {FLAGS.max_seconds:g} s of training per run',
+      f'{os.cpu_count()} CPUs, cap {FLAGS.max_seconds:g} s of training per run, budget '
+      f'{FLAGS.budget_seconds:g} s for the tasks without a threshold',
       f'  date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
       f'tfrl at {git}',
   ]
   if with_peer:
-    contrib = any(ALGOS[a][3] in CONTRIB_PEERS for a in FLAGS.algos)
+    contrib = any(ALGOS[a].peer in CONTRIB_PEERS for a in FLAGS.algos)
     header.append(f'  peer venv: {peer_versions(contrib)}; torch threads: '
                   f'{FLAGS.peer_torch_threads or "default (one per core)"}')
   header.append(common.load_line('start'))
@@ -439,7 +641,7 @@ def main(argv):
         if side == 'tfrl':
           run = run_tfrl(algo, seed)
           tfrl_runs.append(run)
-        elif with_peer and ALGOS[algo][3]:
+        elif with_peer and ALGOS[algo].peer:
           run = run_peer(algo, seed)
           peer_runs.append(run)
         else:
@@ -455,14 +657,16 @@ def main(argv):
     tables.append(report(algo, tfrl_runs, peer_runs))
     if FLAGS.curves_dir:
       os.makedirs(FLAGS.curves_dir, exist_ok=True)
-      gin_name, env_id, threshold, _ = ALGOS[algo]
+      task = ALGOS[algo]
       png = curves.plot(
           os.path.join(FLAGS.curves_dir, f'solve_time_{algo}.png'),
-          f'{algo} on {env_id}: tfrl {gin_name}.gin' + (
-              f' vs {PEER_NAMES.get(algo, "SB3")}' if peer_runs else ''),
+          f'{algo} on {task.env}: tfrl {task.config}.gin' + (
+              f' vs {_peer_name(task)}' if peer_runs else ''),
           {'tfrl': [r.extra.get('curve', []) for r in tfrl_runs],
            **({'SB3': [r.extra.get('curve', []) for r in peer_runs]} if peer_runs else {})},
-          threshold)
+          task.threshold,
+          y_label='training games\' mean score' if task.returns == 'train' else
+          'eval return')
       print(f'  curves: {png}', flush=True)
   print(common.load_line('end'))
   for table in tables:

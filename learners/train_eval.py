@@ -152,6 +152,9 @@ class _OneProcessJob:
       step = self.learner.train_step_numpy
       out_of_time = (exp.max_train_seconds is not None and
                      time.perf_counter() - self.start_time >= exp.max_train_seconds)
+      if out_of_time and exp.log_interval is not None:
+        # The budget's own progress line, before the final evaluation adds its time.
+        self.log_progress(eval_return=None)
       if step >= next_eval or step >= exp.num_train_steps or out_of_time:
         next_eval = step + exp.eval_interval
         if exp.log_interval is not None:

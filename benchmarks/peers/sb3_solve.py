@@ -24,6 +24,14 @@ How it counts, so that it matches tfrl's `train_eval` (see benchmarks/solve_time
   stop        at the first evaluation with mean return >= threshold (475 CartPole-v1,
               -200 Pendulum-v1; one evaluation, no confirmation run), at RL-Zoo's
               `n_timesteps` budget, or at the time cap (`--max_seconds`, 8 minutes).
+  budgets     tasks without a threshold (HalfCheetah, Atari) run to the time cap, which
+              is then their wall-clock budget, and end with one more evaluation (as
+              tfrl's train_eval does at its `max_train_seconds`). Atari tasks
+              (`returns: 'train'`) are judged on the training episodes' returns, as
+              Atari results usually are: every `--eval_freq` env steps the history
+              records the mean raw score of the last 100 finished games (Monitor sits
+              under AtariWrapper, so its life-loss ends and reward clipping do not touch
+              it), and no evaluation runs.
 
 Algorithms (`--algo`) and their RL-Zoo entries (ppo_pendulum and ppo_lstm_masked read at
 DLR-RM/rl-baselines3-zoo 22e3ff2, 2026-04):
@@ -50,6 +58,29 @@ DLR-RM/rl-baselines3-zoo 22e3ff2, 2026-04):
                    tfrl's `Experiment.observation_indices = (0, 2)`; RL-Zoo's
                    CartPoleNoVel-v1 instead sets the velocities (1, 3) to 0 and keeps 4
                    entries: the same information.
+
+  sac_halfcheetah  SAC, HalfCheetah-v5 (hyperparams/sac.yml's MuJoCo defaults: 10k random
+                   steps, then SB3's defaults: lr 3e-4, batch 256, buffer 1e6, one
+                   gradient step per env step, tau 0.005, automatic entropy, 256 x 256).
+  ppo_halfcheetah  PPO, HalfCheetah-v5 (hyperparams/ppo.yml's tuned HalfCheetah-v3: 1 env
+                   x 512 steps, batch 64, 20 epochs, gamma 0.98, GAE 0.92, lr 2.06e-5,
+                   clip 0.1, entropy 4e-4, vf 0.58, max grad norm 0.8, log_std_init -2,
+                   no orthogonal init, ReLU 256 x 256 for pi and vf, VecNormalize of
+                   observations and rewards with the algorithm's gamma, as RL-Zoo sets it).
+  ppo_atari        PPO, Atari (hyperparams/ppo.yml 'atari': AtariWrapper, 4 frames, 8 envs
+                   x 128 steps, batch 256, 4 epochs, lr lin_2.5e-4, clip lin_0.1, vf 0.5,
+                   entropy 0.01, 1e7 steps) on `--env_id` (ALE/Pong-v5 by default) made
+                   with frameskip=1, since AtariWrapper skips 4 frames itself; the v5
+                   ids keep ALE's sticky actions, as on tfrl's side.
+  dqn_atari        DQN, Atari (hyperparams/dqn.yml 'atari' at ce95481: buffer 10k, lr
+                   1e-4, batch 32, 100k steps before learning, target every 1,000 steps,
+                   one gradient step per 4 env steps, epsilon 1 -> 0.01 over 10% of 1e7
+                   steps, optimize_memory_usage), the same envs.
+  ppo_minigrid     PPO, MiniGrid-DoorKey-5x5-v0 (hyperparams/ppo.yml's MiniGrid defaults:
+                   FlatObsWrapper, VecNormalize, 8 envs x 128 steps, batch 64, 10
+                   epochs, gamma 0.99, GAE 0.95, lr 2.5e-4, clip 0.2, no entropy bonus);
+                   RL-Zoo's budget is 1e5 steps, raised here to 1e6 so that the time cap,
+                   not the budget, ends a run that has not reached 0.9.
 
 Run with the peer's own venv (benchmarks/solve_time.py creates it):
 
@@ -98,6 +129,23 @@ class KeepObservationEntries(gymnasium.ObservationWrapper):
 def masked_cartpole():
   """CartPole-v1 without its velocities: cart position and pole angle (entries 0, 2)."""
   return KeepObservationEntries(gymnasium.make('CartPole-v1'), (0, 2))
+
+
+def minigrid_doorkey():
+  """MiniGrid-DoorKey-5x5-v0 with its observation flattened (RL-Zoo's env_wrapper)."""
+  import minigrid  # pylint: disable=g-import-not-at-top,unused-import (registers the ids)
+  from minigrid.wrappers import FlatObsWrapper  # pylint: disable=g-import-not-at-top
+  return FlatObsWrapper(gymnasium.make('MiniGrid-DoorKey-5x5-v0'))
+
+
+def make_atari_envs(env_id, n_envs, seed):
+  """RL-Zoo's Atari envs: Monitor, AtariWrapper, then 4 frames stacked."""
+  import ale_py  # pylint: disable=g-import-not-at-top
+  from stable_baselines3.common.env_util import make_atari_env  # pylint: disable=g-import-not-at-top
+  from stable_baselines3.common.vec_env import VecFrameStack  # pylint: disable=g-import-not-at-top
+  gymnasium.register_envs(ale_py)
+  return VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed,
+                                      env_kwargs=dict(frameskip=1)), n_stack=4)
 
 
 def linear(initial_value):
@@ -162,11 +210,48 @@ HYPERPARAMS = {
                     target_update_interval=250, train_freq=4, gradient_steps=-1,
                     exploration_fraction=0.12, exploration_final_eps=0.1,
                     policy_kwargs=dict(net_arch=[256, 256]))),
+    # Evaluated once per rollout (16 envs x 1,024 steps): 20 episodes on one env every
+    # 5,000 steps would cost SB3 more time than its training.
     'ppo_lunarlander': dict(
-        env_id='LunarLander-v3', threshold=200.0, eval_freq=5_000, n_eval_episodes=20,
+        env_id='LunarLander-v3', threshold=200.0, eval_freq=16_384, n_eval_episodes=20,
         cls=lambda: PPO, n_envs=16, n_timesteps=int(1e6),
         kwargs=dict(policy='MlpPolicy', n_steps=1024, batch_size=64, gae_lambda=0.98,
                     gamma=0.999, n_epochs=4, ent_coef=0.01)),
+    # Budget tasks (threshold None): judged on the return reached by the time cap.
+    'sac_halfcheetah': dict(
+        env_id='HalfCheetah-v5', threshold=None, eval_freq=10_000, cls=lambda: SAC,
+        n_envs=1, n_timesteps=int(1e6),
+        kwargs=dict(policy='MlpPolicy', learning_starts=10_000)),
+    'ppo_halfcheetah': dict(
+        env_id='HalfCheetah-v5', threshold=None, eval_freq=20_000, cls=lambda: PPO,
+        n_envs=1, n_timesteps=int(1e6), normalize=dict(gamma=0.98),
+        kwargs=dict(policy='MlpPolicy', batch_size=64, n_steps=512, gamma=0.98,
+                    learning_rate=2.0633e-05, ent_coef=0.000401762, clip_range=0.1,
+                    n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
+                    policy_kwargs=dict(log_std_init=-2, ortho_init=False,
+                                       activation_fn=nn.ReLU,
+                                       net_arch=dict(pi=[256, 256], vf=[256, 256])))),
+    'ppo_atari': dict(
+        env_id='ALE/Pong-v5', threshold=None, eval_freq=20_000, returns='train',
+        atari=True, cls=lambda: PPO, n_envs=8, n_timesteps=int(1e7),
+        kwargs=dict(policy='CnnPolicy', n_steps=128, n_epochs=4, batch_size=256,
+                    learning_rate=linear(2.5e-4), clip_range=linear(0.1), vf_coef=0.5,
+                    ent_coef=0.01)),
+    'dqn_atari': dict(
+        env_id='ALE/Pong-v5', threshold=None, eval_freq=20_000, returns='train',
+        atari=True, cls=lambda: DQN, n_envs=1, n_timesteps=int(1e7),
+        kwargs=dict(policy='CnnPolicy', buffer_size=10_000, learning_rate=1e-4,
+                    batch_size=32, learning_starts=100_000, target_update_interval=1000,
+                    train_freq=4, gradient_steps=1, exploration_fraction=0.1,
+                    exploration_final_eps=0.01, optimize_memory_usage=True,
+                    replay_buffer_kwargs=dict(handle_timeout_termination=False))),
+    'ppo_minigrid': dict(
+        env_id='MiniGrid-DoorKey-5x5-v0', env=minigrid_doorkey, threshold=0.9,
+        eval_freq=10_240, n_eval_episodes=20, cls=lambda: PPO, n_envs=8,
+        n_timesteps=int(1e6), normalize=dict(gamma=0.99),
+        kwargs=dict(policy='MlpPolicy', n_steps=128, batch_size=64, gae_lambda=0.95,
+                    gamma=0.99, n_epochs=10, ent_coef=0.0, learning_rate=2.5e-4,
+                    clip_range=0.2)),
 }
 
 
@@ -174,16 +259,21 @@ class SolveCallback(BaseCallback):
   """EvalCallback-like: evaluates every `eval_freq` env steps, stops once solved.
 
   Keeps the training clock (started by `start_clock` right before `model.learn`) and
-  the time spent inside evaluations, so that both can be reported.
+  the time spent inside evaluations, so that both can be reported. With
+  `train_returns`, a history point is the training games' mean score instead of an
+  evaluation (Atari); with no threshold, the run goes to the time cap and ends with a
+  last point there.
   """
 
-  def __init__(self, eval_env, eval_freq, n_eval_episodes, threshold, max_seconds):
+  def __init__(self, eval_env, eval_freq, n_eval_episodes, threshold, max_seconds,
+               train_returns=False):
     super().__init__()
     self.eval_env = eval_env
     self.eval_freq = eval_freq
     self.n_eval_episodes = n_eval_episodes
     self.threshold = threshold
     self.max_seconds = max_seconds
+    self.train_returns = train_returns
     self.start = None
     self.next_eval = eval_freq
     self.eval_seconds = 0.0
@@ -194,13 +284,13 @@ class SolveCallback(BaseCallback):
   def start_clock(self):
     self.start = time.perf_counter()
 
-  def _on_step(self) -> bool:
-    if self.num_timesteps >= self.next_eval:
-      # With n_envs > 1 one callback step adds n_envs env steps: evaluate once per
-      # crossed multiple of eval_freq.
-      while self.next_eval <= self.num_timesteps:
-        self.next_eval += self.eval_freq
-      eval_start = time.perf_counter()
+  def _record(self) -> float:
+    """Adds a history point (an evaluation, or the training games' mean score)."""
+    eval_start = time.perf_counter()
+    if self.train_returns:
+      scores = [info['r'] for info in self.model.ep_info_buffer]
+      mean_return = float(np.mean(scores)) if scores else float('nan')
+    else:
       if isinstance(self.eval_env, VecNormalize):
         # The training env's running statistics, frozen in the eval env (EvalCallback's
         # sync_envs_normalization); counted in the evaluation's time.
@@ -208,21 +298,34 @@ class SolveCallback(BaseCallback):
       returns, _ = evaluate_policy(self.model, self.eval_env,
                                    n_eval_episodes=self.n_eval_episodes,
                                    deterministic=True, return_episode_rewards=True)
-      now = time.perf_counter()
-      self.eval_seconds += now - eval_start
       mean_return = float(np.mean(returns))
-      elapsed = now - self.start
-      self.history.append({'env_steps': int(self.num_timesteps),
-                           'eval_return': round(mean_return, 1),
-                           'seconds': round(elapsed, 2)})
-      print(f'env steps {self.num_timesteps:7d} | eval return {mean_return:7.1f} | '
-            f'{elapsed:6.1f} s', file=sys.stderr, flush=True)
-      if mean_return >= self.threshold:
-        self.solved_at = (elapsed, int(self.num_timesteps), mean_return)
+    now = time.perf_counter()
+    self.eval_seconds += now - eval_start
+    elapsed = now - self.start
+    self.history.append({'env_steps': int(self.num_timesteps),
+                         'eval_return': round(mean_return, 3),
+                         'seconds': round(elapsed, 2)})
+    kind = 'train return' if self.train_returns else 'eval return'
+    print(f'env steps {self.num_timesteps:7d} | {kind} {mean_return:9.3f} | '
+          f'{elapsed:6.1f} s', file=sys.stderr, flush=True)
+    return mean_return
+
+  def _on_step(self) -> bool:
+    if self.num_timesteps >= self.next_eval:
+      # With n_envs > 1 one callback step adds n_envs env steps: evaluate once per
+      # crossed multiple of eval_freq.
+      while self.next_eval <= self.num_timesteps:
+        self.next_eval += self.eval_freq
+      mean_return = self._record()
+      if self.threshold is not None and mean_return >= self.threshold:
+        self.solved_at = (self.history[-1]['seconds'], int(self.num_timesteps),
+                          mean_return)
         self.stopped_by = 'solved'
         return False
     if time.perf_counter() - self.start > self.max_seconds:
       self.stopped_by = 'time cap'
+      if self.threshold is None:
+        self._record()  # the return at the wall-clock budget
       return False
     return True
 
@@ -251,16 +354,27 @@ def main():
                       help='training time cap (s)')
   parser.add_argument('--torch_threads', type=int, default=0,
                       help="torch intra-op threads (0: torch's default, one per core)")
+  parser.add_argument('--env_id', default=None,
+                      help="the Atari game for ppo_atari / dqn_atari (default ALE/Pong-v5)")
   args = parser.parse_args()
   if args.torch_threads:
     torch.set_num_threads(args.torch_threads)
 
-  params = HYPERPARAMS[args.algo]
+  params = dict(HYPERPARAMS[args.algo])
+  if args.env_id:
+    if not params.get('atari'):
+      parser.error(f'--env_id is for the Atari algorithms, not {args.algo}')
+    params['env_id'] = args.env_id
   eval_freq = args.eval_freq or params['eval_freq']
   load_start = os.getloadavg()
-  make_env = params.get('env', params['env_id'])
-  env = make_vec_env(make_env, n_envs=params['n_envs'], seed=args.seed)
-  eval_env = make_vec_env(make_env, n_envs=args.eval_envs, seed=args.seed + 10_000)
+  train_returns = params.get('returns') == 'train'
+  if params.get('atari'):
+    env = make_atari_envs(params['env_id'], params['n_envs'], args.seed)
+    eval_env = None  # judged on the training games' scores
+  else:
+    make_env = params.get('env', params['env_id'])
+    env = make_vec_env(make_env, n_envs=params['n_envs'], seed=args.seed)
+    eval_env = make_vec_env(make_env, n_envs=args.eval_envs, seed=args.seed + 10_000)
   normalize = params.get('normalize')
   if normalize is not None:
     env = VecNormalize(env, **normalize)
@@ -270,7 +384,7 @@ def main():
                           **params['kwargs'])
   n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
   callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
-                           args.max_seconds)
+                           args.max_seconds, train_returns=train_returns)
   callback.start_clock()
   model.learn(total_timesteps=params['n_timesteps'], callback=callback)
   total = time.perf_counter() - callback.start
@@ -288,6 +402,7 @@ def main():
       'threshold': params['threshold'],
       'algo_class': type(model).__name__,
       'normalize': normalize is not None,
+      'returns': 'train' if train_returns else 'eval',
       'stopped_by': callback.stopped_by,
       'seconds_include_eval': True,
       'eval_seconds': round(callback.eval_seconds, 2),

@@ -150,3 +150,17 @@ def test_create_impala_and_ppo_agents_train_on_pendulum(pendulum_specs):
     assert np.isfinite(float(loss_info.loss))
     assert any(not np.allclose(b, a.numpy())
                for b, a in zip(before, agent.trainable_variables))
+
+
+def test_builders_set_the_starting_log_scale_and_the_activation(pendulum_specs):
+  """RL-Zoo's MuJoCo PPO: log_std_init -2 (a nearly deterministic first policy), ReLU."""
+  time_step_spec, action_spec = pendulum_specs
+  observation = tf.zeros([64] + time_step_spec.observation.shape.as_list())
+  for create in (impala.create_impala_agent, ppo.create_ppo_agent):
+    agent = create(time_step_spec, action_spec, learner_lib.new_train_step(),
+                   initial_log_scale=-2.0, activation='relu')
+    (params, _), _ = agent._network(observation)
+    np.testing.assert_allclose(params[action_heads.LOG_SCALE].numpy(), -2.0)
+    dense = [layer for layer in agent._network.submodules
+             if isinstance(layer, tf.keras.layers.Dense) and layer.units == 64]
+    assert dense and all(layer.activation is tf.keras.activations.relu for layer in dense)

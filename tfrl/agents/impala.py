@@ -272,7 +272,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                         learning_rate: float = 1e-3, shared_torso: bool = True,
                         lstm_size: Optional[int] = None, cnn: str = 'nature',
-                        normalize_observations: bool = False, **kwargs) -> ImpalaAgent:
+                        normalize_observations: bool = False, activation: str = 'tanh',
+                        initial_log_scale: float = 0.0, **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -287,6 +288,9 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
       `tfrl.networks.encoders.make_encoder`).
     normalize_observations: normalize float observations by running statistics the
       agent updates from each training batch (see `ActorCriticNetwork`).
+    activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
+    initial_log_scale: continuous actions' starting log standard deviation (SB3's
+      log_std_init; -2 makes the first policy nearly deterministic).
     **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
       CLEAR, ...).
 
@@ -296,7 +300,9 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
   network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
                                             fc_layer_params, shared_torso=shared_torso,
                                             lstm_size=lstm_size, cnn=cnn,
-                                            normalize_observations=normalize_observations)
+                                            normalize_observations=normalize_observations,
+                                            activation=activation,
+                                            initial_log_scale=initial_log_scale)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

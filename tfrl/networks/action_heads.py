@@ -176,9 +176,9 @@ class TanhGaussianHead(ActionHead):
                                                 params[LOC], params[LOG_SCALE])
 
 
-def make_head(action_spec, dense, **kwargs) -> ActionHead:
+def make_head(action_spec, dense, initial_log_scale: float = 0.0) -> ActionHead:
   """The head for `action_spec`: categorical for integer actions from 0, a tanh
-  Gaussian for bounded float actions.
+  Gaussian for bounded float actions (starting at `initial_log_scale`).
 
   Raises:
     ValueError: an action spec neither head serves.
@@ -190,7 +190,7 @@ def make_head(action_spec, dense, **kwargs) -> ActionHead:
   if action_spec.dtype.is_floating:
     if not all(hasattr(action_spec, bound) for bound in ('minimum', 'maximum')):
       raise ValueError(f'Continuous actions need bounds, got {action_spec}.')
-    return TanhGaussianHead(action_spec, dense, **kwargs)
+    return TanhGaussianHead(action_spec, dense, initial_log_scale=initial_log_scale)
   raise ValueError(f'No action head for {action_spec}.')
 
 

@@ -26,7 +26,8 @@ class ActorCriticNetwork(network.Network):
   def __init__(self, observation_spec, action_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', shared_torso: bool = True,
                lstm_size: Optional[int] = None, cnn: encoders.CnnChoice = 'nature',
-               normalize_observations: bool = False, name: str = 'ActorCriticNetwork'):
+               normalize_observations: bool = False, initial_log_scale: float = 0.0,
+               name: str = 'ActorCriticNetwork'):
     """Args:
       observation_spec: the observation spec, a nest allowed (see
         `encoders.make_encoder`): uint8 images [H, W, C] go to a CNN, Dicts to one
@@ -45,6 +46,8 @@ class ActorCriticNetwork(network.Network):
       normalize_observations: normalize float observations by running statistics
         (see `normalization.ObservationNormalizer`), which the agent updates from
         its training batches (`update_normalizer`).
+      initial_log_scale: the starting log standard deviation of continuous actions
+        (see `action_heads.TanhGaussianHead`; unused for discrete actions).
       name: network name.
 
     Raises:
@@ -68,7 +71,8 @@ class ActorCriticNetwork(network.Network):
         observation_spec, fc_layer_params, activation, name='value_encoder', cnn=cnn))
     self._lstm = tf.keras.layers.LSTMCell(lstm_size) if lstm_size else None
     self._head = action_heads.make_head(
-        action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain))
+        action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain),
+        initial_log_scale=initial_log_scale)
     self._value = encoders.orthogonal_dense(1, gain=1.0)
 
   @property
