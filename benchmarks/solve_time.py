@@ -232,6 +232,10 @@ flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line her
 flags.DEFINE_string('curves_dir', None,
                     'Write each algo\'s learning curves (both sides, every seed) to '
                     '<curves_dir>/solve_time_<algo>.png.')
+flags.DEFINE_string('pause_file', None,
+                    'While this file exists, no new run starts (the one under way '
+                    'finishes): a way to borrow a shared machine between runs without '
+                    'slowing a timed one down.')
 flags.DEFINE_multi_string('tfrl_gin_bindings', [],
                           "Extra gin bindings for tfrl's runs (to try a setting against "
                           'the peer without editing the .gin file).')
@@ -606,6 +610,16 @@ def report_budgets(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> Lis
   return lines
 
 
+def wait_while_paused() -> None:
+  """Holds the next run while --pause_file exists, saying so once."""
+  if not FLAGS.pause_file or not os.path.exists(FLAGS.pause_file):
+    return
+  print(f'  paused: {FLAGS.pause_file} exists ...', flush=True)
+  while os.path.exists(FLAGS.pause_file):
+    time.sleep(5)
+  print('  resumed', flush=True)
+
+
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
@@ -638,6 +652,7 @@ def main(argv):
       # does not always fall on the same side.
       order = ['tfrl', 'SB3'] if seed % 2 == 0 else ['SB3', 'tfrl']
       for side in order:
+        wait_while_paused()
         if side == 'tfrl':
           run = run_tfrl(algo, seed)
           tfrl_runs.append(run)
