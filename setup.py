@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     'gin-config>=0.5',
     'absl-py>=1.0',
     'portpicker>=1.5',
+    'tqdm>=4.60',  # progress bars (notebooks' on_progress)
 ]
 
 # Environment suites (tfrl.envs.make names the extra when one is missing).

@@ -37,11 +37,13 @@ from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
 OnEvaluation = Callable[[Dict[str, Any]], None]
+OnProgress = Callable[[Dict[str, Any]], None]
 
 
 def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
-               on_evaluation: Optional[OnEvaluation] = None) -> Dict[str, Any]:
+               on_evaluation: Optional[OnEvaluation] = None,
+               on_progress: Optional[OnProgress] = None) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -50,10 +52,15 @@ def train_eval(root_dir: str, strategy: str = 'default',
     experiment: the settings (default: `Experiment()` as bound in gin).
     on_evaluation: called after each evaluation with its history row (train_step,
       env_steps, eval_return, seconds), e.g. to drive a notebook's progress bar.
+    on_progress: called with the row of each progress line (train_step, env_steps,
+      train_return: the training episodes' mean over the last 100, eval_return: this
+      line's evaluation or None, env_steps_per_s, train_steps_per_s, seconds), e.g. to
+      draw a learning curve from the training episodes.
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
-    greedy_policy_dir, train_seconds (from the first train step), history (evals).
+    greedy_policy_dir, train_seconds (from the first train step), history (evals),
+    progress (the rows of every progress line).
 
   Raises:
     RuntimeError: the loop's own data did not reach its train step in time.
@@ -63,6 +70,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
+    job.on_progress = on_progress
     job.warm_up()
     reached = job.collect_and_train(on_evaluation)
     return job.export(reached)
@@ -116,6 +124,8 @@ class _OneProcessJob:
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
     self.items_trained = 0  # items of the experience table this process's steps took
     self.history: List[Dict[str, Any]] = []
+    self.progress: List[Dict[str, Any]] = []
+    self.on_progress: Optional[OnProgress] = None
     self.last_return = float('nan')
     self.start_step = self.learner.train_step_numpy
     self.start_time = time.perf_counter()
@@ -221,15 +231,23 @@ class _OneProcessJob:
   def log_progress(self, eval_return: Optional[float]) -> None:
     """One progress line; 'eval return' only on the line of an evaluation at this step."""
     step = self.learner.train_step_numpy
+    row = {'train_step': step, 'env_steps': self.env_steps,
+           'train_return': self.collect_actor.stats.average_return(),
+           'eval_return': eval_return,
+           'env_steps_per_s': self.collect_throughput.active_rate(
+               self.collect_actor.env_steps),
+           'train_steps_per_s': self.train_throughput.active_rate(step - self.start_step),
+           'seconds': time.perf_counter() - self.start_time}
+    self.progress.append(row)
+    if self.on_progress is not None:
+      self.on_progress(row)
     evaluated = ('' if eval_return is None else
                  f'eval return {metrics.format_return(eval_return):>7} | ')
     logging.info(
         'train step %7d | env steps %9d | %strain return %7s | %8.0f env steps/s | '
-        '%6.0f train steps/s | %5.1f s', step, self.env_steps, evaluated,
-        metrics.format_return(self.collect_actor.stats.average_return()),
-        self.collect_throughput.active_rate(self.collect_actor.env_steps),
-        self.train_throughput.active_rate(step - self.start_step),
-        time.perf_counter() - self.start_time)
+        '%6.0f train steps/s | %5.1f s', step, row['env_steps'], evaluated,
+        metrics.format_return(row['train_return']), row['env_steps_per_s'],
+        row['train_steps_per_s'], row['seconds'])
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
@@ -252,6 +270,7 @@ class _OneProcessJob:
         'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
         'train_seconds': train_seconds,
         'history': self.history,
+        'progress': self.progress,
     }
 
 
@@ -261,14 +280,15 @@ def _next_multiple(step: int, interval: int) -> int:
 
 
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
-        on_evaluation: Optional[OnEvaluation] = None, **overrides) -> Dict[str, Any]:
+        on_evaluation: Optional[OnEvaluation] = None,
+        on_progress: Optional[OnProgress] = None, **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation: see `train_eval`.
+    on_evaluation, on_progress: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -288,7 +308,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     experiment = dataclasses.replace(Experiment(), **overrides)
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
-  return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation)
+  return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
+                    on_progress=on_progress)
 
 
 FLAGS = flags.FLAGS

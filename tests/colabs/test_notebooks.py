@@ -49,7 +49,7 @@ def _number(pattern, text):
 
 def test_every_notebook_has_a_test():
   tested = {'quickstart.ipynb', 'distributed.ipynb', 'impala_clear.ipynb',
-            'serving.ipynb'}
+            'serving.ipynb', 'atari.ipynb'}
   assert set(f for f in os.listdir(COLABS) if f.endswith('.ipynb')) == tested
 
 
@@ -68,6 +68,16 @@ def test_quickstart(tmp_path):
       NUM_TRAIN_STEPS=2048, TARGET_RETURN=None, EXPECTED_MIN_RETURN=50.0), tmp_path)
   assert _number(r'FINAL_EVAL_RETURN = (-?[\d.]+)', text) >= 50.0
   assert 'Reloaded policy, one rendered episode' in text
+  assert _has_image(notebook)
+
+
+@pytest.mark.slow
+def test_atari(tmp_path):
+  """A few seconds of Breakout: progress rows, a curve, an export that plays a game."""
+  text, notebook = execute('atari.ipynb', dict(
+      TRAIN_SECONDS=15, EXPECTED_MIN_SCORE=None), tmp_path)
+  assert _number(r'FINAL_TRAIN_SCORE = (-?[\d.]+|nan)', text) >= 0.0
+  assert re.search(r'frames uint8 \(84, 84, 4\); one game: score \d+ in \d+ steps', text), text
   assert _has_image(notebook)
 
 

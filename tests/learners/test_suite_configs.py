@@ -1,9 +1,11 @@
 """The standard-task configs (issue 14: Box2D, MuJoCo, MiniGrid, Atari) run briefly in
-`train_eval`, a few train steps each, and their exported policies load as a user loads
-them and play an episode of the task. Whether they learn is benchmarks/ work (minutes
-to hours each on this machine); this proves each config builds, trains and exports.
+`train_eval` and under `learners.launch`, a few train steps each, and their exported
+policies load as a user loads them and play an episode of the task. Whether they learn
+is benchmarks/ work (minutes to hours each on this machine: benchmarks/RESULTS.md);
+this proves each config builds, trains and exports both ways.
 
-All of them run in one subprocess, TensorFlow loaded once, one after another.
+The `train_eval` runs share one subprocess, TensorFlow loaded once, one after another;
+each launched job is its own set of processes (server, collector, trainer, evaluator).
 """
 import json
 import os
@@ -13,6 +15,9 @@ import textwrap
 
 import numpy as np
 import pytest
+
+from learners import config
+from programs import evaluate_export, final_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -76,3 +81,26 @@ def test_config_trains_briefly_and_its_export_plays_an_episode(runs, gin_file):
   # Replay configs train a whole iteration (up to 256 steps) before they check the end.
   assert row['exported_step'] == row['train_step'] >= TRAIN_STEPS, row
   assert row['played_length'] >= 1 and np.isfinite(row['played_return']), row
+
+
+@pytest.mark.parametrize('gin_file', list(BRIEF))
+def test_config_runs_under_launch_and_its_export_plays(tmp_path, gin_file):
+  """The same config as separate programs: one collector feeds the trainer through the
+  server, the evaluator follows, and the launcher's ordered stop leaves a final
+  checkpoint and exports at the last train step, which load and play."""
+  bindings = BRIEF[gin_file] + [f'Experiment.num_train_steps = {TRAIN_STEPS}',
+                                f'Experiment.eval_interval = {TRAIN_STEPS}',
+                                'Experiment.num_eval_episodes = 1',
+                                'Experiment.target_return = None']
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  result = subprocess.run(
+      [sys.executable, '-m', 'learners.launch', f'--root_dir={tmp_path}',
+       f'--gin_file={gin_file}', '--num_collectors=1', '--timeout_s=300'] +
+      [f'--gin_bindings={b}' for b in bindings],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+  state = final_state(str(tmp_path))
+  assert len(set(state.values())) == 1 and state['checkpoint'] >= TRAIN_STEPS, state
+  config.parse([gin_file], bindings)
+  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'), seed=0)
+  assert np.isfinite(played), played

@@ -42,9 +42,11 @@ def test_tiny_run_exports_and_resumes(tmp_path):
 
 def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, caplog):
   root = str(tmp_path / 'budget')
+  rows = []
   with caplog.at_level(logging.INFO, logger='absl'):
     result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=1_000_000,
-                            log_interval=5, max_train_seconds=3.0, **TINY)
+                            log_interval=5, max_train_seconds=3.0,
+                            on_progress=rows.append, **TINY)
   # Stopped by the budget, long before the step budget, with a last evaluation at the
   # step it stopped at and an export of that step.
   assert 0 < result['train_step'] < 1_000_000
@@ -58,6 +60,11 @@ def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, ca
   assert len(between) > len(evaluated)  # every 5 steps against every 25
   assert all(re.search(r'\| train return\s+(nan|-?[\d.]+) \|', l) for l in lines), lines[:3]
   assert any('budget of 3 s of training is spent' in r.getMessage() for r in caplog.records)
+  # The callback got each line's row, and the result keeps them.
+  assert rows == result['progress'] and len(rows) == len(lines)
+  assert [r['train_step'] for r in rows if r['eval_return'] is not None] == [
+      h['train_step'] for h in result['history']]
+  assert rows[-1]['train_step'] == result['train_step'] and rows[-1]['env_steps_per_s'] > 0
 
 
 def test_intervals_must_be_positive():
