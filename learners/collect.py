@@ -191,6 +191,7 @@ def main(argv):
   process.run_program(lambda stop_event: collect(
       FLAGS.root_dir, FLAGS.reverb_address, stop_event, options),
                       f'collector {options.task_id}')
+  process.exit_now(0)
 
 
 def run_main():

@@ -86,7 +86,7 @@ class ResultsLog:
     if os.path.exists(self._json_path):
       with open(self._json_path) as f:
         self.rows = json.load(f)
-    self._writer = tf.summary.create_file_writer(self.directory)
+    self._writer = metrics.create_summary_writer(self.directory)
 
   def add(self, row: Dict[str, Any]) -> None:
     self.rows.append(row)
@@ -217,11 +217,12 @@ def main(argv):
   config.parse_from_flags()
   if FLAGS.saved_model_dir:
     evaluate_saved_model(FLAGS.saved_model_dir)
-    return
+    process.exit_now(0)
   process.run_program(
       lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event,
                                 config.options_from_flags(Options, FLAGS)),
       'evaluator')
+  process.exit_now(0)
 
 
 def run_main():

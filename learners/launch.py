@@ -329,6 +329,7 @@ def main(argv):
         f'{metrics.format_return(last.get("return", float("nan")))} at train '
         f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '
         f'{_final_state(launcher.root_dir)}')
+  process.exit_now(0)
 
 
 def run_main():

@@ -1,6 +1,7 @@
-"""What every program shares: stopping on signals in bounded time, exit statuses, and
-waiting out a lost Reverb server."""
+"""What every program shares: stopping on signals in bounded time, exit statuses,
+waiting out a lost Reverb server, and a quick exit once everything is saved."""
 import ctypes
+import logging as std_logging
 import os
 import signal
 import sys
@@ -10,6 +11,7 @@ from typing import Any, Callable
 
 from absl import logging
 
+from tfrl import metrics
 from tfrl import replay
 
 # Exit statuses the launcher (and a person's shell) can tell apart. 0 is a normal end
@@ -151,3 +153,40 @@ def detach_and_die_with_parent() -> None:
   the parent (a launcher, which stops its children in order)."""
   os.setsid()
   die_with_parent()
+
+
+def seconds_since_start() -> float:
+  """Seconds since this process started (interpreter start-up and imports included),
+  from /proc (Linux, where tfrl runs); since this module's import elsewhere."""
+  try:
+    with open('/proc/self/stat') as f:
+      # Field 22, after the parenthesized command name: start time in clock ticks.
+      start_ticks = int(f.read().rsplit(')', 1)[1].split()[19])
+    with open('/proc/uptime') as f:
+      uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf('SC_CLK_TCK')
+  except (OSError, ValueError, IndexError):
+    return time.monotonic() - _IMPORTED_AT
+
+
+_IMPORTED_AT = time.monotonic()
+
+
+def exit_now(status: int = 0) -> None:
+  """Ends a program whose work is done and saved, without Python's interpreter teardown.
+
+  With TensorFlow loaded, the teardown (destroying modules and the C++ objects behind
+  them) takes 1-2 s of a short job's wall clock and does nothing a finished program
+  needs: the summaries, logs and standard streams are flushed here first, and every
+  checkpoint, export and Reverb checkpoint was written before the program returned.
+
+  Args:
+    status: the exit status.
+  """
+  metrics.flush_summary_writers()
+  logging.flush()
+  for handler in std_logging.getLogger().handlers + std_logging.getLogger('absl').handlers:
+    handler.flush()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access

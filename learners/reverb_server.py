@@ -19,6 +19,7 @@ from absl import flags
 from absl import logging
 
 from learners import config
+from learners import process
 from learners.experiment import Experiment
 from tfrl import replay
 
@@ -61,6 +62,7 @@ def main(argv):
     config.fail(str(e))
   for sig in (signal.SIGTERM, signal.SIGINT):  # stopped and saved: see process.py
     signal.signal(sig, signal.SIG_IGN)
+  process.exit_now(0)
 
 
 def run_main():

@@ -240,8 +240,8 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   start_step, last_log = learner.train_step_numpy, 0.0
   throughput = metrics.Throughput()
   throughput.rate(start_step)
-  logging.info('Trainer (chief=%s) from train step %d to %d.', is_chief, start_step,
-               experiment.num_train_steps)
+  logging.info('Trainer (chief=%s) from train step %d to %d (start-up %.1f s).', is_chief,
+               start_step, experiment.num_train_steps, process.seconds_since_start())
   # The chief holds still while the evaluator confirms a candidate policy, and ends
   # there once it is confirmed (see eval_barrier). Not under multi_worker: the other
   # workers would wait in a collective.
@@ -307,6 +307,7 @@ def main(argv):
       lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy, stop_event,
                               config.options_from_flags(Options, FLAGS)),
       'trainer')
+  process.exit_now(0)
 
 
 def run_main():

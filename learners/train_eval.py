@@ -33,6 +33,7 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 from learners import config
+from learners import process
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
@@ -120,7 +121,7 @@ class _OneProcessJob:
     # broken train step fails here, before any collection, and the first train call is
     # not a second-long stall in the collect/train rhythm.
     self.learner.compile()
-    self.eval_writer = tf.summary.create_file_writer(os.path.join(root_dir, 'eval'))
+    self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
     self.items_trained = 0  # items of the experience table this process's steps took
     self.history: List[Dict[str, Any]] = []
@@ -148,8 +149,9 @@ class _OneProcessJob:
     exp = self.exp
     budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
               else '')
-    logging.info('Training %s on %s from train step %d to %d%s.', type(self.agent).__name__,
-                 exp.env_name, self.start_step, exp.num_train_steps, budget)
+    logging.info('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
+                 type(self.agent).__name__, exp.env_name, self.start_step,
+                 exp.num_train_steps, budget, process.seconds_since_start())
     self.start_time = time.perf_counter()
     next_eval = _next_multiple(self.start_step, exp.eval_interval)
     # Without a log_interval, progress lines come with the evaluations only.
@@ -332,8 +334,10 @@ def main(argv):
         f'{metrics.format_return(result["eval_return"])}.')
   print(f'Greedy policy exported to: {os.path.abspath(result["greedy_policy_dir"])}')
   if target is not None and not result['reached_target']:
-    sys.exit(f'error: the eval return never reached the target {target} within '
-             f'{result["train_step"]} train steps.')
+    print(f'error: the eval return never reached the target {target} within '
+          f'{result["train_step"]} train steps.', file=sys.stderr)
+    process.exit_now(1)
+  process.exit_now(0)
 
 
 def run_main():

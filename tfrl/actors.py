@@ -105,7 +105,7 @@ class Actor:
     self._stats = metrics_lib.EpisodeStats(env.num_envs, metrics_window)
     self._throughput = metrics_lib.Throughput()
     self._steps_per_second = float('nan')
-    self._summary_writer = (tf.summary.create_file_writer(summary_dir)
+    self._summary_writer = (metrics_lib.create_summary_writer(summary_dir)
                             if summary_dir else None)
     self._summary_interval = summary_interval
     self._next_summary = summary_interval

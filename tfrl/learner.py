@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 
+from tfrl import metrics
 from tfrl import triggers as triggers_lib
 
 # Directory names of tf-agents' `tf_agents.train.learner` (its examples build paths from
@@ -124,7 +125,7 @@ class Learner(tf.Module):
     self._strategy_run_options = strategy_run_options
     self.summary_interval = summary_interval
     if self._summaries_enabled:
-      self.train_summary_writer = tf.summary.create_file_writer(
+      self.train_summary_writer = metrics.create_summary_writer(
           os.path.join(summary_root_dir or root_dir, TRAIN_DIR), flush_millis=10000)
     else:
       # No summaries asked for: no events file either (a file writer creates one).
@@ -133,19 +134,24 @@ class Learner(tf.Module):
     self._experience_dataset_fn = experience_dataset_fn
     self._experience_dataset_options = experience_dataset_options
     self._experience_iterator = None
-    element_spec = None
     if experience_dataset_fn is not None:
       self._experience_iterator = self._make_iterator()
-      element_spec = self._experience_iterator.element_spec
 
+    self._compiled_train = tf.function(self._train_loop, autograph=False)
+    self._compiled_loss = tf.function(self._loss, autograph=False)
     with self.strategy.scope():
       # As tf-agents' Learner does, unconditionally: agents set up state here (DQN and
       # SAC copy the online networks into their targets). When a checkpoint is restored
       # below, the restore overwrites every variable initialize() set, so calling it on
       # a resumed job changes nothing.
       agent.initialize()
-      if run_optimizer_variable_init:
-        self._create_optimizer_variables(element_spec)
+      if run_optimizer_variable_init and self._experience_iterator is not None:
+        # The train function itself, traced now, creates the optimizer's slots: one
+        # trace of the agent's train step serves start-up and every `run` (a separate
+        # trace for the slots cost as much again, ~0.4 s for a small PPO agent).
+        self.compile()
+      elif run_optimizer_variable_init:
+        self._create_optimizer_variables()
 
       self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step)
       self._checkpoint_manager = tf.train.CheckpointManager(
@@ -172,8 +178,6 @@ class Learner(tf.Module):
     else:
       logging.warning('checkpoint_interval=%d: the Learner writes no checkpoints, so a '
                       'restarted job starts over.', checkpoint_interval)
-    self._compiled_train = tf.function(self._train_loop, autograph=False)
-    self._compiled_loss = tf.function(self._loss, autograph=False)
 
   # -- Setup ----------------------------------------------------------------------
 
@@ -206,28 +210,23 @@ class Learner(tf.Module):
                        'experience_dataset_fn.')
     self._experience_iterator = self._make_iterator()
 
-  def _create_optimizer_variables(self, element_spec: Any) -> None:
-    """Traces (without running) one train step so optimizer slots get created.
-
-    The sample structure comes from the dataset's element spec; without a dataset, from
-    the agent's training_data_spec with outer dims [1, train_sequence_length].
+  def _create_optimizer_variables(self) -> None:
+    """Traces (without running) one train step so optimizer slots get created, for a
+    Learner without a dataset (every `run` brings its iterator): the sample structure
+    comes from the agent's training_data_spec with outer dims [1, train_sequence_length].
     """
 
     def trace(sample):
       self._run_agent(self._agent.train, *self._split_sample(sample))
 
-    with self.strategy.scope():
-      if element_spec is not None:
-        tf.function(trace, autograph=False).get_concrete_function(element_spec)
-        return
-      outer_dims = (1, self._agent.train_sequence_length or 2)
-      experience = tf.nest.map_structure(
-          lambda s: tf.zeros(outer_dims + tuple(s.shape), s.dtype),
-          self._agent.training_data_spec)
-      if self._use_kwargs_in_agent_train:
-        experience = {'experience': experience}
-      sample = experience if self._direct_sampling else (experience, ())
-      tf.function(lambda: trace(sample), autograph=False).get_concrete_function()
+    outer_dims = (1, self._agent.train_sequence_length or 2)
+    experience = tf.nest.map_structure(
+        lambda s: tf.zeros(outer_dims + tuple(s.shape), s.dtype),
+        self._agent.training_data_spec)
+    if self._use_kwargs_in_agent_train:
+      experience = {'experience': experience}
+    sample = experience if self._direct_sampling else (experience, ())
+    tf.function(lambda: trace(sample), autograph=False).get_concrete_function()
 
   # -- Training -------------------------------------------------------------------
 
@@ -327,7 +326,9 @@ class Learner(tf.Module):
       self._compiled_train(tf.constant(0, tf.int32), iterator, parallel_iterations)
 
   def _summary_context(self):
-    """Summaries to the train writer, recorded every `summary_interval` steps."""
+    """Summaries to the train writer, recorded every `summary_interval` steps, inside
+    the strategy's scope (as tf-agents' Learner runs): the train function is traced
+    and called in the same context, so it is traced once."""
     interval = self.summary_interval
     if self._summaries_enabled:
       record = lambda: tf.equal(self.train_step % interval, 0)
@@ -336,6 +337,7 @@ class Learner(tf.Module):
     stack = contextlib.ExitStack()
     stack.enter_context(self.train_summary_writer.as_default())
     stack.enter_context(tf.summary.record_if(record))
+    stack.enter_context(self.strategy.scope())
     return stack
 
   def _iterator_or_raise(self, iterator):

@@ -1,14 +1,36 @@
-"""Episode and throughput metrics computed on batched steps, vectorized over envs."""
+"""Episode and throughput metrics computed on batched steps, vectorized over envs, and
+the summary writers tfrl's components write them with."""
 import collections
 import contextlib
 import time
 from typing import Dict, Iterator, List
+import weakref
 
 import numpy as np
+import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 _FIRST = ts.StepType.FIRST
 _LAST = ts.StepType.LAST
+
+
+_SUMMARY_WRITERS = weakref.WeakSet()
+
+
+def create_summary_writer(logdir: str, **kwargs) -> tf.summary.SummaryWriter:
+  """`tf.summary.create_file_writer(logdir, **kwargs)`, remembered so that
+  `flush_summary_writers` reaches it: a program that ends with `os._exit` (see
+  learners/process.py) skips the destructors that would otherwise flush what is still
+  buffered."""
+  writer = tf.summary.create_file_writer(logdir, **kwargs)
+  _SUMMARY_WRITERS.add(writer)
+  return writer
+
+
+def flush_summary_writers() -> None:
+  """Flushes every writer `create_summary_writer` made that is still alive."""
+  for writer in list(_SUMMARY_WRITERS):
+    writer.flush()
 
 
 def format_return(value: float) -> str:
