@@ -324,6 +324,7 @@ def peer_versions(contrib: bool = False) -> str:
 
 # -- tfrl -------------------------------------------------------------------------------
 
+_STARTUP = re.compile(r'\(start-up ([0-9.]+) s\)')
 _FINAL = re.compile(r'Trained to step (\d+) \((\d+) env steps\) in ([0-9.]+) s; '
                     r'last eval return (\S+)\.')
 _EVAL = re.compile(r'train step\s+(\d+) \| env steps\s+(\d+) \| eval return\s+(\S+) \|'
@@ -384,6 +385,9 @@ def run_tfrl(algo: str, seed: int) -> Run:
       run.extra['train_steps'] = step
     run.solved = bool(reached)
     run.evals = points.index(reached[0]) + 1 if reached else len(points)
+  startup = _STARTUP.search(err)
+  if startup:
+    run.extra['startup_seconds'] = float(startup.group(1))
   final = _FINAL.search(out)
   if final and rc == 0:
     run.extra['confirmed_seconds'] = float(final.group(3))
@@ -430,8 +434,9 @@ def run_peer(algo: str, seed: int) -> Run:
     run.note = ('killed at the cap' if rc is None else
                 f'failed (exit {rc}): {tail[0][:150]}')
     return run
-  run.extra = {k: result[k] for k in ('eval_seconds', 'seconds_excluding_eval',
-                                      'stopped_by', 'versions', 'torch_threads')}
+  run.extra = {k: result.get(k) for k in ('eval_seconds', 'seconds_excluding_eval',
+                                          'stopped_by', 'versions', 'torch_threads',
+                                          'startup_seconds')}
   run.extra['curve'] = [(h['env_steps'], h['seconds'], h['eval_return'])
                         for h in result.get('history', ())]
   if task.threshold is None:

@@ -330,6 +330,15 @@ class SolveCallback(BaseCallback):
     return True
 
 
+def seconds_since_process_start() -> float:
+  """Seconds since this process started (interpreter start and imports included), from
+  /proc, as tfrl's programs measure their start-up."""
+  with open('/proc/self/stat') as f:
+    start_ticks = int(f.read().rsplit(')', 1)[1].split()[19])
+  with open('/proc/uptime') as f:
+    return float(f.read().split()[0]) - start_ticks / os.sysconf('SC_CLK_TCK')
+
+
 def versions(model) -> dict:
   found = {'stable_baselines3': stable_baselines3.__version__,
            'torch': torch.__version__, 'gymnasium': gymnasium.__version__,
@@ -385,6 +394,7 @@ def main():
   n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
   callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
                            args.max_seconds, train_returns=train_returns)
+  startup_seconds = seconds_since_process_start()
   callback.start_clock()
   model.learn(total_timesteps=params['n_timesteps'], callback=callback)
   total = time.perf_counter() - callback.start
@@ -397,6 +407,7 @@ def main():
       'seed': args.seed,
       'solved': solved,
       'seconds': round(seconds, 2),
+      'startup_seconds': round(startup_seconds, 2),
       'env_steps': env_steps,
       'eval_return': last_return,
       'threshold': params['threshold'],

@@ -27,7 +27,7 @@ that start there keep step_type LAST at index 0, so learners mask them
 (`tfrl.replay.dataset.valid_mask`; tf-agents' DqnAgent already does); sequences keep them
 so a learner can mask across an unroll.
 """
-from typing import Any, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 import reverb
@@ -49,11 +49,26 @@ def _plain_spec(spec: Any) -> Any:
   return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec)
 
 
-def _row(time_step, policy_step, next_time_step, policy_version: int) -> dict:
-  traj = trajectory_lib.from_transition(time_step, policy_step, next_time_step)
-  traj = traj._replace(policy_info=policy_step.info)
+# Rows are flat lists in the order tf.nest.flattens an item (see batched_writer): the
+# dict's keys sorted, a Trajectory's fields in declaration order. Checked once here, so
+# a change in either order fails at import rather than writing misordered columns.
+_TRAJECTORY_FIELDS = ('step_type', 'observation', 'action', 'policy_info',
+                      'next_step_type', 'reward', 'discount')
+assert tf.nest.flatten(trajectory_lib.Trajectory(*_TRAJECTORY_FIELDS)) == list(
+    _TRAJECTORY_FIELDS)
+assert tf.nest.flatten({EXPERIENCE: 0, POLICY_STATE: 1, POLICY_VERSION: 2}) == [0, 1, 2]
+
+
+def _flat_row(time_step, policy_step, next_time_step, policy_version: int,
+              policy_state: Any = ()) -> List[np.ndarray]:
+  """The flat item row of one batched step: the Trajectory (time_step -> next), the
+  policy state it acted from (if any), and the policy version, [N, ...] each."""
   n = np.shape(time_step.step_type)[0]
-  return {EXPERIENCE: traj, POLICY_VERSION: np.full(n, policy_version, dtype=np.int64)}
+  return ([time_step.step_type] + tf.nest.flatten(time_step.observation) +
+          tf.nest.flatten(policy_step.action) + tf.nest.flatten(policy_step.info) +
+          [next_time_step.step_type, next_time_step.reward, next_time_step.discount] +
+          [np.asarray(x) for x in tf.nest.flatten(policy_state)] +
+          [np.full(n, policy_version, dtype=np.int64)])
 
 
 class NStepTransitionWriter(BatchedWriter):
@@ -121,23 +136,22 @@ class NStepTransitionWriter(BatchedWriter):
     if self._steps_per_item == 1:
       groups = self._pending[0]
     else:  # each group's rows of the K steps, step-major
-      groups = tuple(tf.nest.map_structure(lambda *rows: np.concatenate(rows, axis=0),
-                                           *[step[g] for step in self._pending])
-                     for g in range(num_groups))
+      groups = [[np.concatenate(leaves, axis=0) for leaves in zip(
+          *[step[g] for step in self._pending])] for g in range(num_groups)]
     self._pending = []
     self._append(groups)
     for g in range(num_groups):
       self._create_items(g, lambda column: column[-1])
     self._throttle()
 
-  def _oldest_transition(self) -> dict:
-    """The n-step transition that starts at the oldest step of the window."""
+  def _oldest_transition(self) -> List[np.ndarray]:
+    """The flat row of the n-step transition that starts at the oldest step."""
     first_step, first_policy_step, _, version = self._window[0]
     window_next = [w[2] for w in self._window]
     if self._n == 1:
-      k_minus_1 = None
-      end, reward = window_next[0], window_next[0].reward
-      discount = end.discount
+      end, reward, discount = window_next[0], window_next[0].reward, window_next[0].discount
+      end_observation = tf.nest.flatten(end.observation)
+      end_step_type = end.step_type
     else:
       is_last = np.stack([w.step_type == _LAST for w in window_next])
       is_last[-1] = True  # no end within n steps: stop at n
@@ -145,35 +159,29 @@ class NStepTransitionWriter(BatchedWriter):
       in_sum = np.arange(self._n)[:, None] <= k_minus_1[None, :]
       rewards = np.stack([w.reward for w in window_next])
       reward = np.sum(self._powers * rewards * in_sum, axis=0).astype(np.float32)
-      end = window_next[-1]
-      for i in range(self._n - 2, -1, -1):  # pick each env's end step
-        chosen = k_minus_1 == i
-        if chosen.any():
-          end = tf.nest.map_structure(
-              lambda a, b, c=chosen: np.where(
-                  np.reshape(c, c.shape + (1,) * (np.ndim(a) - 1)), a, b),
-              window_next[i], end)
-      discount = (self._gamma ** k_minus_1 * end.discount).astype(np.float32)
-    next_first = end._replace(reward=np.zeros_like(reward),
-                              discount=np.ones_like(discount))
-    start = first_step._replace(reward=reward, discount=discount)
-    return _stack_pair(start, first_policy_step, next_first, end.step_type, version)
-
-
-def _stack_pair(start: ts.TimeStep, policy_step, end: ts.TimeStep, end_step_type,
-                policy_version: int) -> dict:
-  """Builds the [N, 2] Trajectory of a transition (start -> end)."""
-  pair = lambda a, b: np.stack([a, b], axis=1)
-  traj = trajectory_lib.Trajectory(
-      step_type=pair(start.step_type, end.step_type),
-      observation=tf.nest.map_structure(pair, start.observation, end.observation),
-      action=tf.nest.map_structure(pair, policy_step.action, policy_step.action),
-      policy_info=tf.nest.map_structure(pair, policy_step.info, policy_step.info),
-      next_step_type=pair(end_step_type, end_step_type),
-      reward=pair(start.reward, end.reward),
-      discount=pair(start.discount, end.discount))
-  n = np.shape(start.step_type)[0]
-  return {EXPERIENCE: traj, POLICY_VERSION: np.full(n, policy_version, dtype=np.int64)}
+      # Each env's end step: the k-th next step, leaf by leaf.
+      pick = lambda leaves: np.take_along_axis(
+          np.stack(leaves),
+          np.reshape(k_minus_1, (1,) + k_minus_1.shape + (1,) * (np.ndim(leaves[0]) - 1)),
+          axis=0)[0]
+      end_step_type = pick([w.step_type for w in window_next])
+      end_discount = pick([w.discount for w in window_next])
+      end_observation = [pick(leaves) for leaves in zip(
+          *[tf.nest.flatten(w.observation) for w in window_next])]
+      discount = (self._gamma ** k_minus_1 * end_discount).astype(np.float32)
+    pair = lambda a, b: np.stack([a, b], axis=1)
+    twice = lambda a: np.stack([a, a], axis=1)
+    n = np.shape(first_step.step_type)[0]
+    # A 2-step Trajectory: the start (with the folded reward and discount) -> the end
+    # (reward 0, discount 1: what a FIRST-like next step carries; unused by learners).
+    return ([pair(first_step.step_type, end_step_type)] +
+            [pair(a, b) for a, b in zip(tf.nest.flatten(first_step.observation),
+                                        end_observation)] +
+            [twice(a) for a in tf.nest.flatten(first_policy_step.action)] +
+            [twice(a) for a in tf.nest.flatten(first_policy_step.info)] +
+            [twice(end_step_type), pair(reward, np.zeros_like(reward)),
+             pair(discount, np.ones_like(discount)),
+             np.full(n, version, dtype=np.int64)])
 
 
 class SequenceWriter(BatchedWriter):
@@ -202,6 +210,7 @@ class SequenceWriter(BatchedWriter):
     self._length = length
     self._stride = stride
     self._steps = 0
+    self._slicers = None  # per flat leaf, set at the first item
 
   @staticmethod
   def item_signature(collect_data_spec: Any, length: int, envs_per_item: int,
@@ -228,15 +237,20 @@ class SequenceWriter(BatchedWriter):
   def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
             policy_state: Any = ()) -> None:
     num_groups = self._groups(np.shape(time_step.step_type)[0])
-    row = _row(time_step, policy_step, next_time_step, policy_version)
-    if tf.nest.flatten(policy_state):
-      row[POLICY_STATE] = tf.nest.map_structure(np.asarray, policy_state)
+    row = _flat_row(time_step, policy_step, next_time_step, policy_version, policy_state)
     self._append(self._split(row, num_groups))
     self._steps += 1
     if self._steps >= self._length and (self._steps - self._length) % self._stride == 0:
+      if self._slicers is None:
+        # The unroll's last `length` steps of every column; of the policy state's
+        # columns (between the Trajectory's and the version's), its first step only.
+        unroll = lambda column: column[-self._length:]
+        first = lambda column: column[-self._length]
+        num_state = len(tf.nest.flatten(policy_state))
+        num_trajectory = len(row) - num_state - 1
+        self._slicers = [unroll] * num_trajectory + [first] * num_state + [unroll]
       for g in range(num_groups):
-        self._create_items(g, lambda column: column[-self._length:], column_slicers={
-            POLICY_STATE: lambda column: column[-self._length]})
+        self._create_items(g, self._slicers)
       self._throttle()
 
 
@@ -280,11 +294,8 @@ class EpisodeWriter(BatchedWriter):
     num_envs = self._groups(np.shape(time_step.step_type)[0])
     if self._lengths is None:
       self._lengths = np.zeros(num_envs, dtype=np.int64)
-    row = _row(time_step, policy_step, next_time_step, policy_version)
-    # Per-env columns: drop the group dimension of size 1.
-    groups = tuple(tf.nest.map_structure(lambda x: x[0], g)
-                   for g in self._split(row, num_envs))
-    self._append(groups)
+    row = _flat_row(time_step, policy_step, next_time_step, policy_version)
+    self._append(self._split(row, num_envs, keep_group_dim=False))  # per-env columns
     self._lengths += 1
     done = (time_step.step_type == _LAST) | (self._lengths >= self._max_length)
     for env in np.flatnonzero(done):

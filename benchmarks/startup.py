@@ -1,0 +1,124 @@
+"""Start-up and whole-process time to solve: tfrl's train_eval vs Stable-Baselines3.
+
+For DQN, PPO and SAC (CartPole-v1, CartPole-v1, Pendulum-v1; the configs and RL-Zoo
+settings of solve_time.py), runs each side as a user would, one process per seed, and
+reports three clocks per run:
+
+  start-up   process start (interpreter, imports, building everything) to the first
+             train step: tfrl's 'start-up N s' of its first progress line, SB3's
+             time to `model.learn` (both from /proc, so interpreter start counts);
+  train      the first train step to the first evaluation at the threshold (see
+             solve_time.py: evaluations included, as on both sides);
+  process    the whole process, start to exit, as a person waits for it: tfrl's
+             includes its confirming evaluation, final checkpoint and exports.
+
+Targets (issue 15): tfrl's start-up <= 3.5 s (median of all its runs), and for each
+algorithm the median whole-process time to solve <= 0.6x SB3's.
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/startup.py --peer_torch_threads=1
+    .venv/bin/python benchmarks/startup.py --algos=ppo --seeds=0,1,2,3,4
+
+It takes solve_time.py's flags (seeds, caps, venvs). Results: benchmarks/RESULTS.md.
+"""
+import datetime
+import math
+import os
+import statistics
+import subprocess
+from typing import List, Optional
+
+from absl import app
+from absl import flags
+
+import common  # benchmarks/common.py
+import solve_time  # benchmarks/solve_time.py: the runs and their flags
+
+FLAGS = flags.FLAGS
+ALGOS = ('dqn', 'ppo', 'sac')
+STARTUP_TARGET_S = 3.5
+PROCESS_RATIO_TARGET = 0.6
+
+
+def _median(values) -> Optional[float]:
+  values = [v for v in values if v is not None]
+  return statistics.median(values) if values else None
+
+
+def _fmt(x: Optional[float]) -> str:
+  return '-' if x is None else 'inf' if math.isinf(x) else f'{x:.1f}'
+
+
+def _clocks(run: solve_time.Run) -> List[Optional[float]]:
+  """start-up, train (inf when unsolved), process seconds."""
+  return [run.extra.get('startup_seconds'),
+          run.seconds if run.solved else math.inf, run.process_seconds]
+
+
+def _process_to_solve(run: solve_time.Run) -> float:
+  """The whole process's seconds where it solved, else infinite (as solve_time does)."""
+  return run.process_seconds if run.solved else math.inf
+
+
+def main(argv):
+  del argv
+  common.check_choices('algos', FLAGS.algos, ALGOS)
+  seeds = [int(s) for s in FLAGS.seeds]
+  solve_time.ensure_peer_venv()
+  git = subprocess.run(['git', 'describe', '--always', '--dirty'], cwd=common.REPO,
+                       capture_output=True, text=True).stdout.strip()
+  print(f'Start-up and whole-process time to solve: algos={",".join(FLAGS.algos)} '
+        f'seeds={",".join(map(str, seeds))}, {os.cpu_count()} CPUs', flush=True)
+  print(f'  date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
+        f'tfrl at {git}; peer venv: {solve_time.peer_versions()}; torch threads: '
+        f'{FLAGS.peer_torch_threads or "default"}', flush=True)
+  print(common.load_line('start'), flush=True)
+  runs = {algo: {'tfrl': [], 'SB3': []} for algo in FLAGS.algos}
+  for algo in FLAGS.algos:
+    for seed in seeds:
+      # Alternate which side goes first, as solve_time.py does.
+      for side in (('tfrl', 'SB3') if seed % 2 == 0 else ('SB3', 'tfrl')):
+        solve_time.wait_while_paused()
+        run = (solve_time.run_tfrl if side == 'tfrl' else solve_time.run_peer)(algo, seed)
+        runs[algo][side].append(run)
+        start, train, proc = _clocks(run)
+        print(f'  {algo} seed {seed} {side}: start-up {_fmt(start)} s, train {_fmt(train)} s, '
+              f'process {_fmt(proc)} s' + (f' ({run.note})' if run.note else ''), flush=True)
+  print(common.load_line('end'))
+  print()
+  print(f'{"algo":<5} {"seed":<5} {"tfrl start":>10} {"train":>7} {"process":>8}   |'
+        f' {"SB3 start":>9} {"train":>7} {"process":>8}')
+  startups, verdicts = [], []
+  for algo in FLAGS.algos:
+    by_seed = {run.seed: run for run in runs[algo]['SB3']}
+    for run in runs[algo]['tfrl']:
+      peer = by_seed.get(run.seed)
+      ours = _clocks(run)
+      theirs = _clocks(peer) if peer else [None] * 3
+      print(f'{algo:<5} {run.seed:<5} {_fmt(ours[0]):>10} {_fmt(ours[1]):>7} '
+            f'{_fmt(ours[2]):>8}   | {_fmt(theirs[0]):>9} {_fmt(theirs[1]):>7} '
+            f'{_fmt(theirs[2]):>8}')
+      startups.append(ours[0])
+    tfrl_process = _median(_process_to_solve(r) for r in runs[algo]['tfrl'])
+    peer_process = _median(_process_to_solve(r) for r in runs[algo]['SB3'])
+    if tfrl_process is None or peer_process is None or math.isinf(peer_process):
+      verdicts.append(f'{algo}: whole process to solve, tfrl {_fmt(tfrl_process)} s vs SB3 '
+                      f'{_fmt(peer_process)} s   n/a')
+      continue
+    ratio = tfrl_process / peer_process
+    verdicts.append(
+        f'{algo}: whole process to solve, median tfrl {tfrl_process:.1f} s / SB3 '
+        f'{peer_process:.1f} s = {ratio:.2f}x   target <= {PROCESS_RATIO_TARGET}x   '
+        f'{"PASS" if ratio <= PROCESS_RATIO_TARGET else "MISS"}')
+  startup = _median(startups)
+  print()
+  if startup is not None:
+    print(f'tfrl start-up to the first train step, median {startup:.2f} s   target <= '
+          f'{STARTUP_TARGET_S} s   {"PASS" if startup <= STARTUP_TARGET_S else "MISS"}')
+  print('\n'.join(verdicts))
+
+
+if __name__ == '__main__':
+  FLAGS.set_default('algos', list(ALGOS))
+  app.run(main)
