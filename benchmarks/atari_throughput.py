@@ -1,0 +1,247 @@
+"""Atari throughput: tfrl's collection and learner against the raw ALE loop and an
+in-memory train loop, with `learners/configs/ppo_atari.gin`'s agent.
+
+Paths (frames are ALE frames: 4 per env step, AtariPreprocessing's frame skip):
+
+  raw            the vector env `tfrl.envs.make(game, num_envs, atari=True)` builds
+                 (gymnasium's AtariPreprocessing: 84x84 grey, max-pooled skip of 4, 4
+                 stacked frames) stepped with random actions: no policy, no writing.
+  collect        `tfrl.actors.Actor` with the PPO agent's collect policy (the Nature
+                 CNN, one call per vector step on all envs) and the layout's
+                 `SequenceWriter` (unrolls of 129 steps every 128) into a local Reverb
+                 table that drops its oldest unrolls (so no consumer is needed).
+  collect-nowrite  (diagnostic) the same Actor without a writer.
+  learner        `tfrl.learner.Learner` with the same agent, trained from a local Reverb
+                 table holding --fill_unrolls unrolls collected by that Actor, sampled
+                 uniformly (each sample reused, so the rate is sustained), batches of
+                 the config's 8 unrolls x 128 steps (1,024 env steps, 4,096 frames).
+  ceiling        the same agent's `agent.train` in a `tf.while_loop` inside one
+                 `tf.function` on one fixed in-memory batch of those unrolls.
+
+Targets (issue 15): collect >= 50% of raw; learner >= 80% of the ceiling. The training
+frames/s against SB3 PPO at the same settings come from benchmarks/solve_time.py's
+budget runs (`--algos=ppo_pong,ppo_breakout`, "frames/s while training"; target 2x).
+
+Method as in learner_throughput.py: every path is built and warmed up first, then
+--rounds rounds time each path for --seconds; a path's figure is its best round.
+
+Run (from the repository root; needs the 'atari' extra):
+
+    .venv/bin/python benchmarks/atari_throughput.py
+    .venv/bin/python benchmarks/atari_throughput.py --game=ALE/Breakout-v5 --seconds=20
+
+Results are recorded in benchmarks/RESULTS.md.
+"""
+import contextlib
+import shutil
+import tempfile
+import time
+
+# First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
+import common  # pylint: disable=g-bad-import-order
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from learners import config
+from learners.experiment import Experiment
+import tfrl.actors
+import tfrl.learner
+import tfrl.replay
+
+ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'learner', 'ceiling')
+TARGET_COLLECT_VS_RAW = 0.5
+TARGET_LEARNER_VS_CEILING = 0.8
+FRAMES_PER_STEP = 4
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('game', 'ALE/Pong-v5', 'The ALE game (Experiment.env_name).')
+flags.DEFINE_float('seconds', 15.0, 'Timed budget per path in each round.')
+flags.DEFINE_integer('rounds', 2, 'Rounds over all paths; each path reports its best.')
+flags.DEFINE_integer('fill_unrolls', 16, "Unrolls in the learner's table.")
+flags.DEFINE_integer('iterations', 2, 'Train steps per Learner.run call.')
+flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
+
+
+class Measurement:
+  """One path: `call()` does one chunk of work and returns the env steps it covered."""
+
+  def __init__(self, name, call, note=''):
+    self.name, self.call, self.note = name, call, note
+    self.rounds = []
+
+  def time(self, seconds: float) -> None:
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      steps += self.call()
+    self.rounds.append(steps / (time.perf_counter() - start))
+
+  @property
+  def frames_per_s(self) -> float:
+    return FRAMES_PER_STEP * max(self.rounds)
+
+
+def build_experiment() -> Experiment:
+  config.parse(['ppo_atari.gin'], [f"Experiment.env_name = '{FLAGS.game}'"])
+  return Experiment()
+
+
+def dropping_table(name: str, signature, max_size: int, sampler) -> reverb.Table:
+  """A table that evicts its oldest items when full: writers never wait on it."""
+  return reverb.Table(name, sampler=sampler, remover=reverb.selectors.Fifo(),
+                      max_size=max_size, rate_limiter=reverb.rate_limiters.MinSize(1),
+                      signature=signature)
+
+
+def setup(exp: Experiment, stack: contextlib.ExitStack):
+  """Builds every path asked for; returns the measurements."""
+  layout = exp.layout
+  measurements = []
+  env = exp.make_env()
+  stack.callback(env.close)
+  train_step = tfrl.learner.new_train_step()
+  agent = exp.make_agent(env, train_step)
+  signature = layout.item_signature(agent)
+
+  if 'raw' in FLAGS.paths:
+    vector_env = exp.make_env(seed=exp.seed + 1).vector_env
+    stack.callback(vector_env.close)
+    vector_env.reset(seed=0)
+
+    def raw():
+      for _ in range(32):
+        vector_env.step(vector_env.action_space.sample())
+      return 32 * vector_env.num_envs
+
+    measurements.append(Measurement('raw', raw, 'random actions, no policy, no writing'))
+
+  def timed_collect(actor):
+    def collect():
+      before = actor.env_steps
+      actor.run(32)
+      return actor.env_steps - before
+    return collect
+
+  fill_server = collect_actor = None
+  if {'collect', 'learner', 'ceiling'} & set(FLAGS.paths):
+    table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
+                           reverb.selectors.Uniform())
+    fill_server = tfrl.replay.ReplayServer([table])
+    stack.callback(fill_server.stop)
+    collect_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 2), agent.collect_policy,
+                                      [layout.make_writer(fill_server.client)])
+    stack.callback(collect_actor.close)
+    collect_actor.run(exp.unroll_length)  # warm-up: traces the policy, opens the writer
+    if 'collect' in FLAGS.paths:
+      measurements.append(Measurement(
+          'collect', timed_collect(collect_actor),
+          f'{exp.num_envs} envs, Nature CNN collect policy, unrolls of '
+          f'{exp.unroll_length + 1} into Reverb'))
+  if 'collect-nowrite' in FLAGS.paths:
+    bare_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 3), agent.collect_policy)
+    bare_actor.run(exp.unroll_length)
+    measurements.append(Measurement('collect-nowrite', timed_collect(bare_actor),
+                                    'the same Actor without a writer'))
+
+  if {'learner', 'ceiling'} & set(FLAGS.paths):
+    # Fill the learner's table with real unrolls of the collect policy.
+    table_size = lambda: fill_server.table_info()[layout.experience_table].current_size
+    while table_size() < FLAGS.fill_unrolls:
+      collect_actor.run(exp.unroll_length)
+      collect_actor.flush()
+  batch_steps = exp.batch_size * exp.unroll_length
+
+  if 'ceiling' in FLAGS.paths:
+    ceiling_agent = exp.make_agent(env, tfrl.learner.new_train_step())
+    dataset = layout.dataset_fn(fill_server.address, ceiling_agent)(
+        tf.distribute.InputContext())
+    experience, info = next(iter(dataset))
+    kwargs = layout.train_inputs_fn(ceiling_agent)(experience, info)
+    kwargs = tf.nest.map_structure(tf.identity, kwargs)  # fixed, in memory
+
+    @tf.function(autograph=False)
+    def train_loop(iterations):
+      first = ceiling_agent.train(**kwargs).loss
+
+      def body(i, unused_loss):
+        return i + 1, ceiling_agent.train(**kwargs).loss
+
+      return tf.while_loop(lambda i, _: i < iterations, body, (tf.constant(1), first))[1]
+
+    k = tf.constant(FLAGS.iterations)
+
+    def ceiling():
+      train_loop(k)
+      return FLAGS.iterations * batch_steps
+
+    ceiling()
+    measurements.append(Measurement('ceiling', ceiling,
+                                    'agent.train on one fixed in-memory batch'))
+
+  if 'learner' in FLAGS.paths:
+    learner_agent = exp.make_agent(env, train_step)
+    root_dir = tempfile.mkdtemp(prefix='tfrl_atari_bench_')
+    stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+    learner = tfrl.learner.Learner(
+        root_dir, train_step, learner_agent,
+        experience_dataset_fn=layout.dataset_fn(fill_server.address, learner_agent),
+        train_inputs_fn=layout.train_inputs_fn(learner_agent),
+        checkpoint_interval=0, summary_interval=0)
+
+    def learn():
+      before = int(train_step.numpy())
+      learner.run(iterations=FLAGS.iterations)
+      return (int(train_step.numpy()) - before) * batch_steps
+
+    learn()
+    measurements.append(Measurement(
+        'learner', learn, f'{FLAGS.fill_unrolls} unrolls in a uniform table, batches of '
+        f'{exp.batch_size} x {exp.unroll_length} steps'))
+  return measurements
+
+
+def _ratio(label: str, num, den, target: float) -> str:
+  if num is None or den is None:
+    return common.target_line(label, None, target, '', 28, 8)
+  ratio = num.frames_per_s / den.frames_per_s
+  return common.target_line(label, ratio, target, f'{ratio:.1%}', 28, 8)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  common.check_choices('paths', FLAGS.paths, ALL_PATHS)
+  exp = build_experiment()
+  print(f'Atari throughput on {FLAGS.game}: {exp.num_envs} envs, ppo_atari.gin\'s agent '
+        f'(Nature CNN), {FLAGS.rounds} rounds of {FLAGS.seconds:g} s per path, '
+        f'{common.machine_and_versions("dm-reverb", "ale-py", "gymnasium")}', flush=True)
+  print(common.load_line('start'), flush=True)
+  with contextlib.ExitStack() as stack:
+    measurements = setup(exp, stack)
+    for r in range(FLAGS.rounds):
+      for m in measurements:
+        m.time(FLAGS.seconds)
+        print(f'  round {r + 1}: {m.name:<16} {FRAMES_PER_STEP * m.rounds[-1]:>9,.0f} '
+              f'frames/s (load {common.load_1min():.2f})', flush=True)
+  print(common.load_line('end'))
+  print()
+  print(f'{"path":<16} {"frames/s":>9} {"env steps/s":>12}  note')
+  for m in measurements:
+    print(f'{m.name:<16} {m.frames_per_s:>9,.0f} {m.frames_per_s / FRAMES_PER_STEP:>12,.0f}'
+          f'  {m.note}')
+  results = {m.name: m for m in measurements}
+  print()
+  print(_ratio('collect / raw', results.get('collect'), results.get('raw'),
+               TARGET_COLLECT_VS_RAW))
+  print(_ratio('learner / ceiling', results.get('learner'), results.get('ceiling'),
+               TARGET_LEARNER_VS_CEILING))
+  if 'collect' in results and 'collect-nowrite' in results:
+    share = results['collect'].frames_per_s / results['collect-nowrite'].frames_per_s
+    print(f'{"collect with writer / without":<28} {share:.1%} (diagnostic: the writer)')
+
+
+if __name__ == '__main__':
+  app.run(main)
