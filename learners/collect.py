@@ -27,6 +27,7 @@ from learners import config
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
+from tfrl import logs
 from tfrl import metrics as tfrl_metrics
 from tfrl import replay
 from tfrl.agents import interface
@@ -127,7 +128,7 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     random_actor.run(max(1, experiment.initial_collect_steps // num_envs))
     random_steps = random_actor.env_steps
     actor.reset()
-  logging.info('Collector %d waiting for the trainer\'s first variables push '
+  logs.progress('Collector %d waiting for the trainer\'s first variables push '
                '(up to %.0f s).', task_id, options.variables_timeout_s)
   try:
     variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
@@ -135,7 +136,7 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     if stop_event.is_set():  # Stopped while waiting: not an error.
       return random_steps
     raise
-  logging.info('Collector %d acting with policy version %d.', task_id, int(train_step))
+  logs.progress('Collector %d acting with policy version %d.', task_id, int(train_step))
 
   last_log = time.monotonic()
   while not stop_event.is_set():
@@ -162,11 +163,11 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
       if not process.wait_for_server_with_backoff(address, options.reconnect_timeout_s,
                                                   stop_event):
         break
-      logging.info('Reverb server %s is back; collecting again.', address)
+      logs.progress('Reverb server %s is back; collecting again.', address)
       continue
     if time.monotonic() - last_log >= options.log_interval_s:
       last_log = time.monotonic()
-      logging.info('collector %d | env steps %d | %.0f env steps/s | avg return %s | '
+      logs.progress('collector %d | env steps %d | %.0f env steps/s | avg return %s | '
                    'policy version %d', task_id, actor.env_steps + random_steps,
                    metrics['EnvStepsPerSecond'],
                    tfrl_metrics.format_return(metrics['AverageReturn']), int(train_step))
@@ -179,13 +180,14 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     logging.warning('The last items were not accepted within %d s (%s); dropped.',
                     _CLOSE_TIMEOUT_MS // 1000, e)
   env.close()
-  logging.info('Collector %d stopped after %d env steps.', task_id,
+  logs.progress('Collector %d stopped after %d env steps.', task_id,
                actor.env_steps + random_steps)
   return actor.env_steps + random_steps
 
 
 def main(argv):
   del argv
+  logs.quiet_absl_unless_asked()
   config.parse_from_flags()
   options = config.options_from_flags(Options, FLAGS)
   process.run_program(lambda stop_event: collect(

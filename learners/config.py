@@ -14,14 +14,16 @@ class ConfigError(ValueError):
 
 
 def resolve_gin_file(path: str) -> str:
-  """Returns `path`, or `learners/configs/<path>` when only that exists.
+  """Returns `path`, or `learners/configs/<path>` when only that exists, absolute (gin
+  tries each search location before a relative path, and logs an error line for every
+  location where it is not).
 
   Raises:
     ConfigError: neither exists (the message lists the bundled configs).
   """
   for candidate in (path, os.path.join(CONFIG_DIR, path)):
     if os.path.isfile(candidate):
-      return candidate
+      return os.path.abspath(candidate)
   bundled = sorted(f for f in os.listdir(CONFIG_DIR) if f.endswith('.gin'))
   raise ConfigError(f'gin file {path!r} not found (bundled configs in {CONFIG_DIR}: '
                     f'{", ".join(bundled)}).')

@@ -34,6 +34,7 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
+from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
@@ -112,7 +113,7 @@ def evaluate_saved_model(path: str) -> Dict[str, Any]:
   evaluator = actors.Evaluator(experiment.make_eval_env(), policy,
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   result = evaluator.run()
-  logging.info('SavedModel %s (train step %d): average return %s over %d episodes.',
+  logs.progress('SavedModel %s (train step %d): average return %s over %d episodes.',
                path, policy.get_train_step(), metrics.format_return(result['AverageReturn']),
                result['NumberOfEpisodes'])
   return result
@@ -204,16 +205,17 @@ def _evaluate_when_due(experiment: Experiment, address: str,
          # confirmation's episodes (e.g. to check an exported policy).
          'confirmation_seed': confirmation_seed}
   log.add(row)
-  logging.info('eval | train step %d | env steps %d | return %s', step, env_steps,
+  logs.progress('eval | train step %d | env steps %d | return %s', step, env_steps,
                metrics.format_return(result['AverageReturn']))
   if reached:
-    logging.info('Target return %s reached and confirmed (%s) at train step %d.',
+    logs.progress('Target return %s reached and confirmed (%s) at train step %d.',
                  metrics.format_return(target), metrics.format_return(confirmation), step)
   return row
 
 
 def main(argv):
   del argv
+  logs.quiet_absl_unless_asked()
   config.parse_from_flags()
   if FLAGS.saved_model_dir:
     evaluate_saved_model(FLAGS.saved_model_dir)

@@ -39,6 +39,7 @@ from learners import process
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
+from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
@@ -99,7 +100,7 @@ class Launcher:
     self.processes[name] = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env,
         preexec_fn=process.detach_and_die_with_parent)
-    logging.info('Started %s (pid %d): %s', name, self.processes[name].pid,
+    logs.progress('Started %s (pid %d): %s', name, self.processes[name].pid,
                  ' '.join(command))
 
   def start(self, server_timeout_s: float = 120.0) -> None:
@@ -301,6 +302,7 @@ def _final_state(root_dir: str) -> str:
 
 def main(argv):
   del argv
+  logs.quiet_absl_unless_asked()
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         FLAGS.num_collectors, FLAGS.port)

@@ -21,6 +21,7 @@ from absl import logging
 from learners import config
 from learners import process
 from learners.experiment import Experiment
+from tfrl import logs
 from tfrl import replay
 
 config.define_common_flags()
@@ -40,18 +41,19 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
   server = replay.ReplayServer(experiment.tables(agent, train_step), port=port,
                                checkpoint_dir=checkpoint_dir)
   info = server.table_info()
-  logging.info('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
+  logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
                port, {name: t.current_size for name, t in info.items()})
   try:
     while not stop_event.wait(checkpoint_interval_s if checkpoint_interval_s > 0 else None):
-      logging.info('Reverb checkpoint: %s', server.checkpoint())
+      logs.progress('Reverb checkpoint: %s', server.checkpoint())
   finally:
-    logging.info('Stopping: final Reverb checkpoint %s', server.checkpoint())
+    logs.progress('Stopping: final Reverb checkpoint %s', server.checkpoint())
     server.stop()
 
 
 def main(argv):
   del argv
+  logs.quiet_absl_unless_asked()
   config.parse_from_flags()
   stop_event = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,6 +36,7 @@ from learners import eval_barrier
 from learners import process
 from learners.experiment import Experiment
 from tfrl import distribute
+from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
@@ -169,7 +170,7 @@ def _watch_server(address: str, stop_event: threading.Event, heartbeat: _Heartbe
         return
     if heartbeat.last < back:
       _restart(address)
-    logging.info('The Reverb server at %s is back and training goes on.', address)
+    logs.progress('The Reverb server at %s is back and training goes on.', address)
 
 
 def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
@@ -177,11 +178,11 @@ def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
   """True while the evaluator asks the trainer to hold still (then waits a moment)."""
   if not barrier.requested():
     if barrier.paused_at is not None:
-      logging.info('Evaluator done with train step %d: training goes on.', barrier.paused_at)
+      logs.progress('Evaluator done with train step %d: training goes on.', barrier.paused_at)
       barrier.resume()
     return False
   if barrier.paused_at is None:
-    logging.info('Holding still at train step %d while the evaluator confirms it.',
+    logs.progress('Holding still at train step %d while the evaluator confirms it.',
                  learner.train_step_numpy)
   barrier.hold(learner.train_step_numpy, variables.push)
   stop_event.wait(0.1)
@@ -240,7 +241,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   start_step, last_log = learner.train_step_numpy, 0.0
   throughput = metrics.Throughput()
   throughput.rate(start_step)
-  logging.info('Trainer (chief=%s) from train step %d to %d (start-up %.1f s).', is_chief,
+  logs.progress('Trainer (chief=%s) from train step %d to %d (start-up %.1f s).', is_chief,
                start_step, experiment.num_train_steps, process.seconds_since_start())
   # The chief holds still while the evaluator confirms a candidate policy, and ends
   # there once it is confirmed (see eval_barrier). Not under multi_worker: the other
@@ -251,7 +252,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
     heartbeat.beat()  # this thread is not stuck in a sample
     if barrier is not None and _held_by_evaluator(barrier, learner, variables, stop_event):
       if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
-        logging.info('The evaluator confirmed the target at train step %d: stopping there.',
+        logs.progress('The evaluator confirmed the target at train step %d: stopping there.',
                      barrier.paused_at)
         break
       continue
@@ -269,7 +270,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
             f'No experience from table {layout.experience_table!r} at {address} for '
             f'{now - starved_since:.0f} s: are the collectors running?')
         break
-      logging.info('Waiting for experience from %s at %s (%.0f s so far).',
+      logs.progress('Waiting for experience from %s at %s (%.0f s so far).',
                    layout.experience_table, address, now - starved_since)
       learner.reset_iterator()
       continue
@@ -286,12 +287,12 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
     if time.monotonic() - last_log >= options.log_interval_s:
       last_log = time.monotonic()
       step = learner.train_step_numpy
-      logging.info('train step %d | loss %.4f | %.0f train steps/s', step,
+      logs.progress('train step %d | loss %.4f | %.0f train steps/s', step,
                    float(np.mean(loss_info.loss)), throughput.rate(step))
   learner.save_checkpoint()
   if policy_trigger is not None:
     policy_trigger.save_saved_models()
-  logging.info('Trainer stopped at train step %d (final checkpoint%s written).',
+  logs.progress('Trainer stopped at train step %d (final checkpoint%s written).',
                learner.train_step_numpy, ' and policies' if policy_trigger else '')
   if error is not None:
     raise error
@@ -300,6 +301,7 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
 
 def main(argv):
   del argv
+  logs.quiet_absl_unless_asked()
   # The strategy first: MultiWorkerMirroredStrategy must exist before any other op.
   strategy = distribute.get_strategy(FLAGS.strategy, tpu=FLAGS.tpu)
   config.parse_from_flags()

@@ -29,11 +29,13 @@ from tf_agents.policies import random_tf_policy
 from tfrl import actors
 from tfrl import distribute
 from tfrl import learner as learner_lib
+from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 from learners import config
 from learners import process
+from learners import progress_bar as progress_bar_lib
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
@@ -44,7 +46,8 @@ OnProgress = Callable[[Dict[str, Any]], None]
 def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
                on_evaluation: Optional[OnEvaluation] = None,
-               on_progress: Optional[OnProgress] = None) -> Dict[str, Any]:
+               on_progress: Optional[OnProgress] = None,
+               progress_bar: bool = False) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -57,6 +60,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
       train_return: the training episodes' mean over the last 100, eval_return: this
       line's evaluation or None, env_steps_per_s, train_steps_per_s, seconds), e.g. to
       draw a learning curve from the training episodes.
+    progress_bar: show a tqdm bar (a widget in a notebook) while training: ETA, env
+      steps/s, the last eval return; the progress lines print above it.
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
@@ -73,7 +78,13 @@ def train_eval(root_dir: str, strategy: str = 'default',
     job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
     job.on_progress = on_progress
     job.warm_up()
+    if progress_bar:
+      job.bar = cleanup.enter_context(progress_bar_lib.ProgressBar(
+          exp.num_train_steps, job.learner.train_step_numpy, exp.max_train_seconds,
+          desc=f'{type(job.agent).__name__} on {exp.env_name}'))
     reached = job.collect_and_train(on_evaluation)
+    if job.bar is not None:
+      job.bar.close()  # before the export's lines
     return job.export(reached)
 
 
@@ -95,7 +106,7 @@ class _OneProcessJob:
     # One process alternates collection and training, so the table has no ratio limiter
     # (it could block the learner while the actor is idle): the ratio is fixed by
     # collect/train steps per iteration instead.
-    self.server = replay.ReplayServer(layout.tables(self.agent, None))
+    self.server = replay.ReplayServer(layout.tables(self.agent, None), warn_exposed=False)
     cleanup.callback(self.server.stop)
     self.writer = layout.make_writer(self.server.client)
     cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
@@ -127,6 +138,7 @@ class _OneProcessJob:
     self.history: List[Dict[str, Any]] = []
     self.progress: List[Dict[str, Any]] = []
     self.on_progress: Optional[OnProgress] = None
+    self.bar: Optional[progress_bar_lib.ProgressBar] = None
     self.last_return = float('nan')
     self.start_step = self.learner.train_step_numpy
     self.start_time = time.perf_counter()
@@ -149,7 +161,7 @@ class _OneProcessJob:
     exp = self.exp
     budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
               else '')
-    logging.info('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
+    logs.progress('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
                  type(self.agent).__name__, exp.env_name, self.start_step,
                  exp.num_train_steps, budget, process.seconds_since_start())
     self.start_time = time.perf_counter()
@@ -162,8 +174,10 @@ class _OneProcessJob:
       if not self.train():
         continue
       step = self.learner.train_step_numpy
-      out_of_time = (exp.max_train_seconds is not None and
-                     time.perf_counter() - self.start_time >= exp.max_train_seconds)
+      seconds = time.perf_counter() - self.start_time
+      if self.bar is not None:
+        self.bar.advance(step, seconds)
+      out_of_time = exp.max_train_seconds is not None and seconds >= exp.max_train_seconds
       if out_of_time and exp.log_interval is not None:
         # The budget's own progress line, before the final evaluation adds its time.
         self.log_progress(eval_return=None)
@@ -177,7 +191,7 @@ class _OneProcessJob:
         next_log = _next_multiple(step, exp.log_interval)
         self.log_progress(eval_return=None)
       if out_of_time:
-        logging.info('Stopping at train step %d: the budget of %g s of training is spent.',
+        logs.progress('Stopping at train step %d: the budget of %g s of training is spent.',
                      step, exp.max_train_seconds)
         break
     return False
@@ -243,9 +257,11 @@ class _OneProcessJob:
     self.progress.append(row)
     if self.on_progress is not None:
       self.on_progress(row)
+    if self.bar is not None:
+      self.bar.update(row)
     evaluated = ('' if eval_return is None else
                  f'eval return {metrics.format_return(eval_return):>7} | ')
-    logging.info(
+    logs.progress(
         'train step %7d | env steps %9d | %strain return %7s | %8.0f env steps/s | '
         '%6.0f train steps/s | %5.1f s', step, row['env_steps'], evaluated,
         metrics.format_return(row['train_return']), row['env_steps_per_s'],
@@ -254,7 +270,7 @@ class _OneProcessJob:
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
     confirmation = self.evaluator.run()['AverageReturn']
-    logging.info('Confirmation evaluation: %s', metrics.format_return(confirmation))
+    logs.progress('Confirmation evaluation: %s', metrics.format_return(confirmation))
     return confirmation >= self.exp.target_return
 
   def export(self, reached: bool) -> Dict[str, Any]:
@@ -283,14 +299,15 @@ def _next_multiple(step: int, interval: int) -> int:
 
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
         on_evaluation: Optional[OnEvaluation] = None,
-        on_progress: Optional[OnProgress] = None, **overrides) -> Dict[str, Any]:
+        on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
+        **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation, on_progress: see `train_eval`.
+    on_evaluation, on_progress, progress_bar: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -299,33 +316,36 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   Raises:
     learners.config.ConfigError: a missing gin file or a bad binding.
   """
-  if not flags.FLAGS.is_parsed():
-    # Called from Python (a notebook, a test), absl's verbosity is unset, which its
-    # logger reads as 'pass everything' until TF's first SavedModel save sets the
-    # verbosity to FATAL and back to the unset value's WARNING: the progress lines
-    # stopped at the first export. Set it as the programs' flag default does.
-    logging.set_verbosity(logging.INFO)
   config.parse(gin_files, gin_bindings)
   try:
     experiment = dataclasses.replace(Experiment(), **overrides)
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
-                    on_progress=on_progress)
+                    on_progress=on_progress, progress_bar=progress_bar)
 
 
 FLAGS = flags.FLAGS
 config.define_common_flags()
+flags.DEFINE_enum('progress_bar', 'auto', ['auto', 'on', 'off'],
+                  'A tqdm progress bar while training: auto shows it when stderr is a '
+                  'terminal (not in logs or pipes).')
+
+
+def _show_progress_bar(choice: str) -> bool:
+  return choice == 'on' or (choice == 'auto' and sys.stderr.isatty())
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logs.quiet_absl_unless_asked()
   # TensorFlow's own deprecation notices (from tf-agents' internals) drown the progress
   # lines; its errors still print.
   tf.get_logger().setLevel('ERROR')
   try:
-    result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings)
+    result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
+                 progress_bar=_show_progress_bar(FLAGS.progress_bar))
   except config.ConfigError as e:
     config.fail(str(e))
   target = Experiment().target_return

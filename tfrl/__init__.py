@@ -4,7 +4,13 @@ Layers (each imports only the ones before it): `tfrl.envs`, `tfrl.replay`,
 `tfrl.actors`, `tfrl.learner` / `tfrl.triggers` / `tfrl.export`, and the programs in
 `learners/` that wire them together.
 """
+from tfrl import logs as _logs
+
 __version__ = '0.1.0'
+
+# TensorFlow, tf-agents and Reverb, imported now without their start-up noise (CUDA
+# factory "errors" on a CPU machine, gym's notice): every tfrl module needs them.
+_logs.import_tensorflow_quietly()
 
 
 def __getattr__(name):

@@ -1,8 +1,9 @@
 """Strategy selection: default | mirrored | multi_worker | tpu."""
 from typing import Optional, Sequence
 
-from absl import logging
 import tensorflow as tf
+
+from tfrl import logs
 
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
 
@@ -48,7 +49,7 @@ def get_strategy(kind: str = 'default',
     return tf.distribute.get_strategy()
   if kind == 'mirrored':
     strategy = tf.distribute.MirroredStrategy(devices=devices)
-    logging.info('MirroredStrategy over %d replicas.', strategy.num_replicas_in_sync)
+    logs.progress('MirroredStrategy over %d replicas.', strategy.num_replicas_in_sync)
     return strategy
   if kind == 'multi_worker':
     return tf.distribute.MultiWorkerMirroredStrategy()

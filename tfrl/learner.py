@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 
+from tfrl import logs
 from tfrl import metrics
 from tfrl import triggers as triggers_lib
 
@@ -160,7 +161,7 @@ class Learner(tf.Module):
       latest = self._checkpoint_manager.latest_checkpoint
       if latest:
         self._checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info('Restored %s at train step %d.', latest, self.train_step_numpy)
+        logs.progress('Restored %s at train step %d.', latest, self.train_step_numpy)
 
     # Interval triggers count from the (restored) step, as in tf-agents: otherwise a
     # resumed job would find every interval already passed and fire them all at once
@@ -187,7 +188,8 @@ class Learner(tf.Module):
 
   def _make_iterator(self):
     """A new distributed iterator over `experience_dataset_fn`'s dataset."""
-    with self.strategy.scope():
+    # Reverb logs an INFO line from C++ when its sampler starts in the server's process.
+    with self.strategy.scope(), logs.native_stderr_filtered():
       dataset = self.strategy.distribute_datasets_from_function(
           lambda context: _call_dataset_fn(self._experience_dataset_fn, context),
           options=self._experience_dataset_options)

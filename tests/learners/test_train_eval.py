@@ -1,7 +1,6 @@
 """learners/train_eval: the one-process job, its config errors, resume, and the demo."""
 import collections
 import glob
-import logging
 import os
 import re
 import subprocess
@@ -40,26 +39,26 @@ def test_tiny_run_exports_and_resumes(tmp_path):
   assert second['history'][0]['train_step'] == 75
 
 
-def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, caplog):
+def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, capsys):
   root = str(tmp_path / 'budget')
   rows = []
-  with caplog.at_level(logging.INFO, logger='absl'):
-    result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=1_000_000,
-                            log_interval=5, max_train_seconds=3.0,
-                            on_progress=rows.append, **TINY)
+  result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=1_000_000,
+                          log_interval=5, max_train_seconds=3.0, on_progress=rows.append,
+                          **TINY)
+  printed = capsys.readouterr().err.splitlines()
   # Stopped by the budget, long before the step budget, with a last evaluation at the
   # step it stopped at and an export of that step.
   assert 0 < result['train_step'] < 1_000_000
   assert result['history'][-1]['train_step'] == result['train_step']
   assert 3.0 <= result['history'][-1]['seconds'] < 30
   assert export.exported_train_step(result['greedy_policy_dir']) == result['train_step']
-  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train step")]
+  lines = [l.split('] ', 1)[1] for l in printed if '] train step' in l]
   evaluated = [l for l in lines if 'eval return' in l]
   between = [l for l in lines if 'eval return' not in l]
   assert len(evaluated) == len(result['history'])
   assert len(between) > len(evaluated)  # every 5 steps against every 25
   assert all(re.search(r'\| train return\s+(nan|-?[\d.]+) \|', l) for l in lines), lines[:3]
-  assert any('budget of 3 s of training is spent' in r.getMessage() for r in caplog.records)
+  assert any('budget of 3 s of training is spent' in l for l in printed)
   # The callback got each line's row, and the result keeps them.
   assert rows == result['progress'] and len(rows) == len(lines)
   assert [r['train_step'] for r in rows if r['eval_return'] is not None] == [
@@ -111,6 +110,51 @@ def test_missing_gin_file_names_it():
 def test_unknown_binding_names_it():
   with pytest.raises(config.ConfigError, match='no_such_param'):
     config.parse(['dqn_cartpole.gin'], ['Experiment.no_such_param = 3'])
+
+
+TINY_CLI = ['--gin_file=ppo_cartpole.gin', '--gin_bindings=Experiment.num_train_steps = 8',
+            '--gin_bindings=Experiment.eval_interval = 4',
+            '--gin_bindings=Experiment.target_return = None']
+# What the default output must not show (issue 16): TensorFlow's CUDA-factory "errors"
+# and CPU notices, gym's notice, gin's search misses, TensorFlow's SavedModel INFO
+# pages, Reverb's C++ life-cycle lines.
+NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', 'Path not found',
+         'signature_serialization', 'fingerprint', '[reverb/cc/')
+
+
+def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
+  env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI)
+  assert env_run.returncode == 0, env_run.stderr[-3000:]
+  lines = env_run.stderr.splitlines()
+  assert lines and all(re.match(r'I\d{4} [\d:.]+ train_eval\] ', l) for l in lines), lines
+  assert [l.split('] ')[1][:14] for l in lines] == (
+      ['Training PpoAg'] + ['train step    '] * 2), lines
+  assert 'start-up' in lines[0]
+  assert env_run.stdout.splitlines()[0].startswith('Trained to step 8 ')
+  assert 'Greedy policy exported to: ' in env_run.stdout
+  assert not [l for l in lines if any(n in l for n in NOISE)]
+
+
+def test_cli_verbosity_adds_the_library_detail(tmp_path):
+  env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI, '--verbosity=0')
+  assert env_run.returncode == 0, env_run.stderr[-3000:]
+  assert re.search(r'Checkpoint \S+ckpt-8 written', env_run.stderr), env_run.stderr[-3000:]
+  assert 'train step       8 |' in env_run.stderr
+  # Library detail, never the start-up noise: that is filtered at any verbosity.
+  assert 'Unable to register' not in env_run.stderr
+
+
+def test_cli_progress_bar_shows_the_eta_env_steps_per_second_and_eval_return(tmp_path):
+  # A terminal gets the bar by default (--progress_bar=auto); a pipe, as here, only
+  # when asked.
+  env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI, '--progress_bar=on')
+  assert env_run.returncode == 0, env_run.stderr[-3000:]
+  bars = [b for b in re.split(r'[\r\n]', env_run.stderr) if b.startswith('PpoAgent on Cart')]
+  assert bars, env_run.stderr[-3000:]
+  assert re.search(r'\| 8/8 \[\d\d:\d\d<\d\d:\d\d, .*env steps [\d,]+ \([\d,]+/s\) \| '
+                   r'eval return -?\d+\.\d', bars[-1]), bars[-1]
+  # The progress lines still print, whole, above the bar.
+  assert len(re.findall(r'^I\d{4} .* train_eval\] train step', env_run.stderr, re.M)) == 2
 
 
 def test_cli_missing_gin_file_fails_fast(tmp_path):

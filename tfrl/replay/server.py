@@ -11,6 +11,7 @@ from tensorflow.python.saved_model import nested_structure_coder  # pylint: disa
 import tree
 
 # Re-exported: callers catch `server.ReplayServerUnreachableError`.
+from tfrl import logs
 from tfrl.replay.errors import CheckpointMismatchError
 from tfrl.replay.errors import ReplayServerUnreachableError  # pylint: disable=unused-import
 
@@ -57,7 +58,8 @@ class ReplayServer:
   def __init__(self,
                tables: Sequence[reverb.Table],
                port: Optional[int] = None,
-               checkpoint_dir: Optional[str] = None):
+               checkpoint_dir: Optional[str] = None,
+               warn_exposed: bool = True):
     """Starts an embedded server.
 
     Args:
@@ -65,6 +67,10 @@ class ReplayServer:
       port: port to listen on; a free one is picked when None.
       checkpoint_dir: where Reverb checkpoints go; when it already holds one, the
         tables start from the latest checkpoint's contents.
+
+    Raises:
+      warn_exposed: log Reverb's exposure (below) as a warning; False logs it at INFO
+        (a one-process job's own server, which a notebook starts on every run).
 
     Raises:
       CheckpointMismatchError: `checkpoint_dir` holds a checkpoint whose tables differ
@@ -80,11 +86,13 @@ class ReplayServer:
       tables = list(tables)
       check_checkpoint(checkpoint_dir, tables)
       checkpointer = reverb.checkpointers.DefaultCheckpointer(path=checkpoint_dir)
-    self._server = reverb.Server(tables=list(tables), port=self._port,
-                                 checkpointer=checkpointer)
+    with logs.native_stderr_filtered():  # Reverb's own INFO lines on starting
+      self._server = reverb.Server(tables=list(tables), port=self._port,
+                                   checkpointer=checkpointer)
     self._address = f'127.0.0.1:{self._port}'
     self._client = reverb.Client(self._address)
-    logging.warning(
+    logging.log(
+        logging.WARNING if warn_exposed else logging.INFO,
         'Reverb server listening on port %d on ALL network interfaces, with no '
         'authentication: anyone who can reach this port can read and write its tables. '
         'Keep it on a private network.', self._port)
@@ -133,7 +141,8 @@ class ReplayServer:
   def stop(self) -> None:
     """Stops an embedded server; does nothing for a connected one."""
     if self._server is not None:
-      self._server.stop()
+      with logs.native_stderr_filtered():  # Reverb's INFO line on stopping
+        self._server.stop()
       self._server = None
 
   def wait(self) -> None:

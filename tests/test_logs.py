@@ -1,0 +1,72 @@
+"""tfrl.logs: native start-up noise filtered out, everything else kept, progress lines."""
+import os
+import sys
+
+import pytest
+
+from tfrl import logs
+
+NOISE = [
+    '2026-11-24 06:18:09.347750: E external/local_xla/xla/stream_executor/cuda/'
+    'cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to register factory',
+    '[reverb/cc/platform/default/server.cc:71] Started replay server on port 37881',
+    '[reverb/cc/client.cc:165] Sampler and server are owned by the same process (1) so '
+    'Table queue is accessed directly without gRPC.',
+    'Gym has been unmaintained since 2022 and does not support NumPy 2.0 amongst other',
+]
+KEPT = [
+    '2026-11-24 06:18:09.347750: E tensorflow/core/framework/op_kernel.cc:1] a real error',
+    '[reverb/cc/writer.cc:1] Stream closed: the server went away',
+    'Traceback (most recent call last):',
+]
+
+
+def _write_native(lines):
+  os.write(2, ''.join(l + '\n' for l in lines).encode())
+
+
+def test_noise_is_dropped_and_everything_else_kept_in_order(capfd):
+  with logs.native_stderr_filtered():
+    _write_native([NOISE[0], KEPT[0], NOISE[1], KEPT[1], NOISE[2], NOISE[3], KEPT[2]])
+  assert capfd.readouterr().err.splitlines() == KEPT
+
+
+def test_everything_comes_through_when_the_block_raises(capfd):
+  with pytest.raises(RuntimeError, match='broke'):
+    with logs.native_stderr_filtered():
+      _write_native(NOISE + KEPT)
+      raise RuntimeError('broke')
+  assert capfd.readouterr().err.splitlines() == NOISE + KEPT
+
+
+def test_tfrl_verbose_turns_the_filter_off(capfd, monkeypatch):
+  monkeypatch.setenv('TFRL_VERBOSE', '1')
+  with logs.native_stderr_filtered():
+    _write_native(NOISE)
+  assert capfd.readouterr().err.splitlines() == NOISE
+
+
+def test_progress_lines_print_whatever_absls_verbosity(capsys):
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  before = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  try:
+    logs.progress('train step %d | eval return %s', 5, '1.0')
+    absl_logging.info('library detail')
+  finally:
+    absl_logging.set_verbosity(before)
+  err = capsys.readouterr().err
+  assert 'test_logs] train step 5 | eval return 1.0' in err
+  assert 'library detail' not in err
+
+
+def test_importing_tfrl_prints_nothing():
+  """TensorFlow's CUDA-factory lines, its CPU notices and gym's notice all fall at the
+  import of TensorFlow and tf-agents, which `import tfrl` does quietly."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  env = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL',
+                                                          'TFRL_VERBOSE')}
+  result = subprocess.run([sys.executable, '-c', 'import tfrl, tf_agents, gym, reverb'],
+                          capture_output=True, text=True, env=env, timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout == '' and result.stderr == '', result.stderr
