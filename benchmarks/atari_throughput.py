@@ -11,6 +11,9 @@ Paths (frames are ALE frames: 4 per env step, AtariPreprocessing's frame skip):
                  `SequenceWriter` (unrolls of 129 steps every 128) into a local Reverb
                  table that drops its oldest unrolls (so no consumer is needed).
   collect-nowrite  (diagnostic) the same Actor without a writer.
+  collect-workers  the collect path with the envs in --env_workers worker processes
+                 (`Experiment.env_workers`): the policy and the writer run while the
+                 workers step the games.
   learner        `tfrl.learner.Learner` with the same agent, trained from a local Reverb
                  table holding --fill_unrolls unrolls collected by that Actor, sampled
                  uniformly (each sample reused, so the rate is sustained), batches of
@@ -49,10 +52,11 @@ import tensorflow as tf
 from learners import config
 from learners.experiment import Experiment
 import tfrl.actors
+import tfrl.envs
 import tfrl.learner
 import tfrl.replay
 
-ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'learner', 'ceiling')
+ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'collect-workers', 'learner', 'ceiling')
 TARGET_COLLECT_VS_RAW = 0.5
 TARGET_LEARNER_VS_CEILING = 0.8
 FRAMES_PER_STEP = 4
@@ -63,6 +67,7 @@ flags.DEFINE_float('seconds', 15.0, 'Timed budget per path in each round.')
 flags.DEFINE_integer('rounds', 2, 'Rounds over all paths; each path reports its best.')
 flags.DEFINE_integer('fill_unrolls', 16, "Unrolls in the learner's table.")
 flags.DEFINE_integer('iterations', 2, 'Train steps per Learner.run call.')
+flags.DEFINE_integer('env_workers', 2, 'Worker processes of the collect-workers path.')
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 
 
@@ -100,7 +105,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
   """Builds every path asked for; returns the measurements."""
   layout = exp.layout
   measurements = []
-  env = exp.make_env()
+  env = exp.make_env(collect=False)
   stack.callback(env.close)
   train_step = tfrl.learner.new_train_step()
   agent = exp.make_agent(env, train_step)
@@ -140,6 +145,21 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
           'collect', timed_collect(collect_actor),
           f'{exp.num_envs} envs, Nature CNN collect policy, unrolls of '
           f'{exp.unroll_length + 1} into Reverb'))
+  if 'collect-workers' in FLAGS.paths:
+    table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
+                           reverb.selectors.Uniform())
+    workers_server = tfrl.replay.ReplayServer([table])
+    stack.callback(workers_server.stop)
+    worker_env = tfrl.envs.make(exp.env_name, num_envs=exp.num_envs, seed=exp.seed + 4,
+                                atari=True, num_workers=FLAGS.env_workers)
+    stack.callback(worker_env.close)
+    workers_actor = tfrl.actors.Actor(worker_env, agent.collect_policy,
+                                      [layout.make_writer(workers_server.client)])
+    stack.callback(workers_actor.close)
+    workers_actor.run(exp.unroll_length)
+    measurements.append(Measurement(
+        'collect-workers', timed_collect(workers_actor),
+        f'the collect path, envs in {FLAGS.env_workers} worker processes'))
   if 'collect-nowrite' in FLAGS.paths:
     bare_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 3), agent.collect_policy)
     bare_actor.run(exp.unroll_length)
@@ -235,6 +255,8 @@ def main(argv):
   results = {m.name: m for m in measurements}
   print()
   print(_ratio('collect / raw', results.get('collect'), results.get('raw'),
+               TARGET_COLLECT_VS_RAW))
+  print(_ratio('collect-workers / raw', results.get('collect-workers'), results.get('raw'),
                TARGET_COLLECT_VS_RAW))
   print(_ratio('learner / ceiling', results.get('learner'), results.get('ceiling'),
                TARGET_LEARNER_VS_CEILING))

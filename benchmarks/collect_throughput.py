@@ -13,6 +13,9 @@ Measures environment steps per second on CartPole-v1, in one run, for:
               local Reverb table (as tf-agents' examples/dqn/dqn_train_eval.py does).
   tfrl-nowrite  (diagnostic) the tfrl Actor with the same policy and no writer: the
               policy + env loop alone, to show what the Reverb writer costs.
+  tfrl-workers  the tfrl path with the envs stepped in --env_workers worker processes
+              (`tfrl.envs.make(num_workers=)`): the Actor writes each step while the
+              workers take the next, so stepping and writing share the two cores.
   raw         the ceiling: `gymnasium.make_vec('CartPole-v1', num_envs=N, 'sync')` stepped
               with `action_space.sample()`, no policy, no writing.
 
@@ -56,7 +59,7 @@ import tfrl.replay
 
 ENV_ID = 'CartPole-v1'
 TABLE = 'replay'
-ALL_PATHS = ('tfrl', 'tf-agents', 'tfrl-nowrite', 'raw')
+ALL_PATHS = ('tfrl', 'tf-agents', 'tfrl-nowrite', 'tfrl-workers', 'raw')
 TARGET_VS_PEER = 20.0
 TARGET_VS_RAW = 0.25
 
@@ -67,6 +70,7 @@ flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 flags.DEFINE_integer('replay_capacity', 100_000,
                      'Table capacity in transitions (tfrl items hold num_envs each).')
 flags.DEFINE_integer('seed', 0, 'Environment seed.')
+flags.DEFINE_integer('env_workers', 1, 'Worker processes of the tfrl-workers path.')
 
 
 class Result:
@@ -85,9 +89,10 @@ class Result:
     return self.all_steps / self.seconds
 
 
-def bench_tfrl(seconds: float, num_envs: int, write: bool) -> Result:
-  """tfrl's batched Actor, with or without the 2-step transition writer."""
-  env = tfrl.envs.make(ENV_ID, num_envs=num_envs, seed=FLAGS.seed)
+def bench_tfrl(seconds: float, num_envs: int, write: bool, num_workers: int = 0) -> Result:
+  """tfrl's batched Actor, with or without the 2-step transition writer, its envs in
+  this process or in `num_workers` worker processes."""
+  env = tfrl.envs.make(ENV_ID, num_envs=num_envs, seed=FLAGS.seed, num_workers=num_workers)
   agent = common.make_dqn_agent(env.time_step_spec(), env.action_spec(), FLAGS.seed)
   server, writers = None, []
   if write:
@@ -121,7 +126,9 @@ def bench_tfrl(seconds: float, num_envs: int, write: bool) -> Result:
     env.close()
     if server is not None:
       server.stop()
-  name = 'tfrl' if write else 'tfrl-nowrite'
+  name = 'tfrl-workers' if num_workers else 'tfrl' if write else 'tfrl-nowrite'
+  if num_workers:
+    note = f'{note}; envs in {num_workers} worker process(es)'
   return Result(name, env_steps, vector_steps * num_envs, elapsed, note)
 
 
@@ -230,6 +237,9 @@ def main(argv):
       results[path] = bench_tfrl(FLAGS.seconds, FLAGS.num_envs, write=True)
     elif path == 'tfrl-nowrite':
       results[path] = bench_tfrl(FLAGS.seconds, FLAGS.num_envs, write=False)
+    elif path == 'tfrl-workers':
+      results[path] = bench_tfrl(FLAGS.seconds, FLAGS.num_envs, write=True,
+                                 num_workers=FLAGS.env_workers)
     elif path == 'tf-agents':
       results[path] = bench_tf_agents(FLAGS.seconds)
     else:
@@ -248,6 +258,8 @@ def main(argv):
                     TARGET_VS_PEER))
   print(_ratio_line('tfrl / raw gymnasium loop', tfrl_r, results.get('raw'),
                     TARGET_VS_RAW))
+  print(_ratio_line('tfrl-workers / raw loop', results.get('tfrl-workers'),
+                    results.get('raw'), TARGET_VS_RAW))
   if tfrl_r is not None and 'tfrl-nowrite' in results:
     share = tfrl_r.rate / results['tfrl-nowrite'].rate
     print(f'{"tfrl with writer / without":<28} {share:.1%} (diagnostic: the writer\'s cost)')

@@ -59,6 +59,10 @@ class Experiment:
       ('transition'); raise it when num_envs is small so items stay large.
     unroll_length: transitions per unroll ('sequence'; items hold one more step).
     num_envs: parallel envs per collector.
+    env_workers: step a collector's envs in this many worker processes, so its policy
+      and Reverb writer run while they step (`tfrl.envs.make(num_workers=)`); 0 steps
+      them in the collector's own process. Worth it when the envs cost as much as the
+      policy and the writer (Atari, MuJoCo) and a core is free.
     replay_capacity: replay size in rows (transitions or unrolls).
     replay_remover: ('sequence_replay') 'reservoir' keeps a uniform sample of all
       unrolls ever written (CLEAR's choice), 'fifo' the most recent ones.
@@ -107,6 +111,7 @@ class Experiment:
   steps_per_item: int = 1
   unroll_length: int = 16
   num_envs: int = 16
+  env_workers: int = 0
   replay_capacity: int = 100_000
   replay_table: str = 'uniform'
   replay_remover: str = 'reservoir'
@@ -143,6 +148,8 @@ class Experiment:
       raise ValueError("replay_table='prioritized' needs a priority per row, which only "
                        "the 'transition' layout's agents (DQN) report: use "
                        f"replay_table='uniform' with data_layout={self.data_layout!r}.")
+    if self.env_workers < 0:
+      raise ValueError(f'env_workers must be 0 or more, got {self.env_workers}.')
     for name in ('eval_interval', 'log_interval', 'max_train_seconds'):
       value = getattr(self, name)
       if value is not None and value <= 0:
@@ -178,9 +185,14 @@ class Experiment:
                 observation_keys=self.observation_keys,
                 frame_stack=self.frame_stack, atari=self.atari)
 
-  def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None):
+  def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None,
+               collect: bool = True):
+    """A collector's envs (`num_envs`, in `env_workers` processes), or with
+    collect=False the same envs in this process (e.g. to read their specs)."""
     return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
-                          seed=self.seed if seed is None else seed, **self._env_options())
+                          seed=self.seed if seed is None else seed,
+                          num_workers=self.env_workers if collect else 0,
+                          **self._env_options())
 
   def make_eval_env(self):
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
@@ -196,7 +208,7 @@ class Experiment:
     Raises:
       ValueError: the agent trains on inputs the data layout does not provide.
     """
-    env = self.make_env(num_envs=self.layout.envs_per_item)
+    env = self.make_env(num_envs=self.layout.envs_per_item, collect=False)
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
       train_step = learner_lib.new_train_step()

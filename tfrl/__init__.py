@@ -4,13 +4,19 @@ Layers (each imports only the ones before it): `tfrl.envs`, `tfrl.replay`,
 `tfrl.actors`, `tfrl.learner` / `tfrl.triggers` / `tfrl.export`, and the programs in
 `learners/` that wire them together.
 """
+import os as _os
+
 from tfrl import logs as _logs
+
+ENV_WORKER_VARIABLE = 'TFRL_ENV_WORKER'  # set in env worker processes
 
 __version__ = '0.1.0'
 
 # TensorFlow, tf-agents and Reverb, imported now without their start-up noise (CUDA
-# factory "errors" on a CPU machine, gym's notice): every tfrl module needs them.
-_logs.import_tensorflow_quietly()
+# factory "errors" on a CPU machine, gym's notice): every tfrl module needs them, bar
+# the env worker processes (tfrl.envs.worker_env), which step gymnasium envs only.
+if not _os.environ.get(ENV_WORKER_VARIABLE):
+  _logs.import_tensorflow_quietly()
 
 
 def __getattr__(name):

@@ -73,7 +73,11 @@ class Actor:
 
   `run(num_steps)` does `num_steps` vector steps (num_steps * num_envs env steps), one
   compiled `policy.action` call each, and keeps the env where it stopped, so calls
-  continue one stream of experience.
+  continue one stream of experience. Each step is written while the env takes the
+  next (`BatchedEnv.step_async`): with envs in worker processes
+  (`tfrl.envs.make(num_workers=...)`) the writing overlaps the stepping. The writers
+  get the same steps in the same order either way, all of them by the time `run`
+  returns.
   """
 
   def __init__(self,
@@ -144,13 +148,17 @@ class Actor:
     version = self._version()
     start_steps = self._stats.env_steps
     self._throughput.rate(start_steps)
+    previous = None  # the step before, written while the env takes this one
     for _ in range(num_steps):
       policy_step = self._action_fn(time_step, state)
-      next_time_step = self._env.step(policy_step.action)
-      for writer in self._writers:
-        writer.write(time_step, policy_step, next_time_step, version, policy_state=state)
-      self._stats.update(time_step, next_time_step)
+      self._env.step_async(policy_step.action)
+      if previous is not None:
+        self._record(*previous, version)
+      next_time_step = self._env.step_wait()
+      previous = (time_step, policy_step, next_time_step, state)
       time_step, state = next_time_step, policy_step.state
+    if previous is not None:
+      self._record(*previous, version)
     self._time_step, self._policy_state = time_step, state
     self._steps_per_second = self._throughput.rate(self._stats.env_steps)
     result = self.metrics()
@@ -158,6 +166,12 @@ class Actor:
       self._write_summaries(result)
       self._next_summary = self._stats.env_steps + self._summary_interval
     return result
+
+  def _record(self, time_step, policy_step, next_time_step, state, version) -> None:
+    """Hands one batched step to the writers and the episode statistics."""
+    for writer in self._writers:
+      writer.write(time_step, policy_step, next_time_step, version, policy_state=state)
+    self._stats.update(time_step, next_time_step)
 
   def metrics(self) -> Dict[str, float]:
     result = self._stats.result()

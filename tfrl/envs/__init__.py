@@ -9,18 +9,33 @@ uint8 kept), `atari=True` applies gymnasium's AtariPreprocessing and stacks 4 fr
 ([84, 84, 4] uint8; needs ale-py and opencv). Importing this package registers tfrl's
 toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.toy`).
 """
+import dataclasses
 import difflib
-from typing import Optional, Sequence
+import functools
+import importlib
+from typing import Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 
 from tfrl.envs import toy
-from tfrl.envs.batched_env import BatchedEnv, NonFiniteEnvError, batched_spec
-from tfrl.envs.specs import space_to_spec
+from tfrl.envs.worker_env import WorkerError, WorkerVectorEnv
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames']
+           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames', 'WorkerError']
+
+
+def __getattr__(name):
+  # TensorFlow's side (specs, TimeSteps) on first use, so a worker process that only
+  # steps gymnasium envs (tfrl.envs.worker_env) never imports TensorFlow.
+  if name in ('BatchedEnv', 'NonFiniteEnvError', 'batched_spec'):
+    from tfrl.envs import batched_env  # pylint: disable=g-import-not-at-top
+    return getattr(batched_env, name)
+  if name == 'space_to_spec':
+    from tfrl.envs import specs  # pylint: disable=g-import-not-at-top
+    return specs.space_to_spec
+  raise AttributeError(f'module tfrl.envs has no attribute {name!r}')
+
 
 toy.register()
 # AtariPreprocessing's default: 4 frames stacked.
@@ -51,13 +66,24 @@ def _missing_extra(env_id: str, extra: str, cause: Exception) -> MissingExtraErr
       f'(or, in a clone, .venv/bin/pip install -e ".[{extra}]"); {cause}')
 
 
+def _split_module(env_id: str) -> Tuple[Optional[str], str]:
+  """'module:Id-v0' (gymnasium's form for an id a module registers) -> (module, id)."""
+  module, colon, name = env_id.partition(':')
+  return (module, name) if colon else (None, env_id)
+
+
 def _import_registering_package(env_id: str) -> None:
-  """Imports the package that registers `env_id` (ale_py for 'ALE/...', minigrid for
-  'MiniGrid-...'), so users need no import of their own.
+  """Imports the package that registers `env_id`: the module of a 'module:Id-v0' id,
+  ale_py for 'ALE/...', minigrid for 'MiniGrid-...', so users need no import of their
+  own (and env worker processes, which start fresh, find the ids too).
 
   Raises:
     MissingExtraError: that package is not installed (names the extra).
+    ImportError: the module of a 'module:Id-v0' id cannot be imported.
   """
+  module, env_id = _split_module(env_id)
+  if module is not None:
+    importlib.import_module(module)
   for prefix, (package, extra) in _REGISTERING_PACKAGES.items():
     if env_id.startswith(prefix) and env_id not in gym.registry:
       try:
@@ -68,6 +94,7 @@ def _import_registering_package(env_id: str) -> None:
 
 def _simulator_extra(env_id: str) -> Optional[str]:
   """The extra whose simulator a registered env's entry point names, if any."""
+  env_id = _split_module(env_id)[1]
   entry_point = str(gym.registry[env_id].entry_point).lower()
   return next((extra for word, extra in _SIMULATOR_EXTRAS.items() if word in entry_point),
               None)
@@ -75,6 +102,7 @@ def _simulator_extra(env_id: str) -> Optional[str]:
 
 def _check_registered(env_id: str) -> None:
   _import_registering_package(env_id)
+  env_id = _split_module(env_id)[1]
   if env_id in gym.registry:
     return
   close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=5, cutoff=0.5)
@@ -94,7 +122,8 @@ def make(env_id: str,
          observation_keys: Optional[Sequence[str]] = None,
          frame_stack: int = 0,
          atari: bool = False,
-         **kwargs) -> BatchedEnv:
+         num_workers: int = 0,
+         **kwargs) -> 'BatchedEnv':
   """Makes a batched environment of `num_envs` copies of a registered gymnasium env.
 
   Args:
@@ -122,6 +151,12 @@ def make(env_id: str,
       `frame_stack` frames (4 when 0): observations uint8 [84, 84, 4]. Needs the
       'atari' extra (ale-py, whose 'ALE/...' ids this function registers, and
       opencv-python).
+    num_workers: step the sub-environments in this many worker processes, each a
+      synchronous vector env of its share (`tfrl.envs.worker_env`), so an Actor's
+      policy and writer run while they step; 0 keeps them in this process (as
+      `asynchronous` / `vectorization_mode` say). Workers start fresh: an env your
+      own module registers needs the id 'your_module:YourEnv-v0', which imports it
+      there (and here).
     **kwargs: passed to the environment's constructor (e.g. `render_mode`).
 
   Returns:
@@ -141,34 +176,63 @@ def make(env_id: str,
   if frame_stack < 0:
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
   _check_registered(env_id)
-  mode = vectorization_mode or ('async' if asynchronous else 'sync')
-  wrappers = []
-  if observation_indices is not None:
-    wrappers.append(lambda env: keep_observation_entries(env, observation_indices))
-  if observation_keys is not None:
-    wrappers.append(lambda env: keep_observation_keys(env, observation_keys))
   if atari:
     # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
     # skips frames too, which ALE's v5 ids do by default.
     kwargs.setdefault('frameskip', 1)
-    wrappers.append(lambda env: gym.wrappers.AtariPreprocessing(env))
-    frame_stack = frame_stack or ATARI_FRAME_STACK
-  if frame_stack:
-    wrappers.append(lambda env: stack_frames(env, frame_stack))
+  wrapping = _Wrapping(
+      None if observation_indices is None else tuple(observation_indices),
+      None if observation_keys is None else tuple(observation_keys),
+      atari, frame_stack or (ATARI_FRAME_STACK if atari else 0))
+  mode = vectorization_mode or ('async' if asynchronous else 'sync')
   try:
-    vector_env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                              wrappers=wrappers, **kwargs)
+    if num_workers:
+      # Built in each worker, from names and values only (workers are spawned).
+      factory = functools.partial(_make_vector_env, env_id, 'sync', wrapping, kwargs)
+      vector_env = WorkerVectorEnv(factory, num_envs, num_workers)
+    else:
+      vector_env = _make_vector_env(env_id, mode, wrapping, kwargs, num_envs)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
     extra = _simulator_extra(env_id) or ('atari' if atari else None)
     if extra is None:
       raise
     raise _missing_extra(env_id, extra, e) from e
+  from tfrl.envs.batched_env import BatchedEnv  # pylint: disable=g-import-not-at-top
   env = BatchedEnv(vector_env, env_id=env_id)
   if seed is not None:
     env.reset(seed=seed)
     # Later unseeded resets continue from here; also seed action-space sampling.
     vector_env.action_space.seed(seed)
   return env
+
+
+@dataclasses.dataclass(frozen=True)
+class _Wrapping:
+  """The observation wrappers `make` applies to each sub-environment, as values (so a
+  worker process can rebuild them)."""
+  observation_indices: Optional[Tuple[int, ...]]
+  observation_keys: Optional[Tuple[str, ...]]
+  atari: bool
+  frame_stack: int
+
+  def __call__(self, env: gym.Env) -> gym.Env:
+    if self.observation_indices is not None:
+      env = keep_observation_entries(env, self.observation_indices)
+    if self.observation_keys is not None:
+      env = keep_observation_keys(env, self.observation_keys)
+    if self.atari:
+      env = gym.wrappers.AtariPreprocessing(env)
+    if self.frame_stack:
+      env = stack_frames(env, self.frame_stack)
+    return env
+
+
+def _make_vector_env(env_id: str, mode: str, wrapping: _Wrapping, kwargs: dict,
+                     num_envs: int) -> gym.vector.VectorEnv:
+  """The gymnasium vector env of `num_envs` wrapped sub-environments."""
+  _import_registering_package(env_id)  # in a worker process too
+  return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                      wrappers=[wrapping], **kwargs)
 
 
 def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:

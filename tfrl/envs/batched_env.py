@@ -23,6 +23,7 @@ from tfrl.envs import specs as specs_lib
 _FIRST = np.int32(ts.StepType.FIRST)
 _MID = np.int32(ts.StepType.MID)
 _LAST = np.int32(ts.StepType.LAST)
+_NO_ACTION = object()  # no step started
 
 
 class NonFiniteEnvError(ValueError):
@@ -98,6 +99,7 @@ class BatchedEnv:
     self._episode_ended = np.zeros(self.num_envs, dtype=bool)
     self._zeros = np.zeros(self.num_envs, dtype=np.float32)
     self._ones = np.ones(self.num_envs, dtype=np.float32)
+    self._pending_action = _NO_ACTION  # step_async's action until step_wait
 
   @property
   def vector_env(self) -> gym.vector.VectorEnv:
@@ -144,6 +146,8 @@ class BatchedEnv:
     Raises:
       NonFiniteEnvError: a float observation holds NaN or inf.
     """
+    if self._pending_action is not _NO_ACTION:
+      raise RuntimeError('reset called while a step started by step_async is pending.')
     obs, _ = self._env.reset(seed=seed)
     self._episode_ended[:] = False
     return ts.TimeStep(
@@ -168,7 +172,30 @@ class BatchedEnv:
     Raises:
       NonFiniteEnvError: the reward or a float observation holds NaN or inf.
     """
-    obs, reward, terminated, truncated, _ = self._env.step(action)
+    self.step_async(action)
+    return self.step_wait()
+
+  def step_async(self, action) -> None:
+    """Starts a step (see `step`); `step_wait` returns its TimeStep. Envs stepped in
+    other processes (`tfrl.envs.make(num_workers=...)`, gymnasium's async vector env)
+    step meanwhile; in-process ones step in `step_wait`."""
+    if self._pending_action is not _NO_ACTION:
+      raise RuntimeError('step_async called twice without step_wait in between.')
+    if hasattr(self._env, 'step_async'):
+      self._env.step_async(action)
+      self._pending_action = None
+    else:
+      self._pending_action = action
+
+  def step_wait(self) -> ts.TimeStep:
+    """The TimeStep of the step `step_async` started (see `step`)."""
+    action, self._pending_action = self._pending_action, _NO_ACTION
+    if action is _NO_ACTION:
+      raise RuntimeError('step_wait called without step_async.')
+    if action is None:
+      obs, reward, terminated, truncated, _ = self._env.step_wait()
+    else:
+      obs, reward, terminated, truncated, _ = self._env.step(action)
     self._vector_steps += 1
     first = self._episode_ended
     ended = np.logical_or(terminated, truncated)

@@ -1,0 +1,211 @@
+"""Sub-environments stepped in worker processes, a few groups of them per process.
+
+gymnasium's AsyncVectorEnv runs one process per sub-environment: right for a handful of
+costly envs, ruinous for 64 CartPoles (64 processes on 2 cores). `WorkerVectorEnv`
+splits the envs over `num_workers` processes instead, each stepping its share as a
+synchronous gymnasium vector env, so the stepping runs beside the policy and the
+Reverb writer rather than between them: `tfrl.actors.Actor` hands the actions over
+(`step_async`), writes the previous step while the workers step, then collects the
+results (`step_wait`).
+
+Each worker builds its envs from a picklable factory (workers are spawned, not forked:
+forking a process that runs TensorFlow's threads is unsafe) and answers on a pipe. Its
+sub-env i gets seed + offset + i, so the envs are those a synchronous vector env of all
+of them would hold, seeded alike. An error in an env ends the job with that env's
+traceback; every wait for a worker has a timeout that names it.
+"""
+import multiprocessing
+import os
+import traceback
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+
+from tfrl import ENV_WORKER_VARIABLE
+
+VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # num_envs -> vector env
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class WorkerError(RuntimeError):
+  """A worker's environment raised (the message holds its traceback), or a worker
+  died or did not answer in time."""
+
+
+def _worker(factory: VectorEnvFactory, num_envs: int, connection) -> None:
+  """A worker's loop: build the envs, then answer commands until 'close'."""
+  try:
+    env = factory(num_envs)
+    connection.send(('ok', (env.single_observation_space, env.single_action_space,
+                            dict(env.metadata))))
+  except Exception:  # pylint: disable=broad-except
+    connection.send(('error', traceback.format_exc()))
+    return
+  try:
+    while True:
+      command, payload = connection.recv()
+      if command == 'step':
+        observation, reward, terminated, truncated, _ = env.step(payload)
+        connection.send(('ok', (observation, reward, terminated, truncated)))
+      elif command == 'reset':
+        observation, _ = env.reset(seed=payload)
+        connection.send(('ok', observation))
+      elif command == 'close':
+        break
+  except (EOFError, KeyboardInterrupt):  # the parent went away, or Ctrl-C
+    pass
+  except Exception:  # pylint: disable=broad-except
+    connection.send(('error', traceback.format_exc()))
+  finally:
+    env.close()
+
+
+def _concatenate(parts: List[Any]) -> Any:
+  """Joins the workers' batched results (nests of arrays) along the env axis."""
+  first = parts[0]
+  if len(parts) == 1:
+    return first
+  if isinstance(first, dict):
+    return {key: _concatenate([p[key] for p in parts]) for key in first}
+  if isinstance(first, tuple):
+    return tuple(_concatenate([p[i] for p in parts]) for i in range(len(first)))
+  return np.concatenate(parts, axis=0)
+
+
+def _split(actions: Any, sizes: Sequence[int]) -> List[Any]:
+  """The workers' shares of a batch of actions (a nest of arrays)."""
+  bounds = np.cumsum([0] + list(sizes))
+  if isinstance(actions, dict):
+    shares = {k: _split(v, sizes) for k, v in actions.items()}
+    return [{k: shares[k][w] for k in actions} for w in range(len(sizes))]
+  if isinstance(actions, tuple):
+    shares = [_split(a, sizes) for a in actions]
+    return [tuple(s[w] for s in shares) for w in range(len(sizes))]
+  actions = np.asarray(actions)
+  return [actions[bounds[w]:bounds[w + 1]] for w in range(len(sizes))]
+
+
+class WorkerVectorEnv(gym.vector.VectorEnv):
+  """`num_envs` sub-environments in `num_workers` processes (see the module docstring).
+
+  Next-step autoreset, like the synchronous vector env each worker runs; `step`
+  returns no infos (tfrl's BatchedEnv does not read them).
+  """
+
+  def __init__(self, factory: VectorEnvFactory, num_envs: int, num_workers: int = 1,
+               timeout_s: float = DEFAULT_TIMEOUT_S):
+    """Starts the workers and waits for their envs.
+
+    Args:
+      factory: builds a synchronous vector env of n sub-environments (picklable).
+      num_envs: sub-environments in all.
+      num_workers: processes; each gets num_envs // num_workers envs (the first ones
+        one more where it does not divide).
+      timeout_s: the longest any wait for a worker may take.
+
+    Raises:
+      ValueError: num_workers below 1 or above num_envs.
+      WorkerError: a worker could not build its envs (the message holds why).
+    """
+    if not 1 <= num_workers <= num_envs:
+      raise ValueError(f'num_workers must be between 1 and num_envs ({num_envs}), got '
+                       f'{num_workers}.')
+    self.num_envs = num_envs
+    self._timeout_s = timeout_s
+    base, extra = divmod(num_envs, num_workers)
+    self._sizes = [base + (w < extra) for w in range(num_workers)]
+    context = multiprocessing.get_context('spawn')
+    self._connections, self._processes = [], []
+    # A spawned worker inherits the environment: this tells its `import tfrl` not to
+    # load TensorFlow (seconds and hundreds of MB per worker, for nothing it uses).
+    previous = os.environ.get(ENV_WORKER_VARIABLE)
+    os.environ[ENV_WORKER_VARIABLE] = '1'
+    try:
+      for size in self._sizes:
+        parent, child = context.Pipe()
+        process = context.Process(target=_worker, args=(factory, size, child),
+                                  daemon=True, name='tfrl-env-worker')
+        process.start()
+        child.close()
+        self._connections.append(parent)
+        self._processes.append(process)
+    finally:
+      if previous is None:
+        del os.environ[ENV_WORKER_VARIABLE]
+      else:
+        os.environ[ENV_WORKER_VARIABLE] = previous
+    self._waiting = False
+    try:
+      spaces = self._receive_all('building its environments')
+    except WorkerError:
+      self.close()
+      raise
+    self.single_observation_space, self.single_action_space, self.metadata = spaces[0]
+    self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
+                                                          num_envs)
+    self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+
+  def _receive_all(self, doing: str) -> List[Any]:
+    results = []
+    for index, connection in enumerate(self._connections):
+      if not connection.poll(self._timeout_s):
+        alive = self._processes[index].is_alive()
+        raise WorkerError(
+            f'Env worker {index} ({"alive" if alive else "dead, exit code "}'
+            f'{"" if alive else self._processes[index].exitcode}) did not answer within '
+            f'{self._timeout_s:.0f} s while {doing}.')
+      try:
+        status, payload = connection.recv()
+      except EOFError as e:
+        raise WorkerError(f'Env worker {index} died while {doing} (exit code '
+                          f'{self._processes[index].exitcode}).') from e
+      if status == 'error':
+        raise WorkerError(f'Env worker {index} failed while {doing}:\n{payload}')
+      results.append(payload)
+    return results
+
+  def reset(self, *, seed: Optional[Union[int, Sequence[int]]] = None,
+            options: Optional[dict] = None):
+    """Resets every sub-environment; an int seed gives sub-env i seed + i."""
+    del options
+    if isinstance(seed, int):
+      seed = [seed + i for i in range(self.num_envs)]
+    offsets = np.cumsum([0] + self._sizes)
+    for w, connection in enumerate(self._connections):
+      connection.send(('reset', None if seed is None else
+                       list(seed[offsets[w]:offsets[w + 1]])))
+    return _concatenate(self._receive_all('resetting')), {}
+
+  def step_async(self, actions) -> None:
+    """Sends each worker its share of `actions`; `step_wait` returns the results."""
+    for connection, share in zip(self._connections, _split(actions, self._sizes)):
+      connection.send(('step', share))
+    self._waiting = True
+
+  def step_wait(self):
+    """(observation, reward, terminated, truncated, {}) of the step `step_async` sent."""
+    self._waiting = False
+    results = self._receive_all('stepping')
+    observation = _concatenate([r[0] for r in results])
+    reward, terminated, truncated = (np.concatenate([r[i] for r in results])
+                                     for i in (1, 2, 3))
+    return observation, reward, terminated, truncated, {}
+
+  def step(self, actions):
+    self.step_async(actions)
+    return self.step_wait()
+
+  def close_extras(self, **kwargs) -> None:
+    for connection in self._connections:
+      try:
+        connection.send(('close', None))
+      except (BrokenPipeError, OSError):
+        pass
+    for process in self._processes:
+      process.join(timeout=10)
+      if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
+    for connection in self._connections:
+      connection.close()
