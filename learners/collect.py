@@ -14,6 +14,7 @@ non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds
 writes (what is still unsent after 5 s is dropped and logged).
 """
 import dataclasses
+import os
 import threading
 import time
 from typing import Optional
@@ -105,7 +106,6 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     replay.VariablesNotPushedError: no variables within `variables_timeout_s`.
     Exception: an error of the environment or the policy, unchanged.
   """
-  del root_dir  # Collectors keep no files; logs go to the launcher's log file.
   experiment, task_id = Experiment(), options.task_id
   layout = experiment.layout
   num_envs = options.num_envs or experiment.num_envs
@@ -120,7 +120,10 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   policy = interface.collect_policy(agent, task_id, options.num_collectors)
-  actor = actors.Actor(env, policy, [writer], policy_version=train_step)
+  # Summaries after every run of variable_update_period vector steps.
+  actor = actors.Actor(env, policy, [writer], policy_version=train_step,
+                       summary_dir=os.path.join(root_dir, 'collect', f'task_{task_id}'),
+                       summary_interval=1)
   random_steps = 0
   if task_id == 0 and experiment.initial_collect_steps > 0:
     random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(

@@ -104,6 +104,8 @@ class ResultsLog:
       writer.writerow(row)
     with self._writer.as_default():
       tf.summary.scalar('eval/AverageReturn', row['return'], step=row['train_step'])
+      tf.summary.scalar('eval/AverageReturn_vs_env_steps', row['return'],
+                        step=row['env_steps'])
 
 
 def evaluate_saved_model(path: str) -> Dict[str, Any]:

@@ -25,6 +25,7 @@ import tfrl.envs
 from tfrl import layouts
 from tfrl import learner as learner_lib
 from tfrl import replay
+from tfrl import triggers as triggers_lib
 from tfrl.agents import dqn
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
 from tfrl.agents import ppo  # pylint: disable=unused-import
@@ -246,6 +247,11 @@ class Experiment:
       ValueError: the agent does not fit the layout (e.g. prioritized replay without
         priorities, cloning costs without replayed unrolls).
     """
+    if self.summary_interval and self.summary_interval > 0:
+      # 'train_steps_per_sec' in root_dir/train beside the agent's losses.
+      kwargs['triggers'] = list(kwargs.get('triggers') or []) + [
+          triggers_lib.StepsPerSecondLogTrigger(train_step, self.summary_interval,
+                                                log_to_terminal=False)]
     return learner_lib.Learner(
         root_dir, train_step, agent,
         experience_dataset_fn=self.layout.dataset_fn(server_address, agent,

@@ -13,28 +13,35 @@ authentication (logged at start): keep it on a private network.
 import os
 import signal
 import threading
+import time
 
 from absl import app
 from absl import flags
-from absl import logging
+import tensorflow as tf
 
 from learners import config
 from learners import process
 from learners.experiment import Experiment
 from tfrl import logs
+from tfrl import metrics
 from tfrl import replay
 
 config.define_common_flags()
 flags.DEFINE_integer('port', 8000, 'Port to serve on (all interfaces).')
 flags.DEFINE_float('checkpoint_interval_s', 300.0,
                    'Seconds between Reverb checkpoints (<= 0: only at shutdown).')
+flags.DEFINE_float('summary_interval_s', 10.0,
+                   "Seconds between the tables' size summaries (root_dir/replay).")
 FLAGS = flags.FLAGS
 REVERB_DIR = 'reverb'
+REPLAY_SUMMARY_DIR = 'replay'
 
 
 def serve(root_dir: str, port: int, checkpoint_interval_s: float,
-          stop_event: threading.Event) -> None:
-  """Serves until `stop_event` is set, checkpointing periodically and at the end."""
+          stop_event: threading.Event, summary_interval_s: float = 10.0) -> None:
+  """Serves until `stop_event` is set, checkpointing periodically and at the end, and
+  summarizing each table's size ('replay/<table>/size', x: seconds served) to
+  root_dir/replay every `summary_interval_s`."""
   experiment = Experiment()
   train_step, agent = experiment.build_agent()
   checkpoint_dir = os.path.join(root_dir, REVERB_DIR)
@@ -43,9 +50,19 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
   info = server.table_info()
   logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
                port, {name: t.current_size for name, t in info.items()})
+  writer = metrics.create_summary_writer(os.path.join(root_dir, REPLAY_SUMMARY_DIR))
+  start = next_checkpoint = time.monotonic()
+  next_checkpoint += checkpoint_interval_s if checkpoint_interval_s > 0 else float('inf')
   try:
-    while not stop_event.wait(checkpoint_interval_s if checkpoint_interval_s > 0 else None):
-      logs.progress('Reverb checkpoint: %s', server.checkpoint())
+    while not stop_event.wait(max(0.0, min(summary_interval_s,
+                                           next_checkpoint - time.monotonic()))):
+      with writer.as_default():
+        for name, table in server.table_info().items():
+          tf.summary.scalar(f'replay/{name}/size', table.current_size,
+                            step=int(time.monotonic() - start))
+      if time.monotonic() >= next_checkpoint:
+        next_checkpoint += checkpoint_interval_s
+        logs.progress('Reverb checkpoint: %s', server.checkpoint())
   finally:
     logs.progress('Stopping: final Reverb checkpoint %s', server.checkpoint())
     server.stop()
@@ -59,7 +76,8 @@ def main(argv):
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *unused: stop_event.set())
   try:
-    serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event)
+    serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
+          FLAGS.summary_interval_s)
   except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
     config.fail(str(e))
   for sig in (signal.SIGTERM, signal.SIGINT):  # stopped and saved: see process.py

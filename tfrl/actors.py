@@ -87,7 +87,7 @@ class Actor:
                policy_version: PolicyVersion = 0,
                metrics_window: int = 100,
                summary_dir: Optional[str] = None,
-               summary_interval: int = 10_000,
+               summary_interval: int = 1_000,
                name: str = 'collect'):
     """Args:
       env: a `tfrl.envs.BatchedEnv`.
