@@ -36,8 +36,9 @@ EXTRAS_REQUIRE = {
     'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
+    # ipywidgets: tqdm's progress bars as notebook widgets.
     'notebooks': ['nbclient>=0.7', 'nbformat>=5', 'ipykernel>=6', 'ipython<8.19',
-                  'matplotlib>=3.5'],
+                  'matplotlib>=3.5', 'ipywidgets>=8'],
 }
 
 setuptools.setup(

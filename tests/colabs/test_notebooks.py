@@ -28,6 +28,9 @@ def execute(name, parameters, tmp_path):
   client = nbclient.NotebookClient(notebook, timeout=900, kernel_name='python3',
                                    resources={'metadata': {'path': REPO}})
   client.execute()
+  # What a reader sees: the notebook's own output, none of its dependencies' noise.
+  shown = _printed(notebook)
+  assert not [n for n in NOISE if n in shown], [n for n in NOISE if n in shown]
   text = []
   for cell in notebook.cells:
     for output in cell.get('outputs', []):
@@ -53,6 +56,35 @@ def test_every_notebook_has_a_test():
   assert set(f for f in os.listdir(COLABS) if f.endswith('.ipynb')) == tested
 
 
+def test_every_notebook_opens_with_its_badge_and_the_shared_setup_cell():
+  """colabs/sync_notebooks.py --check: the Colab badge under each title points at the
+  notebook in the repository, and the set-up cell is colabs/setup_cell.py's."""
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  result = subprocess.run([sys.executable, os.path.join(COLABS, 'sync_notebooks.py'),
+                           '--check'], capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_setup_cell_stops_on_a_python_tfrl_cannot_serve():
+  """On Python 3.12+ (Colab's default runtimes since 2025) the first cell stops with
+  one message saying what to do, before it installs anything."""
+  with open(os.path.join(COLABS, 'setup_cell.py')) as f:
+    source = f.read()
+  for version in ((3, 12, 0), (3, 13, 1), (3, 8, 10)):
+    fake_sys = type('sys', (), {'version_info': version,
+                                'version': '.'.join(map(str, version)) + ' (fake)'})
+    namespace = {}
+    code = source.replace('import importlib, importlib.util, os, subprocess, sys',
+                          'import importlib, importlib.util, os, subprocess')
+    with pytest.raises(SystemExit) as stop:
+      exec(compile(code, 'setup_cell.py', 'exec'), dict(namespace, sys=fake_sys))  # pylint: disable=exec-used
+    message = str(stop.value)
+    assert message.startswith('tfrl needs Python 3.9-3.11 and this runtime has '
+                              f'{".".join(map(str, version))}.')
+    assert 'Change runtime type' in message and '2025.07' in message
+    assert 'python3.11 -m venv' in message and 'ipykernel install' in message
+
+
 def test_committed_notebooks_carry_outputs_of_a_full_run():
   for name in os.listdir(COLABS):
     if name.endswith('.ipynb'):
@@ -60,6 +92,30 @@ def test_committed_notebooks_carry_outputs_of_a_full_run():
       code = [c for c in notebook.cells if c.cell_type == 'code']
       assert all(c.get('execution_count') for c in code), f'{name} has unexecuted cells'
       assert _has_image(notebook) or name == 'serving.ipynb', f'{name} has no plots'
+
+
+NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', '[reverb/cc/',
+         'Path not found', 'signature_serialization', 'WARNING:tensorflow')
+
+
+def _printed(notebook) -> str:
+  """Every text output of a notebook: streams, and the plain text of other outputs."""
+  return ''.join(
+      output.get('text', '') + output.get('data', {}).get('text/plain', '')
+      for cell in notebook.cells for output in cell.get('outputs', []))
+
+
+def test_committed_outputs_show_the_notebooks_own_output_only():
+  """No TensorFlow CUDA-factory lines, gym notice or Reverb C++ lines, nothing a reader
+  takes for an error: what the notebook itself prints, a progress bar, its plots."""
+  for name in sorted(os.listdir(COLABS)):
+    if name.endswith('.ipynb'):
+      notebook = nbformat.read(os.path.join(COLABS, name), as_version=4)
+      text = _printed(notebook)
+      assert not [n for n in NOISE if n in text], (name, [n for n in NOISE if n in text])
+      assert not re.search(r'^[EW]\d{4} ', text, re.M), name
+      assert not [c for c in notebook.cells for o in c.get('outputs', [])
+                  if o.get('output_type') == 'error'], name
 
 
 @pytest.mark.slow
