@@ -36,8 +36,9 @@ def check_choices(flag: str, chosen, allowed) -> None:
     raise app.UsageError(f'Unknown --{flag} {unknown}; choose from {allowed}.')
 
 
-def make_dqn_agent(time_step_spec, action_spec, seed: int):
-  """The benchmarks' DQN agent: QNetwork fc(100), Adam 1e-3, epsilon-greedy 0.1.
+def make_dqn_agent(time_step_spec, action_spec, seed: int, fc_layer_params=(100,)):
+  """The benchmarks' DQN agent: QNetwork fc(100) (or `fc_layer_params`), Adam 1e-3,
+  epsilon-greedy 0.1.
 
   Seeded, so every path starts from the same weights: an untrained policy's episode
   lengths (and so the share of autoreset steps) depend on them.
@@ -51,7 +52,7 @@ def make_dqn_agent(time_step_spec, action_spec, seed: int):
 
   tf.random.set_seed(seed)
   q_net = q_network.QNetwork(time_step_spec.observation, action_spec,
-                             fc_layer_params=(100,))
+                             fc_layer_params=tuple(fc_layer_params))
   agent = dqn_agent.DqnAgent(
       time_step_spec, action_spec, q_network=q_net,
       optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1,

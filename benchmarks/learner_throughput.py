@@ -17,15 +17,18 @@ Measures DQN train steps per second (batch 64 transitions) in one run, for:
   ceiling     the same agent's `agent.train` in a `tf.while_loop` inside one
               `tf.function` on a fixed in-memory [64, 2] Trajectory: no input pipeline,
               no Learner.
+  memory      (diagnostic) tfrl's Learner fed one of make_dataset's batches again and
+              again from memory (`Dataset.from_tensors(batch).repeat()`): the Learner's
+              own cost (loop, iterator, strategy plumbing) without Reverb's pipeline.
   input       (diagnostic) the input pipelines alone: batches/s of draining tfrl's
               `make_dataset` and tf-agents' `as_dataset(...).prefetch(50)` in a
               `tf.while_loop` inside one `tf.function` (no training), as a Learner
               pulls them.
 
-Every path trains a fresh tf-agents `DqnAgent` built the same way (QNetwork fc(100),
-Adam 1e-3, same seed) on the same experience: 160 batched steps of 64 CartPole-v1 envs
-with random actions (`tfrl.envs.make`), written once into each path's table. Both
-Learners run with checkpoint_interval=0 and summary_interval=0.
+Every path trains a fresh tf-agents `DqnAgent` built the same way (QNetwork fc(100), or
+--fc_layers; Adam 1e-3, same seed) on the same experience: 160 batched steps of 64
+CartPole-v1 envs with random actions (`tfrl.envs.make`), written once into each path's
+table. Both Learners run with checkpoint_interval=0 and summary_interval=0.
 
 The Learner paths are timed over whole `learner.run(iterations=K)` calls, for two K:
 --iterations (default 1000, the figure the targets are judged on) and
@@ -72,7 +75,7 @@ import tfrl.replay
 
 ENV_ID = 'CartPole-v1'
 TABLE = 'replay'
-ALL_PATHS = ('tfrl', 'tf-agents', 'ceiling', 'input')
+ALL_PATHS = ('tfrl', 'tf-agents', 'ceiling', 'input', 'memory')
 TARGET_VS_PEER = 5.0
 TARGET_VS_CEILING = 0.85
 INPUT_CHUNK = 500  # batches drawn per in-graph call when timing an input pipeline
@@ -83,6 +86,8 @@ flags.DEFINE_integer('rounds', 3, 'Rounds over all paths; each path reports its 
 flags.DEFINE_integer('batch_size', 64, 'Transitions per train step.')
 flags.DEFINE_integer('num_envs', 64, 'Envs per vector step when filling the tables; '
                      'tfrl items hold this many transitions (must divide batch_size).')
+flags.DEFINE_list('fc_layers', ['100'], "The Q-network's hidden layers (dqn_cartpole.gin "
+                  'has 256,256).')
 flags.DEFINE_integer('envs_per_item', 16,
                      'Transitions per tfrl item (must divide num_envs and batch_size).')
 flags.DEFINE_integer('fill_steps', 160, 'Vector steps written into each table.')
@@ -92,6 +97,10 @@ flags.DEFINE_integer('small_iterations', 16,
                      '(0 skips it).')
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 flags.DEFINE_integer('seed', 0, 'Environment and network seed.')
+
+
+def _fc_layers():
+  return tuple(int(units) for units in FLAGS.fc_layers)
 
 
 def collect_experience(num_envs: int, steps: int):
@@ -193,7 +202,7 @@ def _iteration_counts():
 def setup_ceiling(specs, transitions, stack):
   """`agent.train` looped in one tf.function on a fixed in-memory batch."""
   del stack
-  agent = common.make_dqn_agent(*specs, FLAGS.seed)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
   batch = FLAGS.batch_size
   # The [batch, 2] Trajectory of the first two vector steps (step t -> t+1 per env),
   # laid out as the replay datasets deliver it.
@@ -235,7 +244,7 @@ def setup_ceiling(specs, transitions, stack):
 
 def setup_tfrl(specs, transitions, stack):
   """tfrl's Learner at both iteration counts, and its dataset alone."""
-  agent = common.make_dqn_agent(*specs, FLAGS.seed)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
   num_envs = FLAGS.num_envs
   signature = tfrl.replay.NStepTransitionWriter.item_signature(
       agent.collect_data_spec, FLAGS.envs_per_item)
@@ -265,6 +274,19 @@ def setup_tfrl(specs, transitions, stack):
         checkpoint_interval=0, summary_interval=0)
     measurements += [learner_measurement(f'tfrl K={k}', learner, agent.train_step_counter,
                                          k, note) for k in _iteration_counts()]
+  if 'memory' in FLAGS.paths:
+    memory_agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
+    batch = next(iter(dataset_fn()))
+    root_dir = tempfile.mkdtemp(prefix='tfrl_learner_bench_')
+    stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+    learner = tfrl.learner.Learner(
+        root_dir, memory_agent.train_step_counter, memory_agent,
+        experience_dataset_fn=lambda: tf.data.Dataset.from_tensors(batch).repeat(),
+        checkpoint_interval=0, summary_interval=0)
+    k = FLAGS.iterations
+    measurements.append(learner_measurement(
+        f'tfrl-memory K={k}', learner, memory_agent.train_step_counter, k,
+        'one batch from memory, repeated'))
   if 'input' in FLAGS.paths:
     measurements.append(input_measurement('tfrl make_dataset', dataset_fn(), note))
   return measurements
@@ -277,7 +299,7 @@ def setup_tf_agents(specs, transitions, stack):
   from tf_agents.replay_buffers import reverb_utils
   from tf_agents.train import learner as tfa_learner
 
-  agent = common.make_dqn_agent(*specs, FLAGS.seed)
+  agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
   signature = tensor_spec.add_outer_dims_nest(
       tensor_spec.from_spec(agent.collect_data_spec), (2,))
   table = reverb.Table(
@@ -351,7 +373,7 @@ def main(argv):
   if FLAGS.num_envs % FLAGS.envs_per_item or FLAGS.batch_size % FLAGS.envs_per_item:
     raise app.UsageError(f'--envs_per_item={FLAGS.envs_per_item} must divide --num_envs='
                          f'{FLAGS.num_envs} and --batch_size={FLAGS.batch_size}.')
-  print(f'Learner throughput, DQN QNetwork fc(100) on {ENV_ID} data: batch '
+  print(f'Learner throughput, DQN QNetwork fc{_fc_layers()} on {ENV_ID} data: batch '
         f'{FLAGS.batch_size}, {FLAGS.fill_steps} x {FLAGS.num_envs} transitions per table, '
         f'K={_iteration_counts()} steps per run call, {FLAGS.rounds} rounds of '
         f'{FLAGS.seconds:g} s per path, '
@@ -365,7 +387,7 @@ def main(argv):
     measurements = []
     if 'ceiling' in FLAGS.paths:
       measurements += setup_ceiling(specs, transitions, stack)
-    if 'tfrl' in FLAGS.paths or 'input' in FLAGS.paths:
+    if {'tfrl', 'input', 'memory'} & set(FLAGS.paths):
       measurements += setup_tfrl(specs, transitions, stack)
     if 'tf-agents' in FLAGS.paths or 'input' in FLAGS.paths:
       measurements += setup_tf_agents(specs, transitions, stack)
@@ -399,6 +421,13 @@ def main(argv):
                     TARGET_VS_PEER))
   print(_ratio_line(f'tfrl / ceiling (K={k})', tfrl_m, results.get(f'ceiling K={k}'),
                     TARGET_VS_CEILING))
+  memory_m, ceiling_m = results.get(f'tfrl-memory K={k}'), results.get(f'ceiling K={k}')
+  if memory_m is not None and ceiling_m is not None:
+    print(f'{"tfrl-memory / ceiling":<30} {memory_m.rate / ceiling_m.rate:.1%} (diagnostic: '
+          'the Learner without Reverb)')
+  if memory_m is not None and tfrl_m is not None:
+    print(f'{"tfrl / tfrl-memory":<30} {tfrl_m.rate / memory_m.rate:.1%} (diagnostic: '
+          "Reverb's input pipeline)")
   if small and f'tfrl K={small}' in results and f'tf-agents K={small}' in results:
     ratio = results[f'tfrl K={small}'].rate / results[f'tf-agents K={small}'].rate
     print(f'{f"tfrl / tf-agents (K={small})":<30} {f"{ratio:.2f}x":<10} (diagnostic)')

@@ -40,6 +40,8 @@ NOISE = tuple(re.compile(p) for p in (
     r'TFRecordCheckpointer|Loading latest checkpoint)',
     r'^\[reverb/cc/platform/default/server\.cc:\d+\] (Started|Shutting down) replay server',
     r'^\[reverb/cc/client\.cc:\d+\] Sampler and server are owned by the same process',
+    r'^A\.L\.E: Arcade Learning Environment \(version ',  # ALE, per env it creates
+    r'^\[Powered by Stella\]$',
 ))
 
 PROGRESS_LOGGER = 'tfrl'

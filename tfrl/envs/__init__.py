@@ -9,6 +9,7 @@ uint8 kept), `atari=True` applies gymnasium's AtariPreprocessing and stacks 4 fr
 ([84, 84, 4] uint8; needs ale-py and opencv). Importing this package registers tfrl's
 toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.toy`).
 """
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -18,6 +19,7 @@ from typing import Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 
+from tfrl import logs
 from tfrl.envs import toy
 from tfrl.envs.worker_env import WorkerError, WorkerVectorEnv
 
@@ -231,8 +233,12 @@ def _make_vector_env(env_id: str, mode: str, wrapping: _Wrapping, kwargs: dict,
                      num_envs: int) -> gym.vector.VectorEnv:
   """The gymnasium vector env of `num_envs` wrapped sub-environments."""
   _import_registering_package(env_id)  # in a worker process too
-  return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                      wrappers=[wrapping], **kwargs)
+  # ALE prints two lines per env it creates (in a worker process too: this runs there).
+  # gymnasium's async mode starts its processes here, which must keep the real stderr.
+  quiet = logs.native_stderr_filtered() if mode == 'sync' else contextlib.nullcontext()
+  with quiet:
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
+                        wrappers=[wrapping], **kwargs)
 
 
 def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:
