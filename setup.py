@@ -29,11 +29,15 @@ ENV_EXTRAS = {
     'mujoco': ['mujoco>=2.3.3', 'imageio>=2.14.1'],  # v5 envs' minimum; gymnasium imports imageio
     'minigrid': ['minigrid>=2.3'],
 }
+# Ray Core for `tfrl-launch --backend=ray`: 2.60.0 installs beside TensorFlow 2.15's
+# protobuf 4 and tf-agents' typing-extensions 4.5 (checked with pip's resolver).
+RAY = ['ray==2.60.0']
 
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
-    # The tests run every suite's configs briefly, so dev pulls all of them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + sorted(
+    'ray': RAY,
+    # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from absl import app
 from absl import flags
@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import process
+from learners import ray_backend
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -49,6 +50,17 @@ flags.DEFINE_integer('num_collectors', 2, 'Collector processes.')
 flags.DEFINE_integer('port', 0, 'Reverb port (0: pick a free one).')
 flags.DEFINE_float('status_interval_s', 10.0, 'Seconds between status lines.')
 flags.DEFINE_float('timeout_s', 0.0, 'Stop with an error after this long (0: never).')
+flags.DEFINE_enum('backend', 'local', ['local', 'ray'],
+                  'local: every program a subprocess of this host. ray: processes placed by '
+                  "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path "
+                  'every node sees).')
+flags.DEFINE_string('ray_address', None, "The Ray cluster's address (HOST:PORT of its head).")
+flags.DEFINE_string('ray_resources', '{}',
+                    'JSON: program (reverb_server, train, collect, eval) -> extra Ray '
+                    'resources its process asks for, e.g. \'{"collect": {"actors": 1}}\' to '
+                    'put collectors on the nodes started with that custom resource.')
+flags.DEFINE_float('ray_trainer_gpus', -1.0,
+                   "GPUs the trainer asks Ray for (-1: one if the cluster has any).")
 FLAGS = flags.FLAGS
 LOG_DIR = 'logs'
 
@@ -62,24 +74,32 @@ class Launcher:
 
   def __init__(self, root_dir: str, gin_files: Sequence[str] = (),
                gin_bindings: Sequence[str] = (), num_collectors: int = 2,
-               port: int = 0, python: str = sys.executable):
+               port: int = 0, python: str = sys.executable,
+               backend: Optional['ray_backend.RayBackend'] = None):
     """Args:
       root_dir: the job directory (logs go to root_dir/logs).
       gin_files, gin_bindings: passed to every program (and parsed here for status).
       num_collectors: collector processes.
-      port: Reverb port (0 picks a free one).
-      python: the interpreter that runs the programs.
+      port: Reverb port (0 picks a free one; with a backend, its node picks it).
+      python: the interpreter that runs the programs (on every node).
+      backend: a `ray_backend.RayBackend` places the programs on a Ray cluster's nodes;
+        None runs them as subprocesses of this host.
+
+    Raises:
+      learners.config.ConfigError: a missing gin file or a bad binding.
     """
     self.root_dir = os.path.abspath(root_dir)
-    self._gin_args = ([f'--gin_file={f}' for f in gin_files] +
-                      [f'--gin_bindings={b}' for b in gin_bindings])
     config.parse(gin_files, gin_bindings)  # fail here, before starting anything
+    # Absolute paths: a program on another node starts in another directory.
+    self._gin_args = ([f'--gin_file={config.resolve_gin_file(f)}' for f in gin_files] +
+                      [f'--gin_bindings={b}' for b in gin_bindings])
     self._experiment = Experiment()
     self._num_collectors = num_collectors
-    self.port = port or portpicker.pick_unused_port()
-    self.address = f'127.0.0.1:{self.port}'
+    self._backend = backend
+    self.port = port or (0 if backend else portpicker.pick_unused_port())
+    self.address = f'127.0.0.1:{self.port}'  # a backend's server sets its own
     self._python = python
-    self.processes: Dict[str, subprocess.Popen] = {}
+    self.processes: Dict[str, Union[subprocess.Popen, 'ray_backend.RayProcess']] = {}
     self._logs = {}
     # Rates between status lines; a counter the server cannot tell now is skipped.
     self._env_steps_rate, self._train_steps_rate = metrics.Throughput(), metrics.Throughput()
@@ -91,12 +111,20 @@ class Launcher:
   def log_path(self, name: str) -> str:
     return os.path.join(self.root_dir, LOG_DIR, f'{name}.log')
 
-  def _spawn(self, name: str, program: str, args: List[str]) -> None:
-    log = open(self.log_path(name), 'a')
-    self._logs[name] = log
+  def _spawn(self, name: str, program: str, args: List[str],
+             port_flag: Optional[str] = None) -> None:
+    """Starts a program; with a backend, `port_flag` asks its node for a free port."""
     command = [self._python, '-u', '-m', f'learners.{program}',
                f'--root_dir={self.root_dir}', *self._gin_args, *args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
+    if self._backend is not None:
+      child = self._backend.start(program, command, self.log_path(name), env, port_flag)
+      self.processes[name] = child
+      logs.progress('Started %s (pid %d on %s, Ray node %s): %s', name, child.pid, child.ip,
+                    child.node_id, ' '.join(command))
+      return
+    log = open(self.log_path(name), 'a')
+    self._logs[name] = log
     self.processes[name] = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env,
         preexec_fn=process.detach_and_die_with_parent)
@@ -109,7 +137,12 @@ class Launcher:
     Raises:
       JobFailedError: the server died or did not answer in time.
     """
-    self._spawn('reverb_server', 'reverb_server', [f'--port={self.port}'])
+    if self._backend is not None and not self.port:
+      self._spawn('reverb_server', 'reverb_server', [], port_flag='--port')
+      server = self.processes['reverb_server']
+      self.port, self.address = server.port, f'{server.ip}:{server.port}'
+    else:
+      self._spawn('reverb_server', 'reverb_server', [f'--port={self.port}'])
     deadline = time.monotonic() + server_timeout_s
     while True:
       self._check_alive()
@@ -278,6 +311,9 @@ class Launcher:
           if (code != 0 and name not in self.lost) or name in killed]
       for log in self._logs.values():
         log.close()
+      for child in self.processes.values():
+        if hasattr(child, 'release'):  # a backend's: free its place on the cluster
+          child.release()
     return self._problems
 
   def __enter__(self):
@@ -300,12 +336,36 @@ def _final_state(root_dir: str) -> str:
           f'{export.exported_train_step(greedy)}) in {greedy}.')
 
 
+def _ray_backend_from_flags() -> 'ray_backend.RayBackend':
+  """The Ray backend the flags ask for; bad flags end the program with status 2."""
+  if not FLAGS.ray_address:
+    config.fail('--backend=ray needs --ray_address=HOST:PORT (the Ray head node).')
+  try:
+    resources = json.loads(FLAGS.ray_resources)
+    unknown = set(resources) - set(ray_backend.DEFAULT_RESOURCES)
+    if unknown or not all(isinstance(r, dict) for r in resources.values()):
+      raise ValueError(f'programs are {sorted(ray_backend.DEFAULT_RESOURCES)}, each with a '
+                       f'{{resource: amount}} object; got {FLAGS.ray_resources}')
+  except ValueError as e:
+    config.fail(f'--ray_resources: {e}')
+  gpus = None if FLAGS.ray_trainer_gpus < 0 else FLAGS.ray_trainer_gpus
+  try:
+    return ray_backend.RayBackend(FLAGS.ray_address, resources, gpus)
+  except ImportError as e:
+    config.fail(str(e))
+  except ConnectionError as e:
+    config.fail(f'No Ray cluster at --ray_address={FLAGS.ray_address}: {e}')
+
+
 def main(argv):
   del argv
   logs.quiet_absl_unless_asked()
+  backend = None
+  if FLAGS.backend == 'ray':
+    backend = _ray_backend_from_flags()
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                        FLAGS.num_collectors, FLAGS.port)
+                        FLAGS.num_collectors, FLAGS.port, backend=backend)
   except config.ConfigError as e:
     config.fail(str(e))
   results = []

@@ -1,0 +1,122 @@
+"""tfrl-launch --backend=ray on a real two-node Ray cluster, on this host.
+
+The cluster runs in a network namespace of its own (`unshare -rn`) whose only interface
+is loopback: Ray advertises a node's first non-loopback address whatever
+--node-ip-address says, and a test must keep its traffic on loopback. The head node
+carries the custom resource 'tfrl_server' (the Reverb server, the trainer and the
+evaluator ask for it), the second node 'tfrl_actors' (the collectors). The DQN job must
+reach its target with every program where its resources put it, a collector killed
+mid-job must be reported as the local launcher reports one (and the job go on), the
+exported policy must play at the target, and `ray stop` must leave nothing running.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from learners import config
+from programs import evaluate_export, final_state
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESOURCES = {'reverb_server': {'tfrl_server': 1}, 'train': {'tfrl_server': 1},
+             'eval': {'tfrl_server': 1}, 'collect': {'tfrl_actors': 1}}
+
+# Runs inside the namespace: the cluster, the job (killing collect_1 once the trainer
+# is under way), where Ray put each program, the stop. Prints JSON lines to read back.
+SCRIPT = textwrap.dedent('''\
+    set -u
+    ip link set lo up
+    export RAY_USAGE_STATS_ENABLED=0 PYTHONPATH={repo}
+    RAY={ray}; PY={python}; ROOT={root}; TMP={tmp}
+    common="--node-ip-address=127.0.0.1 --num-cpus=2 --disable-usage-stats --temp-dir=$TMP"
+    $RAY start --head --port=6390 --include-dashboard=false $common \\
+        --resources='{{"tfrl_server": 10}}' > $ROOT/ray_head.log 2>&1 || exit 11
+    $RAY start --address=127.0.0.1:6390 $common \\
+        --resources='{{"tfrl_actors": 10}}' > $ROOT/ray_worker.log 2>&1 || exit 12
+    $PY -m learners.launch --backend=ray --ray_address=127.0.0.1:6390 \\
+        --ray_resources='{resources}' --root_dir=$ROOT --gin_file=dqn_cartpole.gin \\
+        --num_collectors=2 --timeout_s=600 --status_interval_s=5 > $ROOT/launch.out 2>&1 &
+    launcher=$!
+    # Once every program is up and collect_1 writes: kill -9 its process on its node.
+    for i in $(seq 1 600); do
+      grep -q 'Started eval' $ROOT/launch.out 2>/dev/null &&
+        grep -q 'acting with policy version' $ROOT/logs/collect_1.log 2>/dev/null && break
+      sleep 0.5
+    done
+    pid=$(sed -n 's/.*Started collect_1 (pid \\([0-9]*\\) .*/\\1/p' $ROOT/launch.out)
+    kill -9 "$pid" && echo '{{"killed": '"$pid"'}}'
+    wait $launcher; echo '{{"launch_status": '$?'}}'
+    $PY -c 'import json, ray; ray.init(address="127.0.0.1:6390", logging_level="ERROR"); \\
+        print(json.dumps({{"nodes": {{n["NodeID"]: sorted(n["Resources"]) \\
+        for n in ray.nodes() if n["Alive"]}}}}))'
+    $RAY stop --force > $ROOT/ray_stop.log 2>&1; echo '{{"stop_status": '$?'}}'
+    ''')
+
+
+def _ray_processes():
+  return [p.info['pid'] for p in psutil.process_iter(['pid', 'cmdline'])
+          if any(name in ' '.join(p.info['cmdline'] or ()) for name in
+                 ('raylet', 'gcs_server', 'ray::'))]
+
+
+@pytest.fixture
+def job(tmp_path):
+  if shutil.which('unshare') is None or shutil.which('ip') is None:
+    pytest.fail('this test needs unshare and ip (util-linux, iproute2) for its loopback-'
+                'only network namespace')
+  ray = os.path.join(os.path.dirname(sys.executable), 'ray')
+  temp = f'/tmp/tfrl_ray_{os.getpid()}'  # Ray's socket paths must stay short
+  script = SCRIPT.format(repo=REPO, ray=ray, python=sys.executable, root=tmp_path,
+                         tmp=temp, resources=json.dumps(RESOURCES))
+  try:
+    result = subprocess.run(['unshare', '-rn', 'bash', '-c', script], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
+  finally:
+    shutil.rmtree(temp, ignore_errors=True)
+  facts = {}
+  for line in result.stdout.splitlines():
+    if line.startswith('{'):
+      facts.update(json.loads(line))
+  with open(tmp_path / 'launch.out') as f:
+    launched = f.read()
+  return facts, launched, result, tmp_path
+
+
+def test_a_job_on_a_two_node_ray_cluster(job):
+  facts, launched, result, root = job
+  context = f'{launched[-4000:]}\n{result.stderr[-2000:]}'
+  assert facts.get('launch_status') == 0, context
+  # Where Ray put each program: collectors on the 'tfrl_actors' node, the rest on the
+  # 'tfrl_server' one (both nodes are 127.0.0.1: told apart by their Ray node ids).
+  started = dict(re.findall(r'Started (\w+) \(pid \d+ on 127\.0\.0\.1, Ray node (\w+)\)',
+                            launched))
+  assert set(started) == {'reverb_server', 'train', 'collect_0', 'collect_1', 'eval'}, context
+  node_of = {resource: node for node, resources in facts['nodes'].items()
+             for resource in resources if resource.startswith('tfrl_')}
+  assert {started['collect_0'], started['collect_1']} == {node_of['tfrl_actors']}, facts
+  assert {started[n] for n in ('reverb_server', 'train', 'eval')} == {
+      node_of['tfrl_server']}, facts
+  # The killed collector was reported as the local launcher reports one, and the job
+  # went on to its target with the other.
+  assert 'killed' in facts, context
+  assert re.search(r'collect_1 was killed \(SIGKILL\) \(exit status -9\); the job goes on '
+                   r'with collect_0', launched), context
+  assert 'Lost during the job (reported above): collect_1.' in launched, context
+  with open(root / 'eval' / 'results.json') as f:
+    last = json.load(f)[-1]
+  assert last['reached_target'] and last['return'] >= 475.0, last
+  state = final_state(str(root))
+  assert set(state.values()) == {last['train_step']}, (state, last)
+  config.parse(['dqn_cartpole.gin'])
+  played = evaluate_export(str(root / 'policies' / 'greedy_policy'),
+                           last['confirmation_seed'])
+  assert played >= 475.0, played
+  # The cluster is gone: nothing of Ray is left running.
+  assert facts.get('stop_status') == 0, context
+  assert not _ray_processes(), _ray_processes()
