@@ -26,6 +26,7 @@ def test_the_manifest_is_a_ray_cluster_of_the_pinned_ray():
   with open(os.path.join(REPO, 'setup.py')) as f:
     pinned = re.search(r"RAY = \['ray==([\d.]+)'\]", f.read()).group(1)
   assert cluster['spec']['rayVersion'] == pinned
+  assert cluster['spec']['authOptions'] == {'mode': 'token'}  # clients must hold the token
   assert claim['kind'] == 'PersistentVolumeClaim'
   assert claim['spec']['accessModes'] == ['ReadWriteMany']
 
