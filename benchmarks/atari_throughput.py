@@ -38,10 +38,10 @@ Results are recorded in benchmarks/RESULTS.md.
 import contextlib
 import shutil
 import tempfile
-import time
 
 # First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
 import common  # pylint: disable=g-bad-import-order
+import tfrl  # TensorFlow, tf-agents and Reverb without their start-up noise
 from absl import app
 from absl import flags
 from absl import logging
@@ -71,22 +71,9 @@ flags.DEFINE_integer('env_workers', 2, 'Worker processes of the collect-workers 
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 
 
-class Measurement:
-  """One path: `call()` does one chunk of work and returns the env steps it covered."""
-
-  def __init__(self, name, call, note=''):
-    self.name, self.call, self.note = name, call, note
-    self.rounds = []
-
-  def time(self, seconds: float) -> None:
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-      steps += self.call()
-    self.rounds.append(steps / (time.perf_counter() - start))
-
-  @property
-  def frames_per_s(self) -> float:
-    return FRAMES_PER_STEP * max(self.rounds)
+def frames(m: common.Measurement) -> float:
+  """A path's best round in ALE frames per second (its unit is env steps)."""
+  return FRAMES_PER_STEP * m.rate
 
 
 def build_experiment() -> Experiment:
@@ -121,7 +108,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
         vector_env.step(vector_env.action_space.sample())
       return 32 * vector_env.num_envs
 
-    measurements.append(Measurement('raw', raw, 'random actions, no policy, no writing'))
+    measurements.append(common.Measurement('raw', raw, 'random actions, no policy, no writing'))
 
   def timed_collect(actor):
     def collect():
@@ -141,7 +128,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     stack.callback(collect_actor.close)
     collect_actor.run(exp.unroll_length)  # warm-up: traces the policy, opens the writer
     if 'collect' in FLAGS.paths:
-      measurements.append(Measurement(
+      measurements.append(common.Measurement(
           'collect', timed_collect(collect_actor),
           f'{exp.num_envs} envs, Nature CNN collect policy, unrolls of '
           f'{exp.unroll_length + 1} into Reverb'))
@@ -157,13 +144,13 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
                                       [layout.make_writer(workers_server.client)])
     stack.callback(workers_actor.close)
     workers_actor.run(exp.unroll_length)
-    measurements.append(Measurement(
+    measurements.append(common.Measurement(
         'collect-workers', timed_collect(workers_actor),
         f'the collect path, envs in {FLAGS.env_workers} worker processes'))
   if 'collect-nowrite' in FLAGS.paths:
     bare_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 3), agent.collect_policy)
     bare_actor.run(exp.unroll_length)
-    measurements.append(Measurement('collect-nowrite', timed_collect(bare_actor),
+    measurements.append(common.Measurement('collect-nowrite', timed_collect(bare_actor),
                                     'the same Actor without a writer'))
 
   if {'learner', 'ceiling'} & set(FLAGS.paths):
@@ -198,7 +185,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
       return FLAGS.iterations * batch_steps
 
     ceiling()
-    measurements.append(Measurement('ceiling', ceiling,
+    measurements.append(common.Measurement('ceiling', ceiling,
                                     'agent.train on one fixed in-memory batch'))
 
   if 'learner' in FLAGS.paths:
@@ -217,7 +204,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
       return (int(train_step.numpy()) - before) * batch_steps
 
     learn()
-    measurements.append(Measurement(
+    measurements.append(common.Measurement(
         'learner', learn, f'{FLAGS.fill_unrolls} unrolls in a uniform table, batches of '
         f'{exp.batch_size} x {exp.unroll_length} steps'))
   return measurements
@@ -226,7 +213,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
 def _ratio(label: str, num, den, target: float) -> str:
   if num is None or den is None:
     return common.target_line(label, None, target, '', 28, 8)
-  ratio = num.frames_per_s / den.frames_per_s
+  ratio = frames(num) / frames(den)
   return common.target_line(label, ratio, target, f'{ratio:.1%}', 28, 8)
 
 
@@ -241,16 +228,14 @@ def main(argv):
   print(common.load_line('start'), flush=True)
   with contextlib.ExitStack() as stack:
     measurements = setup(exp, stack)
-    for r in range(FLAGS.rounds):
-      for m in measurements:
-        m.time(FLAGS.seconds)
-        print(f'  round {r + 1}: {m.name:<16} {FRAMES_PER_STEP * m.rounds[-1]:>9,.0f} '
-              f'frames/s (load {common.load_1min():.2f})', flush=True)
+    common.time_round_robin(
+        measurements, FLAGS.rounds, FLAGS.seconds,
+        lambda m: f'{m.name:<16} {FRAMES_PER_STEP * m.rates()[-1]:>9,.0f} frames/s')
   print(common.load_line('end'))
   print()
   print(f'{"path":<16} {"frames/s":>9} {"env steps/s":>12}  note')
   for m in measurements:
-    print(f'{m.name:<16} {m.frames_per_s:>9,.0f} {m.frames_per_s / FRAMES_PER_STEP:>12,.0f}'
+    print(f'{m.name:<16} {frames(m):>9,.0f} {frames(m) / FRAMES_PER_STEP:>12,.0f}'
           f'  {m.note}')
   results = {m.name: m for m in measurements}
   print()
@@ -261,7 +246,7 @@ def main(argv):
   print(_ratio('learner / ceiling', results.get('learner'), results.get('ceiling'),
                TARGET_LEARNER_VS_CEILING))
   if 'collect' in results and 'collect-nowrite' in results:
-    share = results['collect'].frames_per_s / results['collect-nowrite'].frames_per_s
+    share = frames(results['collect']) / frames(results['collect-nowrite'])
     print(f'{"collect with writer / without":<28} {share:.1%} (diagnostic: the writer)')
 
 

@@ -12,7 +12,8 @@ solve_time.py, which only drives subprocesses, imports it without paying for Ten
 from importlib import metadata
 import os
 import sys
-from typing import Optional
+import time
+from typing import Callable, List, Optional
 
 from absl import app
 
@@ -114,3 +115,43 @@ def target_line(label: str, ratio: Optional[float], target: float, shown: str,
   verdict = 'PASS' if ratio >= target else 'MISS'
   return (f'{label:<{label_width}} {shown:<{shown_width}} '
           f'target >= {target_text:<4} {verdict}')
+
+
+class Measurement:
+  """One path: `call()` does one chunk of work and returns how many units it did."""
+
+  def __init__(self, name, call, note='', unit='train steps'):
+    self.name, self.call, self.note, self.unit = name, call, note, unit
+    self.rounds = []  # (units, seconds, calls) per round
+
+  def time(self, seconds: float) -> None:
+    units = calls = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      units += self.call()
+      calls += 1
+    self.rounds.append((units, time.perf_counter() - start, calls))
+
+  def rates(self):
+    return [u / s for u, s, _ in self.rounds]
+
+  @property
+  def rate(self) -> float:
+    """The best round's rate (other jobs on the machine only slow a round down)."""
+    return max(self.rates())
+
+  @property
+  def ms_per_call(self) -> float:
+    units, seconds, calls = max(self.rounds, key=lambda r: r[0] / r[1])
+    return 1e3 * seconds / calls
+
+
+def time_round_robin(measurements: List[Measurement], rounds: int, seconds: float,
+                     describe: Callable[[Measurement], str]) -> None:
+  """Times every measurement for `seconds`, in turn, `rounds` times, printing a line
+  per timing (`describe(m)`, then the load): paths measured close together share the
+  machine's drifting load, and each keeps its best round."""
+  for r in range(rounds):
+    for m in measurements:
+      m.time(seconds)
+      print(f'  round {r + 1}: {describe(m)} (load {load_1min():.2f})', flush=True)

@@ -55,10 +55,10 @@ Results are recorded in benchmarks/RESULTS.md.
 import contextlib
 import shutil
 import tempfile
-import time
 
 # First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
 import common  # pylint: disable=g-bad-import-order
+import tfrl  # TensorFlow, tf-agents and Reverb without their start-up noise
 from absl import app
 from absl import flags
 from absl import logging
@@ -129,36 +129,7 @@ def collect_experience(num_envs: int, steps: int):
 # -- measurements -------------------------------------------------------------------
 
 
-class Measurement:
-  """One path: `call()` does one chunk of work and returns how many units it did."""
-
-  def __init__(self, name, call, note='', unit='train steps'):
-    self.name, self.call, self.note, self.unit = name, call, note, unit
-    self.rounds = []  # (units, seconds, calls) per round
-
-  def time(self, seconds: float) -> None:
-    units = calls = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-      units += self.call()
-      calls += 1
-    self.rounds.append((units, time.perf_counter() - start, calls))
-
-  def rates(self):
-    return [u / s for u, s, _ in self.rounds]
-
-  @property
-  def rate(self) -> float:
-    """The best round's rate (other jobs on the machine only slow a round down)."""
-    return max(self.rates())
-
-  @property
-  def ms_per_call(self) -> float:
-    units, seconds, calls = max(self.rounds, key=lambda r: r[0] / r[1])
-    return 1e3 * seconds / calls
-
-
-def learner_measurement(name, learner, train_step, iterations, note) -> Measurement:
+def learner_measurement(name, learner, train_step, iterations, note) -> common.Measurement:
   """Whole `learner.run(iterations)` calls; warms up (traces, fills buffers) first."""
 
   def call():
@@ -167,10 +138,10 @@ def learner_measurement(name, learner, train_step, iterations, note) -> Measurem
     return int(train_step.numpy()) - before
 
   call()
-  return Measurement(name, call, note)
+  return common.Measurement(name, call, note)
 
 
-def input_measurement(name, dataset, note) -> Measurement:
+def input_measurement(name, dataset, note) -> common.Measurement:
   """Batches drawn in-graph, `INPUT_CHUNK` per tf.function call, as a Learner does."""
   iterator = iter(dataset)
 
@@ -189,7 +160,7 @@ def input_measurement(name, dataset, note) -> Measurement:
     return INPUT_CHUNK
 
   call()
-  return Measurement(name, call, note, unit='batches')
+  return common.Measurement(name, call, note, unit='batches')
 
 
 def _iteration_counts():
@@ -238,7 +209,7 @@ def setup_ceiling(specs, transitions, stack):
     return int(step.numpy()) - before
 
   call()
-  return [Measurement(f'ceiling K={FLAGS.iterations}', call,
+  return [common.Measurement(f'ceiling K={FLAGS.iterations}', call,
                       'agent.train on one fixed in-memory batch')]
 
 
@@ -345,7 +316,7 @@ def setup_tf_agents(specs, transitions, stack):
 # -- report -------------------------------------------------------------------------
 
 
-def _spread(m: Measurement) -> str:
+def _spread(m: common.Measurement) -> str:
   rates = m.rates()
   if len(rates) < 2:
     return ''
@@ -393,11 +364,8 @@ def main(argv):
       measurements += setup_tf_agents(specs, transitions, stack)
     # Input pipelines last in each round, after the Learners they diagnose.
     measurements.sort(key=lambda m: m.unit == 'batches')
-    for r in range(FLAGS.rounds):
-      for m in measurements:
-        m.time(FLAGS.seconds)
-        print(f'  round {r + 1}: {m.name:<22} {m.rates()[-1]:>9,.0f} {m.unit}/s '
-              f'(load {common.load_1min():.2f})', flush=True)
+    common.time_round_robin(measurements, FLAGS.rounds, FLAGS.seconds,
+                            lambda m: f'{m.name:<22} {m.rates()[-1]:>9,.0f} {m.unit}/s')
   print(common.load_line('end'))
 
   results = {m.name: m for m in measurements}

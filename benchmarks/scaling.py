@@ -82,6 +82,7 @@ from typing import Dict, List, Optional
 
 # First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
 import common  # pylint: disable=g-bad-import-order
+import tfrl  # TensorFlow, tf-agents and Reverb without their start-up noise
 from absl import app
 from absl import flags
 from absl import logging

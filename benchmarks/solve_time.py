@@ -500,18 +500,23 @@ def report(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
   return report_time_to_solve(algo, tfrl_runs, peer_runs)
 
 
+def _seed_table(head: str, row, tfrl_runs: List[Run], peer_runs: List[Run]) -> List[str]:
+  """The header and one line per seed, tfrl's run beside SB3's, then the runs' notes."""
+  lines = [f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else '')]
+  by_seed = {r.seed: r for r in peer_runs}
+  for run in tfrl_runs:
+    line = f'{run.seed:<6}      {row(run)}'
+    if peer_runs:
+      line += f'  |     {row(by_seed.get(run.seed))}'
+    lines.append(line)
+  return lines + _notes(tfrl_runs + peer_runs)
+
+
 def report_time_to_solve(algo: str, tfrl_runs: List[Run],
                          peer_runs: List[Run]) -> List[str]:
   lines = [_title(algo, f'threshold {ALGOS[algo].threshold:g}')]
   head = f'{"s":>8} {"env steps":>10} {"solved":>6} {"evals":>5} {"proc s":>7} {"load 1m":>12}'
-  lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
-  by_seed = {r.seed: r for r in peer_runs}
-  for run in tfrl_runs:
-    line = f'{run.seed:<6}      {_row(run)}'
-    if peer_runs:
-      line += f'  |     {_row(by_seed.get(run.seed))}'
-    lines.append(line)
-  lines += _notes(tfrl_runs + peer_runs)
+  lines += _seed_table(head, _row, tfrl_runs, peer_runs)
   confirmed = [f'seed {r.seed} {_fmt_s(r.extra.get("confirmed_seconds"))} s'
                for r in tfrl_runs]
   lines.append('  tfrl, to the end of the confirming evaluation (train_eval\'s stop): ' +
@@ -585,14 +590,7 @@ def report_budgets(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> Lis
   rate = 'frames/s' if task.frames_per_step > 1 else 'steps/s'
   head = (f'{"return":>9}' + (f' {"@steps":>9}' if task.env_step_budget else '') +
           f' {"env steps":>10} {rate:>9} {"s":>7} {"load 1m":>12}')
-  lines.append(f'{"seed":<6} tfrl {head}' + (f'  | SB3 {head}' if peer_runs else ''))
-  by_seed = {r.seed: r for r in peer_runs}
-  for run in tfrl_runs:
-    line = f'{run.seed:<6}      {_budget_row(run, task)}'
-    if peer_runs:
-      line += f'  |     {_budget_row(by_seed.get(run.seed), task)}'
-    lines.append(line)
-  lines += _notes(tfrl_runs + peer_runs)
+  lines += _seed_table(head, lambda run: _budget_row(run, task), tfrl_runs, peer_runs)
   medians = {}
   for side, runs in (('tfrl', tfrl_runs), ('SB3', peer_runs)):
     medians[side] = (_median(r.eval_return for r in runs),

@@ -65,8 +65,9 @@ def train_eval(root_dir: str, strategy: str = 'default',
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
-    greedy_policy_dir, train_seconds (from the first train step), history (evals),
-    progress (the rows of every progress line).
+    confirmation_seed (the seed that replays the confirming evaluation's episodes, see
+    `tfrl.actors.Evaluator`; None without one), greedy_policy_dir, train_seconds (from
+    the first train step), history (evals), progress (the rows of every progress line).
 
   Raises:
     RuntimeError: the loop's own data did not reach its train step in time.
@@ -136,6 +137,7 @@ class _OneProcessJob:
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
     self.items_trained = 0  # items of the experience table this process's steps took
     self.history: List[Dict[str, Any]] = []
+    self.confirmation_seed: Optional[int] = None
     self.progress: List[Dict[str, Any]] = []
     self.on_progress: Optional[OnProgress] = None
     self.bar: Optional[progress_bar_lib.ProgressBar] = None
@@ -270,7 +272,11 @@ class _OneProcessJob:
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
     confirmation = self.evaluator.run()['AverageReturn']
-    logs.progress('Confirmation evaluation: %s', metrics.format_return(confirmation))
+    self.confirmation_seed = self.evaluator.last_seed
+    # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
+    # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
+    logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',
+                  metrics.format_return(confirmation), self.confirmation_seed)
     return confirmation >= self.exp.target_return
 
   def export(self, reached: bool) -> Dict[str, Any]:
@@ -285,6 +291,7 @@ class _OneProcessJob:
         'env_steps': self.env_steps,
         'eval_return': self.last_return,
         'reached_target': reached,
+        'confirmation_seed': self.confirmation_seed,
         'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
         'train_seconds': train_seconds,
         'history': self.history,

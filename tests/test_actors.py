@@ -246,3 +246,35 @@ def test_evaluator_gives_up_after_max_steps(cartpole_specs):
                                  num_episodes=2, max_steps=3)
     with pytest.raises(RuntimeError, match='2 episodes within 3 vector steps'):
       evaluator.run()
+
+
+class FailingWriter(StepRecorder):
+  """A writer whose server went away at its n-th write."""
+
+  def __init__(self, fail_at):
+    super().__init__()
+    self.fail_at = fail_at
+
+  def write(self, *args, **kwargs):
+    if len(self.rewards) == self.fail_at:
+      raise ConnectionError('server gone')
+    super().write(*args, **kwargs)
+
+
+@pytest.mark.parametrize('num_workers', [0, 1])
+def test_a_writer_error_leaves_the_env_ready_to_reset(num_workers):
+  """A collector that lost its server resets and goes on: the env step under way when
+  the writer raised completes, and the env resets."""
+  env = envs.make('CartPole-v1', num_envs=NUM_ENVS, seed=0, num_workers=num_workers)
+  policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
+  writer = FailingWriter(fail_at=5)
+  actor = actors.Actor(env, policy, [writer])
+  try:
+    with pytest.raises(ConnectionError, match='server gone'):
+      actor.run(20)
+    writer.fail_at = -1
+    actor.reset()
+    actor.run(10)
+    assert len(writer.rewards) == 5 + 10
+  finally:
+    env.close()

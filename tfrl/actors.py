@@ -152,9 +152,13 @@ class Actor:
     for _ in range(num_steps):
       policy_step = self._action_fn(time_step, state)
       self._env.step_async(policy_step.action)
-      if previous is not None:
-        self._record(*previous, version)
-      next_time_step = self._env.step_wait()
+      try:
+        if previous is not None:
+          self._record(*previous, version)
+      finally:
+        # Even when a writer raised (a lost server): the env's step completes, so the
+        # env is in a known state for whoever resets it.
+        next_time_step = self._env.step_wait()
       previous = (time_step, policy_step, next_time_step, state)
       time_step, state = next_time_step, policy_step.state
     if previous is not None:

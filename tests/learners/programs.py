@@ -158,6 +158,17 @@ def evaluate_export(path: str, seed: int) -> float:
     env.close()
 
 
+def run_launch(root_dir, gin_file: str, bindings: Sequence[str], num_collectors: int,
+               timeout_s: int = 300) -> subprocess.CompletedProcess:
+  """Runs a whole job with `python -m learners.launch` as a user would, to its end."""
+  return subprocess.run(
+      [sys.executable, '-m', 'learners.launch', f'--root_dir={root_dir}',
+       f'--gin_file={gin_file}', f'--num_collectors={num_collectors}',
+       f'--timeout_s={timeout_s}'] + [f'--gin_bindings={b}' for b in bindings],
+      cwd=REPO, env=program_env(), capture_output=True, text=True,
+      timeout=timeout_s + 300)
+
+
 def final_state(root_dir: str) -> Dict[str, int]:
   """Train steps of the latest checkpoint, the three exports, and the trainer's final
   'Trainer stopped at train step N' log line (-1 where absent)."""

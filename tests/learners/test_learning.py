@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from learners import config
-from programs import evaluate_export, final_state
+from programs import evaluate_export, final_state, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -76,11 +76,7 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
 
   (Plain DQN under launch is tested in test_programs.py.)
   """
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.launch', f'--root_dir={tmp_path}',
-       f'--gin_file={gin_file}', '--num_collectors=2', '--timeout_s=600'],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  result = run_launch(tmp_path, gin_file, [], num_collectors=2, timeout_s=600)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
   with open(os.path.join(tmp_path, 'eval', 'results.json')) as f:
     last = json.load(f)[-1]
@@ -150,14 +146,9 @@ def test_recurrent_continuous_and_pixel_configs_run_under_launch(tmp_path, gin_f
   """A short job as separate programs: the collectors write the items (LSTM states,
   Gaussian samples, uint8 images beside a vector) the trainer trains on, and the
   exported policy loads and plays."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
   bindings = ['Experiment.num_train_steps = 20', 'Experiment.target_return = None',
               'Experiment.eval_interval = 10']
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.launch', f'--root_dir={tmp_path}',
-       f'--gin_file={gin_file}', '--num_collectors=2', '--timeout_s=300'] +
-      [f'--gin_bindings={b}' for b in bindings],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  result = run_launch(tmp_path, gin_file, bindings, num_collectors=2)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
   state = final_state(str(tmp_path))
   assert set(state.values()) == {20}, state

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from learners import config
-from programs import evaluate_export, final_state
+from programs import evaluate_export, final_state, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,12 +92,7 @@ def test_config_runs_under_launch_and_its_export_plays(tmp_path, gin_file):
                                 f'Experiment.eval_interval = {TRAIN_STEPS}',
                                 'Experiment.num_eval_episodes = 1',
                                 'Experiment.target_return = None']
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.launch', f'--root_dir={tmp_path}',
-       f'--gin_file={gin_file}', '--num_collectors=1', '--timeout_s=300'] +
-      [f'--gin_bindings={b}' for b in bindings],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  result = run_launch(tmp_path, gin_file, bindings, num_collectors=1)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
   state = final_state(str(tmp_path))
   assert len(set(state.values())) == 1 and state['checkpoint'] >= TRAIN_STEPS, state

@@ -135,7 +135,7 @@ class BatchedEnv:
         f'{when}; check the environment (tfrl stops here rather than train on it).')
 
   def reset(self, seed: Optional[Union[int, Sequence[int]]] = None) -> ts.TimeStep:
-    """Resets every sub-environment.
+    """Resets every sub-environment (after finishing a step `step_async` started).
 
     Args:
       seed: an int (sub-env i gets seed + i), a list with one seed per env, or None.
@@ -147,7 +147,7 @@ class BatchedEnv:
       NonFiniteEnvError: a float observation holds NaN or inf.
     """
     if self._pending_action is not _NO_ACTION:
-      raise RuntimeError('reset called while a step started by step_async is pending.')
+      self.step_wait()  # finish the step first (a worker answers every command)
     obs, _ = self._env.reset(seed=seed)
     self._episode_ended[:] = False
     return ts.TimeStep(
