@@ -34,6 +34,7 @@ import portpicker
 import reverb
 import tensorflow as tf
 
+from learners import child_process
 from learners import config
 from learners import process
 from learners import ray_backend
@@ -127,7 +128,7 @@ class Launcher:
     self._logs[name] = log
     self.processes[name] = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=process.detach_and_die_with_parent)
+        preexec_fn=child_process.detach_and_die_with_parent)
     logs.progress('Started %s (pid %d): %s', name, self.processes[name].pid,
                  ' '.join(command))
 

@@ -1,6 +1,5 @@
 """What every program shares: stopping on signals in bounded time, exit statuses,
 waiting out a lost Reverb server, and a quick exit once everything is saved."""
-import ctypes
 import logging as std_logging
 import os
 import signal
@@ -134,25 +133,6 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
     _exit_with(EXIT_SERVER_LOST, e)
   except (replay.SpecMismatchError, replay.VariablesNotPushedError, ProgramError) as e:
     _exit_with(1, e)
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent() -> None:
-  """For `subprocess.Popen(preexec_fn=...)`: the child gets SIGTERM when its parent dies
-  (Linux; elsewhere the parent's own cleanup still applies)."""
-  try:
-    ctypes.CDLL('libc.so.6').prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-  except OSError:
-    pass
-
-
-def detach_and_die_with_parent() -> None:
-  """`die_with_parent`, in a session of its own: a terminal's Ctrl-C then reaches only
-  the parent (a launcher, which stops its children in order)."""
-  os.setsid()
-  die_with_parent()
 
 
 def seconds_since_start() -> float:

@@ -23,6 +23,9 @@ from typing import Dict, List, Optional
 
 import portpicker
 
+from learners import child_process
+import tfrl
+
 # Program -> the Ray resources its process asks for (on top of the CPU below). The
 # launcher merges --ray_resources into these.
 DEFAULT_RESOURCES: Dict[str, Dict[str, float]] = {
@@ -45,7 +48,6 @@ class _Runner:
   def __init__(self, command: List[str], log_path: str, env: Dict[str, str],
                port_flag: Optional[str] = None):
     """Starts `command`; with `port_flag`, adds `<port_flag>=<a port free here>`."""
-    from learners import process  # pylint: disable=g-import-not-at-top
     self._port = None
     if port_flag:
       self._port = portpicker.pick_unused_port()
@@ -54,7 +56,8 @@ class _Runner:
     self._log = open(log_path, 'a')
     # The program gets SIGTERM if this actor dies (its node is lost, the job killed).
     self._popen = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                   env=env, preexec_fn=process.detach_and_die_with_parent)
+                                   env=env,
+                                   preexec_fn=child_process.detach_and_die_with_parent)
 
   def where(self) -> Dict[str, object]:
     ray = _ray()
@@ -156,7 +159,10 @@ class RayBackend:
     self._runner = ray.remote(_Runner)
 
   def _options(self, program: str) -> dict:
-    options = {'num_cpus': 0, 'resources': self._resources[program]}
+    # The actor only starts and watches a process: it must not load TensorFlow, which
+    # `import learners` (this module's package) would (seconds and ~400 MB per actor).
+    options = {'num_cpus': 0, 'resources': self._resources[program],
+               'runtime_env': {'env_vars': {tfrl.NO_TENSORFLOW_VARIABLE: '1'}}}
     if program == 'train' and self._trainer_gpus:
       options['num_gpus'] = self._trainer_gpus
     if program == 'collect':

@@ -8,14 +8,16 @@ import os as _os
 
 from tfrl import logs as _logs
 
-ENV_WORKER_VARIABLE = 'TFRL_ENV_WORKER'  # set in env worker processes
+# Set in processes that run no TensorFlow: env workers (tfrl.envs.worker_env) and the
+# Ray actors that start a job's programs (learners/ray_backend.py).
+NO_TENSORFLOW_VARIABLE = 'TFRL_NO_TENSORFLOW'
 
 __version__ = '0.1.0'
 
 # TensorFlow, tf-agents and Reverb, imported now without their start-up noise (CUDA
 # factory "errors" on a CPU machine, gym's notice): every tfrl module needs them, bar
-# the env worker processes (tfrl.envs.worker_env), which step gymnasium envs only.
-if not _os.environ.get(ENV_WORKER_VARIABLE):
+# the processes that run no TensorFlow.
+if not _os.environ.get(NO_TENSORFLOW_VARIABLE):
   _logs.import_tensorflow_quietly()
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import gymnasium as gym
 import numpy as np
 
-from tfrl import ENV_WORKER_VARIABLE
+from tfrl import NO_TENSORFLOW_VARIABLE
 
 VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # num_envs -> vector env
 DEFAULT_TIMEOUT_S = 120.0
@@ -119,8 +119,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     self._connections, self._processes = [], []
     # A spawned worker inherits the environment: this tells its `import tfrl` not to
     # load TensorFlow (seconds and hundreds of MB per worker, for nothing it uses).
-    previous = os.environ.get(ENV_WORKER_VARIABLE)
-    os.environ[ENV_WORKER_VARIABLE] = '1'
+    previous = os.environ.get(NO_TENSORFLOW_VARIABLE)
+    os.environ[NO_TENSORFLOW_VARIABLE] = '1'
     try:
       for size in self._sizes:
         parent, child = context.Pipe()
@@ -132,9 +132,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         self._processes.append(process)
     finally:
       if previous is None:
-        del os.environ[ENV_WORKER_VARIABLE]
+        del os.environ[NO_TENSORFLOW_VARIABLE]
       else:
-        os.environ[ENV_WORKER_VARIABLE] = previous
+        os.environ[NO_TENSORFLOW_VARIABLE] = previous
     self._waiting = False
     try:
       spaces = self._receive_all('building its environments')
