@@ -229,6 +229,10 @@ flags.DEFINE_string('peer_venv', os.path.join(PEERS, '.venv'),
 flags.DEFINE_integer('peer_torch_threads', 0,
                      "SB3's torch intra-op threads (0: torch's default, one per core).")
 flags.DEFINE_string('json_out', None, 'Also write every run as one JSON line here.')
+flags.DEFINE_string('report_from', None,
+                    'Run nothing: print the tables (and with --curves_dir, the curves) of '
+                    'the runs in this --json_out file, for --algos; --budget_seconds and '
+                    '--max_seconds as they were run.')
 flags.DEFINE_string('curves_dir', None,
                     'Write each algo\'s learning curves (both sides, every seed) to '
                     '<curves_dir>/solve_time_<algo>.png.')
@@ -623,9 +627,44 @@ def wait_while_paused() -> None:
   print('  resumed', flush=True)
 
 
+def plot_curves(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> None:
+  """Writes --curves_dir/solve_time_<algo>.png: both sides' curves, every seed."""
+  os.makedirs(FLAGS.curves_dir, exist_ok=True)
+  task = ALGOS[algo]
+  png = curves.plot(
+      os.path.join(FLAGS.curves_dir, f'solve_time_{algo}.png'),
+      f'{algo} on {task.env}: tfrl {task.config}.gin' + (
+          f' vs {_peer_name(task)}' if peer_runs else ''),
+      {'tfrl': [r.extra.get('curve', []) for r in tfrl_runs],
+       **({'SB3': [r.extra.get('curve', []) for r in peer_runs]} if peer_runs else {})},
+      task.threshold,
+      y_label='training games\' mean score' if task.returns == 'train' else
+      'eval return')
+  print(f'  curves: {png}', flush=True)
+
+
+def report_from_json(path: str) -> None:
+  """Prints the tables of the runs recorded in `path` (one JSON Run a line), in the
+  order of --algos; a run that is missing (an interrupted series) is just absent."""
+  with open(path) as f:
+    runs = [Run(**json.loads(line)) for line in f if line.strip()]
+  for algo in FLAGS.algos:
+    tfrl_runs = [r for r in runs if r.algo == algo and r.side == 'tfrl']
+    peer_runs = [r for r in runs if r.algo == algo and r.side != 'tfrl']
+    if not tfrl_runs:
+      continue
+    if FLAGS.curves_dir:
+      plot_curves(algo, tfrl_runs, peer_runs)
+    print()
+    print('\n'.join(report(algo, tfrl_runs, peer_runs)))
+
+
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
+  if FLAGS.report_from:
+    report_from_json(FLAGS.report_from)
+    return
   seeds = [int(s) for s in FLAGS.seeds]
   with_peer = not FLAGS.skip_peer and any(ALGOS[a].peer for a in FLAGS.algos)
   if with_peer:
@@ -674,18 +713,7 @@ def main(argv):
           json_out.flush()
     tables.append(report(algo, tfrl_runs, peer_runs))
     if FLAGS.curves_dir:
-      os.makedirs(FLAGS.curves_dir, exist_ok=True)
-      task = ALGOS[algo]
-      png = curves.plot(
-          os.path.join(FLAGS.curves_dir, f'solve_time_{algo}.png'),
-          f'{algo} on {task.env}: tfrl {task.config}.gin' + (
-              f' vs {_peer_name(task)}' if peer_runs else ''),
-          {'tfrl': [r.extra.get('curve', []) for r in tfrl_runs],
-           **({'SB3': [r.extra.get('curve', []) for r in peer_runs]} if peer_runs else {})},
-          task.threshold,
-          y_label='training games\' mean score' if task.returns == 'train' else
-          'eval return')
-      print(f'  curves: {png}', flush=True)
+      plot_curves(algo, tfrl_runs, peer_runs)
   print(common.load_line('end'))
   for table in tables:
     print()
