@@ -95,7 +95,7 @@ def test_committed_notebooks_carry_outputs_of_a_full_run():
 
 
 NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', '[reverb/cc/',
-         'Path not found', 'signature_serialization', 'WARNING:tensorflow')
+         'Path not found', 'signature_serialization', 'WARNING:tensorflow', 'ALSA lib')
 
 
 def _printed(notebook) -> str:
