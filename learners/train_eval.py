@@ -118,6 +118,8 @@ class _OneProcessJob:
         self.env.time_step_spec(), self.env.action_spec()), [self.writer])
     self.evaluator = actors.Evaluator(eval_env, triggers.greedy(self.agent),
                                       exp.num_eval_episodes, seed=exp.seed + 10_000)
+    # The job's env steps, checkpointed with the agent: a resumed job counts on from
+    # where it stopped (progress lines, summaries against env steps, export metadata).
     self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
     self.policy_trigger = triggers.PolicySavedModelTrigger(
@@ -128,7 +130,9 @@ class _OneProcessJob:
     self.learner = exp.make_learner(root_dir, self.server.address, self.agent,
                                     self.train_step, strategy,
                                     sample_timeout_ms=SAMPLE_TIMEOUT_MS,
-                                    triggers=[self.policy_trigger])
+                                    triggers=[self.policy_trigger],
+                                    checkpoint_extras={'env_steps': self.env_steps_var})
+    self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
     # Graph building belongs to start-up (as the actors' and the evaluator's do): a
     # broken train step fails here, before any collection, and the first train call is
     # not a second-long stall in the collect/train rhythm.
@@ -147,7 +151,9 @@ class _OneProcessJob:
 
   @property
   def env_steps(self) -> int:
-    return self.random_actor.env_steps + self.collect_actor.env_steps
+    """The job's env steps: those of earlier runs of it and this process's."""
+    return (self.env_steps_before + self.random_actor.env_steps +
+            self.collect_actor.env_steps)
 
   def warm_up(self) -> None:
     """The layout's collection before the first train step (random actions for replay)."""
@@ -215,6 +221,7 @@ class _OneProcessJob:
         self.writer.items_created - self.items_trained, self.exp.train_steps_per_iteration)
     if not iterations:
       return 0
+    self.env_steps_var.assign(self.env_steps)  # for a checkpoint written by this run
     with self.train_throughput.timing():
       try:
         self.learner.run(iterations=iterations)
@@ -282,6 +289,7 @@ class _OneProcessJob:
   def export(self, reached: bool) -> Dict[str, Any]:
     """Final checkpoint, summaries and SavedModels; returns train_eval's result."""
     train_seconds = time.perf_counter() - self.start_time
+    self.env_steps_var.assign(self.env_steps)
     self.learner.save_checkpoint()
     self.learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
     paths = self.policy_trigger.save_saved_models()

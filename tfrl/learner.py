@@ -70,7 +70,8 @@ class Learner(tf.Module):
                direct_sampling: bool = False,
                experience_dataset_options: Optional[tf.distribute.InputOptions] = None,
                strategy_run_options: Optional[tf.distribute.RunOptions] = None,
-               summary_root_dir: Optional[str] = None):
+               summary_root_dir: Optional[str] = None,
+               checkpoint_extras: Optional[Dict[str, Any]] = None):
     """Builds the input pipeline, creates optimizer slots, restores a checkpoint.
 
     Args:
@@ -106,6 +107,9 @@ class Learner(tf.Module):
         with `experience_dataset_fn`, for `reset_iterator`).
       strategy_run_options: `tf.distribute.RunOptions` for `strategy.run`.
       summary_root_dir: root for summaries if not `root_dir`.
+      checkpoint_extras: more trackables (e.g. a program's env-step counter, a
+        `tf.Variable`) saved in and restored from the checkpoint beside the agent and
+        the train step, by name.
 
     Raises:
       ValueError: a train_step that is not an int64 variable.
@@ -154,7 +158,8 @@ class Learner(tf.Module):
       elif run_optimizer_variable_init:
         self._create_optimizer_variables()
 
-      self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step)
+      self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step,
+                                             **(checkpoint_extras or {}))
       self._checkpoint_manager = tf.train.CheckpointManager(
           self._checkpoint, os.path.join(self._train_dir, CHECKPOINT_DIR),
           max_to_keep=max_checkpoints_to_keep)

@@ -37,6 +37,9 @@ def test_tiny_run_exports_and_resumes(tmp_path):
   assert second['train_step'] == 100
   # Resumed at 50: the first evaluation of the second run comes after step 50.
   assert second['history'][0]['train_step'] == 75
+  # And the env steps count on from the first run's (checkpointed with the agent).
+  assert first['env_steps'] < second['history'][0]['env_steps'] < second['env_steps']
+  assert second['progress'][0]['env_steps'] > first['env_steps']
 
 
 def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, capsys):
