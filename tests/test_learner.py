@@ -546,6 +546,31 @@ def test_restart_restores_train_step_variables_and_optimizer_state(tmp_path):
   assert_all_close(agent_variables(agent_2), agent_variables(agent))
 
 
+def test_checkpoint_extras_are_saved_and_restored_and_may_be_missing(tmp_path):
+  rows = fixed_rows(BATCH)
+  dataset_fn = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).repeat().map(
+      lambda e: (e, ()))
+  # A checkpoint from a program without extras: a learner with one restores the agent
+  # and the step, and the extra keeps its value.
+  agent, train_step = make_agent()
+  Learner(str(tmp_path / 'old'), train_step, agent, experience_dataset_fn=dataset_fn,
+          checkpoint_interval=2).run(iterations=2)
+  counter = tf.Variable(7, dtype=tf.int64)
+  agent_2, train_step_2 = make_agent(weights_seed=2)
+  learner_2 = Learner(str(tmp_path / 'old'), train_step_2, agent_2,
+                      experience_dataset_fn=dataset_fn, checkpoint_interval=2,
+                      checkpoint_extras={'counter': counter})
+  assert learner_2.train_step_numpy == 2 and int(counter.numpy()) == 7
+  # Saved with it, it comes back with it.
+  counter.assign(1234)
+  learner_2.save_checkpoint()
+  counter_3 = tf.Variable(0, dtype=tf.int64)
+  agent_3, train_step_3 = make_agent(weights_seed=3)
+  Learner(str(tmp_path / 'old'), train_step_3, agent_3, experience_dataset_fn=dataset_fn,
+          checkpoint_extras={'counter': counter_3})
+  assert int(counter_3.numpy()) == 1234 and int(train_step_3.numpy()) == 2
+
+
 def test_restored_learner_starts_user_interval_triggers_at_the_restored_step(tmp_path):
   rows = fixed_rows(BATCH)
   dataset_fn = lambda: tf.data.Dataset.from_tensor_slices(rows).batch(BATCH).repeat().map(

@@ -109,7 +109,7 @@ class Learner(tf.Module):
       summary_root_dir: root for summaries if not `root_dir`.
       checkpoint_extras: more trackables (e.g. a program's env-step counter, a
         `tf.Variable`) saved in and restored from the checkpoint beside the agent and
-        the train step, by name.
+        the train step, by name; one the checkpoint lacks keeps its value.
 
     Raises:
       ValueError: a train_step that is not an int64 variable.
@@ -165,7 +165,12 @@ class Learner(tf.Module):
           max_to_keep=max_checkpoints_to_keep)
       latest = self._checkpoint_manager.latest_checkpoint
       if latest:
-        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        # The agent and step must all be in it; extras may not be (a checkpoint written
+        # before the program had them): those keep their initial values.
+        tf.train.Checkpoint(agent=agent, train_step=train_step).restore(
+            latest).assert_existing_objects_matched()
+        if checkpoint_extras:
+          tf.train.Checkpoint(**checkpoint_extras).restore(latest).expect_partial()
         logs.progress('Restored %s at train step %d.', latest, self.train_step_numpy)
 
     # Interval triggers count from the (restored) step, as in tf-agents: otherwise a
