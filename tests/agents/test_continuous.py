@@ -1,5 +1,6 @@
-"""Continuous actions for the actor-critic agents: the tanh-Gaussian head, IMPALA's
-V-trace ratios and CLEAR's KL on Gaussians, and PPO's ratios, against float64 numpy.
+"""Continuous actions for the actor-critic agents: the tanh-Gaussian and clipped
+Gaussian heads, IMPALA's V-trace ratios and CLEAR's KL on Gaussians, and PPO's ratios,
+against float64 numpy.
 
 Unrolls follow tests/agents/test_impala.py (three rows, a termination and a truncation)
 with Pendulum's specs: observation float32 [3], action float32 [1] in [-2, 2]. The
@@ -7,6 +8,7 @@ behaviour info holds the Gaussian's loc and log_scale and the pre-squash sample 
 action sent was 2 tanh(u).
 """
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfrl import envs
@@ -81,6 +83,41 @@ def test_tanh_gaussian_head_sends_bounded_actions_and_scores_them(pendulum_specs
       envs.make('Pendulum-v1', num_envs=4, seed=1).reset())
   np.testing.assert_allclose(greedy.action, HALF_RANGE * np.tanh(greedy.info['loc']),
                              rtol=1e-5, atol=1e-6)
+
+
+def test_clipped_gaussian_head_sends_clipped_samples_and_scores_the_sample(pendulum_specs):
+  """SB3's way: the env gets clip(u), the loss scores log N(u) (no tanh term), and the
+  greedy action is the clipped mean; a mean past the bound sends the bound."""
+  time_step_spec, action_spec = pendulum_specs
+  agent = ppo.create_ppo_agent(time_step_spec, action_spec, learner_lib.new_train_step(),
+                               fc_layer_params=(8,), continuous_head='clipped')
+  head = agent._network.head  # pylint: disable=protected-access
+  assert isinstance(head, action_heads.ClippedGaussianHead)
+  env = envs.make('Pendulum-v1', num_envs=64, seed=0)
+  time_step = env.reset()
+  env.close()
+  agent.collect_policy.action(time_step)  # builds the head's layers
+  head._loc.bias.assign([3.0])  # pylint: disable=protected-access  # a mean past the bound
+  step = agent.collect_policy.action(time_step)
+  action, info = step.action.numpy(), {k: v.numpy() for k, v in step.info.items()}
+  u = info['raw_action']
+  assert action.shape == (64, 1) and np.all(np.abs(action) <= HALF_RANGE)
+  np.testing.assert_array_equal(action, np.clip(u, -HALF_RANGE, HALF_RANGE))
+  assert (u > HALF_RANGE).any() and (u < HALF_RANGE).any()  # both sides of the bound
+  log_prob = head.log_prob(action_heads.params_of(info, head), action, info).numpy()
+  gaussian = (-0.5 * ((u - info['loc']) / np.exp(info['log_scale'])) ** 2 -
+              info['log_scale'] - 0.5 * np.log(2 * np.pi)).sum(-1)
+  np.testing.assert_allclose(log_prob, gaussian, rtol=1e-5, atol=1e-5)
+  greedy = triggers.greedy(agent).action(time_step)
+  assert np.all(greedy.info['loc'] > HALF_RANGE)
+  np.testing.assert_array_equal(greedy.action, np.full((64, 1), HALF_RANGE, np.float32))
+
+
+def test_an_unknown_continuous_head_is_named_in_the_error(pendulum_specs):
+  time_step_spec, action_spec = pendulum_specs
+  with pytest.raises(ValueError, match="continuous_head must be one of.*'squashed'"):
+    ppo.create_ppo_agent(time_step_spec, action_spec, learner_lib.new_train_step(),
+                         continuous_head='squashed')
 
 
 def test_impala_on_gaussian_actions_matches_numpy_vtrace(pendulum_specs):

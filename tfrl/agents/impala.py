@@ -273,7 +273,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         learning_rate: float = 1e-3, shared_torso: bool = True,
                         lstm_size: Optional[int] = None, cnn: str = 'nature',
                         normalize_observations: bool = False, activation: str = 'tanh',
-                        initial_log_scale: float = 0.0, **kwargs) -> ImpalaAgent:
+                        initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                        **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -291,6 +292,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
     initial_log_scale: continuous actions' starting log standard deviation (SB3's
       log_std_init; -2 makes the first policy nearly deterministic).
+    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
+      clips them (SB3's way; see `tfrl.networks.action_heads`).
     **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
       CLEAR, ...).
 
@@ -302,7 +305,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                                             lstm_size=lstm_size, cnn=cnn,
                                             normalize_observations=normalize_observations,
                                             activation=activation,
-                                            initial_log_scale=initial_log_scale)
+                                            initial_log_scale=initial_log_scale,
+                                            continuous_head=continuous_head)
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)

@@ -274,7 +274,8 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      learning_rate: float = 3e-4, shared_torso: bool = True,
                      lstm_size: Optional[int] = None, cnn: str = 'nature',
                      normalize_observations: bool = False, activation: str = 'tanh',
-                     initial_log_scale: float = 0.0, **kwargs) -> PpoAgent:
+                     initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                     **kwargs) -> PpoAgent:
   """Builds a PpoAgent with an ActorCriticNetwork and Adam.
 
   Args:
@@ -292,6 +293,8 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
     initial_log_scale: continuous actions' starting log standard deviation (SB3's
       log_std_init; -2 makes the first policy nearly deterministic).
+    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
+      clips them (SB3's way; see `tfrl.networks.action_heads`).
     **kwargs: any `PpoAgent` argument.
 
   Returns:
@@ -306,6 +309,7 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                                             lstm_size=lstm_size, cnn=cnn,
                                             normalize_observations=normalize_observations,
                                             activation=activation,
-                                            initial_log_scale=initial_log_scale)
+                                            initial_log_scale=initial_log_scale,
+                                            continuous_head=continuous_head)
   return PpoAgent(time_step_spec, action_spec, network,
                   tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)

@@ -15,6 +15,12 @@ policy later (IMPALA's importance ratios, PPO's old log-probs, CLEAR's cloning K
   does, sends an action whose probability is not the one the loss uses.) The entropy
   bonus is the Gaussian's (the squashed distribution's has no closed form); the KL of
   two squashed policies equals the Gaussians' KL.
+- `ClippedGaussianHead` (bounded continuous actions, SB3's way): the same parameters
+  and stored sample u, but the env gets clip(u) to the bounds and the loss scores
+  log N(u). The loss then scores the sample, not the action sent (at a bound many u
+  send the same action), but a policy reaches full torque by moving its mean past the
+  bound, where tanh needs an ever larger mean and its gradient fades: on HalfCheetah
+  PPO learns faster per env step this way (benchmarks/RESULTS.md).
 """
 import abc
 from typing import Any, Dict, Tuple
@@ -112,29 +118,27 @@ class CategoricalHead(ActionHead):
     return cloning.policy_cloning_loss(behaviour[LOGITS], params[LOGITS])
 
 
-class TanhGaussianHead(ActionHead):
-  """A diagonal Gaussian squashed into the action bounds by tanh (module docstring)."""
+class _GaussianHead(ActionHead):
+  """A diagonal Gaussian over a pre-bound sample u, with a learned input-independent
+  log standard deviation; subclasses say how u meets the action bounds."""
 
-  def __init__(self, action_spec, dense, initial_log_scale: float = 0.0):
+  def __init__(self, action_spec, dense, initial_log_scale: float, name: str):
     """Args:
       action_spec: a bounded float spec of shape [D] (or scalar).
       dense: (units, gain) -> a Dense layer (the network's initializer).
-      initial_log_scale: the starting log standard deviation (before tanh).
+      initial_log_scale: the starting log standard deviation of u.
+      name: the layer name.
     """
-    super().__init__(action_spec, name='tanh_gaussian_head')
+    super().__init__(action_spec, name=name)
     self._shape = tuple(action_spec.shape.as_list())
     self.action_size = int(tf.TensorShape(self._shape).num_elements())
     self._loc = dense(self.action_size, 0.01)
     self._log_scale = self.add_weight(
         name='log_scale', shape=[self.action_size], trainable=True,
         initializer=tf.keras.initializers.Constant(initial_log_scale))
-    low = np.broadcast_to(action_spec.minimum, self._shape).astype(np.float32).ravel()
-    high = np.broadcast_to(action_spec.maximum, self._shape).astype(np.float32).ravel()
-    self._center = (high + low) / 2.0
-    self._half_range = (high - low) / 2.0
-    # The bounds as a flat spec, for tf-agents' squashed Normal (the greedy mode).
-    self._flat_spec = tensor_spec.BoundedTensorSpec([self.action_size], tf.float32, low,
-                                                    high)
+    self._low = np.broadcast_to(action_spec.minimum, self._shape).astype(np.float32).ravel()
+    self._high = np.broadcast_to(action_spec.maximum,
+                                 self._shape).astype(np.float32).ravel()
 
   def call(self, features):
     loc = self._loc(features)
@@ -145,28 +149,24 @@ class TanhGaussianHead(ActionHead):
     vector = tf.TensorSpec([self.action_size], tf.float32)
     return {LOC: vector, LOG_SCALE: vector, RAW_ACTION: vector}
 
-  def _squash(self, u):
-    action = self._center + self._half_range * tf.tanh(u)
-    return tf.reshape(action, tf.concat([tf.shape(u)[:-1], self._shape], 0))
+  @abc.abstractmethod
+  def _bound(self, u: tf.Tensor) -> tf.Tensor:
+    """[..., D] samples -> the [..., D] actions sent, within the bounds."""
+
+  def _shaped(self, flat_action):
+    return tf.reshape(flat_action, tf.concat([tf.shape(flat_action)[:-1], self._shape], 0))
 
   def sample(self, params):
     u = params[LOC] + tf.exp(params[LOG_SCALE]) * tf.random.normal(tf.shape(params[LOC]))
-    return tf.cast(self._squash(u), self.action_spec.dtype), {RAW_ACTION: u}
+    return tf.cast(self._shaped(self._bound(u)), self.action_spec.dtype), {RAW_ACTION: u}
 
-  def distribution(self, params):
-    normal = tfp.distributions.Normal(params[LOC], tf.exp(params[LOG_SCALE]))
-    squashed = distribution_utils.SquashToSpecNormal(normal, self._flat_spec)
+  def _reshaped(self, distribution):
+    """A distribution over flat [D] actions as one over the spec's shape."""
     return tfp.distributions.TransformedDistribution(
-        squashed, tfp.bijectors.Reshape(self._shape, [self.action_size]))
+        distribution, tfp.bijectors.Reshape(self._shape, [self.action_size]))
 
   def mode_extras(self, params):
     return {RAW_ACTION: params[LOC]}
-
-  def log_prob(self, params, action, info):
-    del action  # scored by its pre-squash sample: tanh's inverse is unstable at bounds
-    u = info[RAW_ACTION]
-    return (policy_gradient.gaussian_log_prob(params[LOC], params[LOG_SCALE], u) -
-            policy_gradient.tanh_log_det_jacobian(u, self._half_range))
 
   def entropy(self, params):
     return policy_gradient.gaussian_entropy(params[LOG_SCALE])
@@ -176,13 +176,88 @@ class TanhGaussianHead(ActionHead):
                                                 params[LOC], params[LOG_SCALE])
 
 
-def make_head(action_spec, dense, initial_log_scale: float = 0.0) -> ActionHead:
-  """The head for `action_spec`: categorical for integer actions from 0, a tanh
-  Gaussian for bounded float actions (starting at `initial_log_scale`).
+class TanhGaussianHead(_GaussianHead):
+  """A diagonal Gaussian squashed into the action bounds by tanh (module docstring)."""
+
+  def __init__(self, action_spec, dense, initial_log_scale: float = 0.0):
+    """Args:
+      action_spec: a bounded float spec of shape [D] (or scalar).
+      dense: (units, gain) -> a Dense layer (the network's initializer).
+      initial_log_scale: the starting log standard deviation (before tanh).
+    """
+    super().__init__(action_spec, dense, initial_log_scale, name='tanh_gaussian_head')
+    self._center = (self._high + self._low) / 2.0
+    self._half_range = (self._high - self._low) / 2.0
+    # The bounds as a flat spec, for tf-agents' squashed Normal (the greedy mode).
+    self._flat_spec = tensor_spec.BoundedTensorSpec([self.action_size], tf.float32,
+                                                    self._low, self._high)
+
+  def _bound(self, u):
+    return self._center + self._half_range * tf.tanh(u)
+
+  def distribution(self, params):
+    normal = tfp.distributions.Normal(params[LOC], tf.exp(params[LOG_SCALE]))
+    return self._reshaped(distribution_utils.SquashToSpecNormal(normal, self._flat_spec))
+
+  def log_prob(self, params, action, info):
+    del action  # scored by its pre-squash sample: tanh's inverse is unstable at bounds
+    u = info[RAW_ACTION]
+    return (policy_gradient.gaussian_log_prob(params[LOC], params[LOG_SCALE], u) -
+            policy_gradient.tanh_log_det_jacobian(u, self._half_range))
+
+
+class ClippedGaussianHead(_GaussianHead):
+  """A diagonal Gaussian whose samples are clipped to the action bounds (module
+  docstring)."""
+
+  def __init__(self, action_spec, dense, initial_log_scale: float = 0.0):
+    """Args:
+      action_spec: a bounded float spec of shape [D] (or scalar).
+      dense: (units, gain) -> a Dense layer (the network's initializer).
+      initial_log_scale: the starting log standard deviation.
+    """
+    super().__init__(action_spec, dense, initial_log_scale, name='clipped_gaussian_head')
+
+  def _bound(self, u):
+    return tf.clip_by_value(u, self._low, self._high)
+
+  def distribution(self, params):
+    # A Normal truncated to the bounds: its mode is the greedy action clip(loc), the
+    # mode of the clipped Gaussian too (the policy samples with `sample`).
+    truncated = tfp.distributions.TruncatedNormal(params[LOC], tf.exp(params[LOG_SCALE]),
+                                                  self._low, self._high)
+    return self._reshaped(tfp.distributions.Independent(truncated, 1))
+
+  def log_prob(self, params, action, info):
+    del action  # scored by its unclipped sample, as SB3 does
+    return policy_gradient.gaussian_log_prob(params[LOC], params[LOG_SCALE],
+                                             info[RAW_ACTION])
+
+
+CONTINUOUS_HEADS = ('tanh', 'clipped')
+
+
+def make_head(action_spec, dense, initial_log_scale: float = 0.0,
+              continuous_head: str = 'tanh') -> ActionHead:
+  """The head for `action_spec`: categorical for integer actions from 0, a Gaussian
+  for bounded float actions (starting at `initial_log_scale`).
+
+  Args:
+    action_spec: the action spec.
+    dense: (units, gain) -> a Dense layer (the network's initializer).
+    initial_log_scale: continuous actions' starting log standard deviation.
+    continuous_head: how a Gaussian sample meets the bounds: 'tanh' squashes it
+      (`TanhGaussianHead`), 'clipped' clips it (`ClippedGaussianHead`).
+
+  Returns:
+    The head.
 
   Raises:
-    ValueError: an action spec neither head serves.
+    ValueError: an action spec no head serves, or an unknown continuous_head.
   """
+  if continuous_head not in CONTINUOUS_HEADS:
+    raise ValueError(f'continuous_head must be one of {CONTINUOUS_HEADS}, got '
+                     f'{continuous_head!r}.')
   if action_spec.dtype.is_integer:
     if action_spec.shape.rank != 0 or int(action_spec.minimum) != 0:
       raise ValueError(f'Discrete actions must be a scalar from 0, got {action_spec}.')
@@ -190,7 +265,8 @@ def make_head(action_spec, dense, initial_log_scale: float = 0.0) -> ActionHead:
   if action_spec.dtype.is_floating:
     if not all(hasattr(action_spec, bound) for bound in ('minimum', 'maximum')):
       raise ValueError(f'Continuous actions need bounds, got {action_spec}.')
-    return TanhGaussianHead(action_spec, dense, initial_log_scale=initial_log_scale)
+    head_class = TanhGaussianHead if continuous_head == 'tanh' else ClippedGaussianHead
+    return head_class(action_spec, dense, initial_log_scale=initial_log_scale)
   raise ValueError(f'No action head for {action_spec}.')
 
 

@@ -1,5 +1,6 @@
 """A Keras actor-critic network: an observation encoder, an optional LSTM core, an
-action head (categorical or tanh Gaussian, see `action_heads`) and a value head."""
+action head (categorical, or a tanh-squashed or clipped Gaussian, see
+`action_heads`) and a value head."""
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -27,7 +28,7 @@ class ActorCriticNetwork(network.Network):
                activation: str = 'tanh', shared_torso: bool = True,
                lstm_size: Optional[int] = None, cnn: encoders.CnnChoice = 'nature',
                normalize_observations: bool = False, initial_log_scale: float = 0.0,
-               name: str = 'ActorCriticNetwork'):
+               continuous_head: str = 'tanh', name: str = 'ActorCriticNetwork'):
     """Args:
       observation_spec: the observation spec, a nest allowed (see
         `encoders.make_encoder`): uint8 images [H, W, C] go to a CNN, Dicts to one
@@ -48,6 +49,8 @@ class ActorCriticNetwork(network.Network):
         its training batches (`update_normalizer`).
       initial_log_scale: the starting log standard deviation of continuous actions
         (see `action_heads.TanhGaussianHead`; unused for discrete actions).
+      continuous_head: how continuous samples meet the action bounds: 'tanh' squashes
+        them, 'clipped' clips them as SB3 does (see `action_heads`).
       name: network name.
 
     Raises:
@@ -72,7 +75,7 @@ class ActorCriticNetwork(network.Network):
     self._lstm = tf.keras.layers.LSTMCell(lstm_size) if lstm_size else None
     self._head = action_heads.make_head(
         action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain),
-        initial_log_scale=initial_log_scale)
+        initial_log_scale=initial_log_scale, continuous_head=continuous_head)
     self._value = encoders.orthogonal_dense(1, gain=1.0)
 
   @property
