@@ -19,8 +19,9 @@ policy later (IMPALA's importance ratios, PPO's old log-probs, CLEAR's cloning K
   and stored sample u, but the env gets clip(u) to the bounds and the loss scores
   log N(u). The loss then scores the sample, not the action sent (at a bound many u
   send the same action), but a policy reaches full torque by moving its mean past the
-  bound, where tanh needs an ever larger mean and its gradient fades: on HalfCheetah
-  PPO learns faster per env step this way (benchmarks/RESULTS.md).
+  bound, where tanh needs an ever larger mean. An option, not the default: on PPO
+  HalfCheetah it gave the best single runs and left half the seeds stuck
+  (benchmarks/RESULTS.md, "HalfCheetah-v5 PPO").
 """
 import abc
 from typing import Any, Dict, Tuple
