@@ -91,6 +91,7 @@ import portpicker
 import reverb
 import tensorflow as tf
 
+from learners import child_process
 from learners import config as config_lib
 from learners import process
 from learners.experiment import Experiment
@@ -270,8 +271,8 @@ class Process:
     self._log = open(self.log_path, 'a')
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
     self.popen = subprocess.Popen([sys.executable, '-u', *argv], cwd=common.REPO,
-                                  env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                  preexec_fn=process.die_with_parent)
+                                  env=child_process.child_env(env), stdout=self._log,
+                                  stderr=subprocess.STDOUT)
 
   def alive(self) -> bool:
     return self.popen.poll() is None

@@ -127,8 +127,8 @@ class Launcher:
     log = open(self.log_path(name), 'a')
     self._logs[name] = log
     self.processes[name] = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=child_process.detach_and_die_with_parent)
+        command, stdout=log, stderr=subprocess.STDOUT, env=child_process.child_env(env),
+        start_new_session=True)
     logs.progress('Started %s (pid %d): %s', name, self.processes[name].pid,
                  ' '.join(command))
 
@@ -358,6 +358,11 @@ def _ray_backend_from_flags() -> 'ray_backend.RayBackend':
     config.fail(f'No Ray cluster at --ray_address={FLAGS.ray_address}: {e}')
 
 
+def _raise_keyboard_interrupt(signum, unused_frame):
+  """Signal handler: SIGTERM/SIGHUP take Ctrl-C's path (the ordered stop)."""
+  raise KeyboardInterrupt(f'signal {signum}')
+
+
 def main(argv):
   del argv
   logs.quiet_absl_unless_asked()
@@ -370,6 +375,9 @@ def main(argv):
   except config.ConfigError as e:
     config.fail(str(e))
   results = []
+  # SIGTERM (timeout, Slurm, Kubernetes, systemd) and SIGHUP run the Ctrl-C ordered stop.
+  for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, _raise_keyboard_interrupt)
   try:
     launcher.start()
     results = launcher.wait(FLAGS.status_interval_s, FLAGS.timeout_s)
@@ -379,7 +387,8 @@ def main(argv):
   except JobFailedError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ordered stop must run to its end
+  for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the ordered stop
   problems = launcher.stop()
   if problems:
     print('error: the job did not stop cleanly:\n  ' + '\n  '.join(problems),

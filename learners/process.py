@@ -29,7 +29,7 @@ EXIT_STATUS_MEANING = {
 
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
                      grace_s: float = 30.0) -> Any:
-  """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT set `stop_event`.
+  """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT/SIGHUP set `stop_event`.
 
   The work is expected to notice the event within a moment and return cleanly
   (flushing writers, writing a checkpoint). A thread blocked inside Reverb (a sample
@@ -58,7 +58,7 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
     finally:
       done.set()
 
-  for sig in (signal.SIGTERM, signal.SIGINT):
+  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, lambda *unused: stop_event.set())
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
@@ -72,7 +72,7 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   # The work is done (and saved): a signal now must not kill the exit. Python restores
   # the default action of signals with Python handlers while it shuts down (a SIGTERM
   # then would end the process with -15 after a clean finish); ignored ones stay ignored.
-  for sig in (signal.SIGTERM, signal.SIGINT):
+  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, signal.SIG_IGN)
   if 'error' in outcome:
     raise outcome['error']

@@ -56,8 +56,8 @@ class _Runner:
     self._log = open(log_path, 'a')
     # The program gets SIGTERM if this actor dies (its node is lost, the job killed).
     self._popen = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                   env=env,
-                                   preexec_fn=child_process.detach_and_die_with_parent)
+                                   env=child_process.child_env(env),
+                                   start_new_session=True)
 
   def where(self) -> Dict[str, object]:
     ray = _ray()

@@ -73,14 +73,14 @@ def main(argv):
   logs.quiet_absl_unless_asked()
   config.parse_from_flags()
   stop_event = threading.Event()
-  for sig in (signal.SIGTERM, signal.SIGINT):
+  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, lambda *unused: stop_event.set())
   try:
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
           FLAGS.summary_interval_s)
   except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
     config.fail(str(e))
-  for sig in (signal.SIGTERM, signal.SIGINT):  # stopped and saved: see process.py
+  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # stopped and saved: see process.py
     signal.signal(sig, signal.SIG_IGN)
   process.exit_now(0)
 
