@@ -396,6 +396,8 @@ def main(argv):
     sys.exit(1)
   if launcher.lost:
     print(f'Lost during the job (reported above): {", ".join(sorted(launcher.lost))}.')
+  # After Ctrl-C/SIGTERM `wait` returned nothing: the evaluator's file has what it did.
+  results = results or launcher.eval_results()
   last = results[-1] if results else {}
   print(f'Job finished: last eval return '
         f'{metrics.format_return(last.get("return", float("nan")))} at train '

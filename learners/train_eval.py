@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -47,7 +48,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
                on_evaluation: Optional[OnEvaluation] = None,
                on_progress: Optional[OnProgress] = None,
-               progress_bar: bool = False) -> Dict[str, Any]:
+               progress_bar: bool = False,
+               stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -62,6 +64,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
       draw a learning curve from the training episodes.
     progress_bar: show a tqdm bar (a widget in a notebook) while training: ETA, env
       steps/s, the last eval return; the progress lines print above it.
+    stop_event: once set, training stops after the current iteration and the job
+      ends as at its budget: final checkpoint and exports at the last train step.
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
@@ -78,6 +82,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
     job.on_progress = on_progress
+    job.stop_event = stop_event
     job.warm_up()
     if progress_bar:
       job.bar = cleanup.enter_context(progress_bar_lib.ProgressBar(
@@ -145,6 +150,7 @@ class _OneProcessJob:
     self.progress: List[Dict[str, Any]] = []
     self.on_progress: Optional[OnProgress] = None
     self.bar: Optional[progress_bar_lib.ProgressBar] = None
+    self.stop_event: Optional[threading.Event] = None  # set: stop, then save as at the end
     self.last_return = float('nan')
     self.start_step = self.learner.train_step_numpy
     self.start_time = time.perf_counter()
@@ -177,7 +183,8 @@ class _OneProcessJob:
     # Without a log_interval, progress lines come with the evaluations only.
     next_log = (math.inf if exp.log_interval is None else
                 _next_multiple(self.start_step, exp.log_interval))
-    while self.learner.train_step_numpy < exp.num_train_steps:
+    while (self.learner.train_step_numpy < exp.num_train_steps and
+           not (self.stop_event is not None and self.stop_event.is_set())):
       self.collect()
       if not self.train():
         continue
@@ -315,14 +322,14 @@ def _next_multiple(step: int, interval: int) -> int:
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
-        **overrides) -> Dict[str, Any]:
+        stop_event: Optional[threading.Event] = None, **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation, on_progress, progress_bar: see `train_eval`.
+    on_evaluation, on_progress, progress_bar, stop_event: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -337,7 +344,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
-                    on_progress=on_progress, progress_bar=progress_bar)
+                    on_progress=on_progress, progress_bar=progress_bar,
+                    stop_event=stop_event)
 
 
 FLAGS = flags.FLAGS
@@ -358,9 +366,18 @@ def main(argv):
   # TensorFlow's own deprecation notices (from tf-agents' internals) drown the progress
   # lines; its errors still print.
   tf.get_logger().setLevel('ERROR')
-  try:
+  stopped = threading.Event()
+
+  def work(stop_event: threading.Event) -> Dict[str, Any]:
     result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                 progress_bar=_show_progress_bar(FLAGS.progress_bar))
+                 progress_bar=_show_progress_bar(FLAGS.progress_bar), stop_event=stop_event)
+    if stop_event.is_set():
+      stopped.set()
+    return result
+
+  try:
+    # SIGTERM/SIGHUP/SIGINT: stop after the current iteration, with the final saves.
+    result = process.run_until_signal(work, 'train_eval')
   except config.ConfigError as e:
     config.fail(str(e))
   target = Experiment().target_return
@@ -368,7 +385,10 @@ def main(argv):
         f'{result["train_seconds"]:.1f} s; last eval return '
         f'{metrics.format_return(result["eval_return"])}.')
   print(f'Greedy policy exported to: {os.path.abspath(result["greedy_policy_dir"])}')
-  if target is not None and not result['reached_target']:
+  if stopped.is_set():
+    print(f'Stopped by a signal at train step {result["train_step"]}; final checkpoint '
+          'and exports saved.')
+  elif target is not None and not result['reached_target']:
     print(f'error: the eval return never reached the target {target} within '
           f'{result["train_step"]} train steps.', file=sys.stderr)
     process.exit_now(1)

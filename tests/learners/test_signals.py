@@ -1,11 +1,14 @@
 """Signals and children: a child started as the launcher starts it ends with its parent,
 also under kill -9 of the parent; process.run_until_signal stops on SIGHUP too."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
+import psutil
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -79,3 +82,80 @@ def test_run_until_signal_stops_on_sighup():
   finally:  # run_until_signal leaves them ignored; pytest's own must come back
     for sig, handler in saved.items():
       signal.signal(sig, handler)
+
+
+# -- Launched jobs ----------------------------------------------------------------------
+
+from test_faults import EXPORTS, _finish, _job_processes, _launch  # pylint: disable=g-import-not-at-top,wrong-import-position
+from programs import GIN, SMALL, checkpoint_step, evaluate_export, final_state  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_BINDINGS = [f'--gin_bindings={b}' for b in SMALL + ['Experiment.num_train_steps=1000000']]
+
+
+def _launch_until_training(root: str, min_step: int) -> subprocess.Popen:
+  """A small launched job, returned once its trainer checkpointed at `min_step` or later."""
+  launcher = _launch(root, GIN, *_BINDINGS, '--num_collectors=1', '--status_interval_s=2')
+  checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
+  deadline = time.monotonic() + 300  # generous: did not hang on a loaded machine
+  while checkpoint_step(checkpoint_dir) < min_step:
+    assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()
+    time.sleep(0.5)
+  return launcher
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGHUP], ids=['SIGTERM', 'SIGHUP'])
+def test_signal_to_the_launcher_stops_in_order_with_final_saves(tmp_path, sig):
+  import random  # pylint: disable=import-outside-toplevel
+  root = str(tmp_path / 'job')
+  launcher = _launch_until_training(root, random.choice([64, 96, 128]))
+  launcher.send_signal(sig)  # to the launcher alone, as timeout, Slurm or Kubernetes do
+  stdout, stderr = _finish(launcher, root, 240)  # also asserts that no child is left
+  assert launcher.returncode == 0, stderr[-5000:]
+  assert 'Interrupted: stopping the job in order' in stdout
+  final = int(re.findall(r'Trainer stopped at train step (\d+)',
+                         open(os.path.join(root, 'logs', 'train.log')).read())[-1])
+  assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
+  assert 'at train step None' not in stdout
+  # The final export loads and plays a short rollout.
+  assert np.isfinite(evaluate_export(os.path.join(root, 'policies', 'greedy_policy'), 0))
+
+
+@pytest.mark.timeout(600)
+def test_kill_9_of_the_launcher_leaves_no_child(tmp_path):
+  root = str(tmp_path / 'job')
+  launcher = _launch_until_training(root, 32)
+  children = [p for p in _job_processes(root) if p.pid != launcher.pid]
+  assert len(children) >= 4, [p.info['cmdline'] for p in children]
+  launcher.kill()
+  launcher.communicate(timeout=60)
+  gone, alive = psutil.wait_procs(children, timeout=120)  # generous: did not hang
+  for p in alive:
+    p.kill()
+  assert not alive, [p.info['cmdline'] for p in alive]
+  assert len(gone) == len(children)
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_to_train_eval_exits_0_with_final_saves(tmp_path):
+  root = str(tmp_path / 'run')
+  bindings = SMALL + ['Experiment.num_train_steps=1000000', 'Experiment.log_interval=32']
+  job = subprocess.Popen(
+      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}', GIN,
+       *[f'--gin_bindings={b}' for b in bindings]],
+      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
+    deadline = time.monotonic() + 300  # generous: did not hang
+    while checkpoint_step(checkpoint_dir) < 64:
+      assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+      time.sleep(0.5)
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=240)
+  finally:
+    job.kill()
+  assert job.returncode == 0, output[-5000:]
+  final = int(re.findall(r'Stopped by a signal at train step (\d+)', output)[-1])
+  state = final_state(root)
+  assert state['checkpoint'] == final == state['greedy_policy'], (state, final)
