@@ -38,6 +38,7 @@ from learners import child_process
 from learners import config
 from learners import process
 from learners import ray_backend
+from learners import stop_plan
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -50,6 +51,9 @@ config.define_common_flags()
 flags.DEFINE_integer('num_collectors', 2, 'Collector processes.')
 flags.DEFINE_integer('port', 0, 'Reverb port (0: pick a free one).')
 flags.DEFINE_float('status_interval_s', 10.0, 'Seconds between status lines.')
+flags.DEFINE_float('stop_grace_s', stop_plan.DEFAULT_STOP_GRACE_S,
+                   'Seconds the ordered stop (Ctrl-C, SIGTERM, SIGHUP, the end) may take in '
+                   'all, split between its stages; match the scheduler\'s grace period.')
 flags.DEFINE_float('timeout_s', 0.0, 'Stop with an error after this long (0: never).')
 flags.DEFINE_enum('backend', 'local', ['local', 'ray'],
                   'local: every program a subprocess of this host. ray: processes placed by '
@@ -76,7 +80,8 @@ class Launcher:
   def __init__(self, root_dir: str, gin_files: Sequence[str] = (),
                gin_bindings: Sequence[str] = (), num_collectors: int = 2,
                port: int = 0, python: str = sys.executable,
-               backend: Optional['ray_backend.RayBackend'] = None):
+               backend: Optional['ray_backend.RayBackend'] = None,
+               stop_grace_s: float = stop_plan.DEFAULT_STOP_GRACE_S):
     """Args:
       root_dir: the job directory (logs go to root_dir/logs).
       gin_files, gin_bindings: passed to every program (and parsed here for status).
@@ -106,6 +111,9 @@ class Launcher:
     self._env_steps_rate, self._train_steps_rate = metrics.Throughput(), metrics.Throughput()
     self._counted = {'env_steps': False, 'train_step': False}
     self._problems = None  # set by stop()
+    self.killed = set()  # what stop() had to kill
+    self._stop_shares = stop_plan.shares(stop_grace_s)  # ValueError if not > 0
+    self.stop_grace_s = stop_grace_s
     self.lost = set()  # collectors killed during the job, which went on without them
     os.makedirs(os.path.join(self.root_dir, LOG_DIR), exist_ok=True)
 
@@ -118,6 +126,8 @@ class Launcher:
     command = [self._python, '-u', '-m', f'learners.{program}',
                f'--root_dir={self.root_dir}', *self._gin_args, *args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
+    # The program's own grace after SIGTERM fits inside its stage's share of the stop.
+    env[stop_plan.STOP_GRACE_ENV] = str(self._stop_shares[stop_plan.stage(name)])
     if self._backend is not None:
       child = self._backend.start(program, command, self.log_path(name), env, port_flag)
       self.processes[name] = child
@@ -272,7 +282,7 @@ class Launcher:
     printer(self.format_status(self.status()))
     return self.eval_results()
 
-  def stop(self, grace_s: float = 60.0) -> List[str]:
+  def stop(self, grace_s: Optional[float] = None) -> List[str]:
     """Stops every process in an order that lets the trainer finish; idempotent.
 
     The evaluator first; then the trainer, while the collectors still feed it (a
@@ -280,7 +290,11 @@ class Launcher:
     its current run and writes its final checkpoint and exports; then the collectors
     (nothing samples any more, so they drop what a rate limiter holds); then the server,
     which writes a final Reverb checkpoint. Each group gets SIGTERM, then SIGKILL after
-    `grace_s` (longer than the programs' own 30 s grace, so they can say why).
+    its share of `grace_s` (stop_plan; each program's own grace is set inside it when
+    it starts, so it can say why). `killed` then names what had to be killed.
+
+    Args:
+      grace_s: the whole stop's grace period (default: the Launcher's stop_grace_s).
 
     Returns:
       One line per process that did not end cleanly (killed, or a non-zero status).
@@ -290,18 +304,21 @@ class Launcher:
       groups = [[n for n in names if n == 'eval'], [n for n in names if n == 'train'],
                 [n for n in names if n.startswith('collect')],
                 [n for n in names if n == 'reverb_server']]
-      killed = set()
+      killed = self.killed
+      budget = stop_plan.shares(self.stop_grace_s if grace_s is None else grace_s)
       for group in groups:
         for name in group:
           if self.processes[name].poll() is None:
             self.processes[name].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        group_grace_s = budget[stop_plan.stage(group[0])] if group else 0.0
+        deadline = time.monotonic() + group_grace_s
         for name in group:
           child = self.processes[name]
           try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))
           except subprocess.TimeoutExpired:
-            logging.warning('%s ignored SIGTERM for %.0f s; killing it.', name, grace_s)
+            logging.warning('%s ignored SIGTERM for %.0f s; killing it.', name,
+                            group_grace_s)
             child.kill()
             child.wait()
             killed.add(name)
@@ -371,9 +388,12 @@ def main(argv):
     backend = _ray_backend_from_flags()
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                        FLAGS.num_collectors, FLAGS.port, backend=backend)
+                        FLAGS.num_collectors, FLAGS.port, backend=backend,
+                        stop_grace_s=FLAGS.stop_grace_s)
   except config.ConfigError as e:
     config.fail(str(e))
+  except ValueError as e:  # --stop_grace_s
+    config.fail(f'--stop_grace_s: {e}')
   results = []
   # SIGTERM (timeout, Slurm, Kubernetes, systemd) and SIGHUP run the Ctrl-C ordered stop.
   for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -393,7 +413,7 @@ def main(argv):
   if problems:
     print('error: the job did not stop cleanly:\n  ' + '\n  '.join(problems),
           file=sys.stderr)
-    sys.exit(1)
+    sys.exit(process.EXIT_STOP_TIMEOUT if launcher.killed else 1)
   if launcher.lost:
     print(f'Lost during the job (reported above): {", ".join(sorted(launcher.lost))}.')
   # After Ctrl-C/SIGTERM `wait` returned nothing: the evaluator's file has what it did.

@@ -6,10 +6,11 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from absl import logging
 
+from learners import stop_plan
 from tfrl import metrics
 from tfrl import replay
 
@@ -28,7 +29,7 @@ EXIT_STATUS_MEANING = {
 
 
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
-                     grace_s: float = 30.0) -> Any:
+                     grace_s: Optional[float] = None) -> Any:
   """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT/SIGHUP set `stop_event`.
 
   The work is expected to notice the event within a moment and return cleanly
@@ -39,7 +40,8 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   Args:
     work: the program's body; it gets the stop event.
     name: the program's name, for messages.
-    grace_s: seconds the work gets to stop after a signal.
+    grace_s: seconds the work gets to stop after a signal (default: the share of the
+      launcher's stop grace it was given, see stop_plan, else 30 s).
 
   Returns:
     What `work` returned.
@@ -58,6 +60,8 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
     finally:
       done.set()
 
+  if grace_s is None:
+    grace_s = stop_plan.program_grace_s()
   for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, lambda *unused: stop_event.set())
   threading.Thread(target=runner, name=name, daemon=True).start()
@@ -117,7 +121,7 @@ def _exit_with(status: int, error: BaseException) -> None:
 
 
 def run_program(work: Callable[[threading.Event], Any], name: str,
-                grace_s: float = 30.0) -> Any:
+                grace_s: Optional[float] = None) -> Any:
   """`run_until_signal`, with the errors a person can act on turned into one line.
 
   An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a spec mismatch,

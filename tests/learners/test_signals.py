@@ -159,3 +159,18 @@ def test_sigterm_to_train_eval_exits_0_with_final_saves(tmp_path):
   final = int(re.findall(r'Stopped by a signal at train step (\d+)', output)[-1])
   state = final_state(root)
   assert state['checkpoint'] == final == state['greedy_policy'], (state, final)
+
+
+def test_the_stop_grace_is_split_between_stages_and_programs_fit_inside(monkeypatch):
+  from learners import stop_plan  # pylint: disable=import-outside-toplevel
+  shares = stop_plan.shares(30)
+  assert set(shares) == {'eval', 'train', 'collect', 'reverb_server'}
+  assert sum(shares.values()) == pytest.approx(30)
+  assert shares['train'] == max(shares.values())
+  assert stop_plan.stage('collect_3') == 'collect'
+  with pytest.raises(ValueError, match='stop grace must be > 0'):
+    stop_plan.shares(0)
+  monkeypatch.setenv(stop_plan.STOP_GRACE_ENV, '15')
+  assert 0 < stop_plan.program_grace_s() < 15
+  monkeypatch.setenv(stop_plan.STOP_GRACE_ENV, 'soon')
+  assert stop_plan.program_grace_s(7.0) == 7.0
