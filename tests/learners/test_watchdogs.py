@@ -6,6 +6,7 @@ import threading
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import faulty_env
@@ -97,3 +98,22 @@ def test_hanging_env_blocks_at_the_set_step():
   t.start()
   t.join(timeout=1.0)
   assert t.is_alive()  # still blocked in step 3
+
+
+def test_hung_env_in_a_worker_ends_the_step_with_env_step_timeout_error():
+  from tfrl import envs  # pylint: disable=g-import-not-at-top
+  env_id = f'faulty_env:{faulty_env.HANG_ENV_ID}'
+  env = envs.make(env_id, num_envs=2, num_workers=1, step_timeout_s=2, hang_at_step=3)
+  try:
+    env.reset()
+    actions = np.zeros(2, dtype=np.int64)
+    start = time.monotonic()
+    with pytest.raises(envs.EnvStepTimeoutError,
+                       match=r'tfrl_test/CartPoleThatHangs-v0.*env step timeout \(2 s\)'):
+      for _ in range(5):
+        env.step(actions)
+    assert time.monotonic() - start < 60  # did not hang
+    # pylint: disable-next=protected-access
+    assert not any(p.is_alive() for p in env.vector_env._processes)
+  finally:
+    env.close()
