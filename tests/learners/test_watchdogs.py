@@ -12,6 +12,9 @@ import pytest
 import faulty_env
 from learners import heartbeat
 from learners import process
+from programs import REPO, SMALL, gin_args, program_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _write_beat(root, name, t, activity, since, **counters):
@@ -117,3 +120,21 @@ def test_hung_env_in_a_worker_ends_the_step_with_env_step_timeout_error():
     assert not any(p.is_alive() for p in env.vector_env._processes)
   finally:
     env.close()
+
+
+
+HANGS = ['import faulty_env', f'Experiment.env_name = "{faulty_env.HANG_ENV_ID}"',
+         'Experiment.env_step_timeout_s = 5']
+
+
+@pytest.mark.timeout(400)
+def test_hung_env_ends_train_eval_with_env_step_timeout_error_and_status_5(programs):
+  root = programs.root_dir
+  env = program_env(PYTHONPATH=os.pathsep.join([REPO, HERE]), TFRL_TEST_HANG_AT_STEP='100')
+  programs.start('train_eval', 'train_eval', f'--root_dir={root}',
+                 *gin_args(SMALL + HANGS), env=env)
+  code = programs.wait('train_eval', timeout_s=300)
+  log = programs.log('train_eval')
+  assert code == process.EXIT_STALLED, log[-3000:]
+  assert ('error: EnvStepTimeoutError: tfrl_test/CartPoleThatHangs-v0: an env step took '
+          'longer than the env step timeout (5 s)') in log, log[-3000:]
