@@ -1,6 +1,9 @@
 """Heartbeat files and the Monitor that reads them (learners/heartbeat.py), and the
 hanging test env (faulty_env.py)."""
 import json
+import re
+import subprocess
+import sys
 import os
 import threading
 import time
@@ -12,7 +15,7 @@ import pytest
 import faulty_env
 from learners import heartbeat
 from learners import process
-from programs import REPO, SMALL, gin_args, program_env
+from programs import REPO, SMALL, final_state, gin_args, program_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -138,3 +141,24 @@ def test_hung_env_ends_train_eval_with_env_step_timeout_error_and_status_5(progr
   assert code == process.EXIT_STALLED, log[-3000:]
   assert ('error: EnvStepTimeoutError: tfrl_test/CartPoleThatHangs-v0: an env step took '
           'longer than the env step timeout (5 s)') in log, log[-3000:]
+
+
+@pytest.mark.timeout(600)
+def test_hung_collector_under_launch_is_stalled_and_ends_the_job_with_5(tmp_path):
+  root = str(tmp_path / 'job')
+  bindings = SMALL + HANGS[:2] + ['Experiment.env_step_timeout_s = 0']  # the monitor's turn
+  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
+             *gin_args(bindings), '--num_collectors=1', '--status_interval_s=5',
+             '--stall_timeout_s=8']
+  launcher = subprocess.run(
+      command, cwd=REPO, capture_output=True, text=True, timeout=500,
+      env=program_env(PYTHONPATH=os.pathsep.join([REPO, HERE]),
+                      TFRL_TEST_HANG_AT_STEP='300'))
+  out = launcher.stdout[-3000:] + launcher.stderr[-3000:]
+  assert launcher.returncode == process.EXIT_STALLED, out
+  assert re.search(r'collect_0 stalled \(env step, \d+ s\)', launcher.stdout), out
+  assert 'error: collect_0 stalled (env step' in launcher.stderr, out
+  with open(os.path.join(root, 'logs', 'train.log')) as f:
+    stopped = re.findall(r'Trainer stopped at train step (\d+)', f.read())
+  assert stopped, out
+  assert final_state(root)['checkpoint'] == int(stopped[-1]) > 0, out
