@@ -124,13 +124,17 @@ class Monitor:
   """Reads the heartbeat files and says which process is not answering or stalled."""
 
   def __init__(self, root_dir: str, stall_timeout_s: float = 120.0,
-               silence_timeout_s: float = 10.0):
+               silence_timeout_s: Optional[float] = None):
     """Args:
       root_dir: the job's root_dir.
       stall_timeout_s: seconds without progress during a work activity that make a
         stall; 0 disables stall detection.
-      silence_timeout_s: seconds without a rewritten file that make 'not answering'.
+      silence_timeout_s: seconds without a rewritten file that make 'not answering'
+        (default: 10, or half stall_timeout_s where less, so that a frozen process is
+        named as not answering before its missing progress could read as a stall).
     """
+    if silence_timeout_s is None:
+      silence_timeout_s = min(10.0, stall_timeout_s / 2) if stall_timeout_s > 0 else 10.0
     self._dir = status_dir(root_dir)
     self._stall_timeout_s, self._silence_timeout_s = stall_timeout_s, silence_timeout_s
     # name -> (counters, wall time they were first seen at that value)

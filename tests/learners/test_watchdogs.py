@@ -162,3 +162,12 @@ def test_hung_collector_under_launch_is_stalled_and_ends_the_job_with_5(tmp_path
     stopped = re.findall(r'Trainer stopped at train step (\d+)', f.read())
   assert stopped, out
   assert final_state(root)['checkpoint'] == int(stopped[-1]) > 0, out
+
+
+def test_a_frozen_process_reads_not_answering_before_stalled(tmp_path):
+  root, t0 = str(tmp_path), 1000.0
+  monitor = heartbeat.Monitor(root, stall_timeout_s=8)  # silence: 4 s
+  _write_beat(root, 'collect_0', t0, 'env step', t0, env_steps=10)
+  monitor.check(now=t0)
+  assert monitor.check(now=t0 + 5) == {'collect_0': 'not answering (5 s)'}
+  assert monitor.stalled(now=t0 + 9) == 'collect_0 not answering (9 s)'
