@@ -25,6 +25,7 @@ from absl import logging
 from tf_agents.policies import random_tf_policy
 
 from learners import config
+from learners import heartbeat
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
@@ -141,12 +142,15 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     raise
   logs.progress('Collector %d acting with policy version %d.', task_id, int(train_step))
 
+  beat = heartbeat.Heartbeat(root_dir, f'collect_{task_id}').start()
   last_log = time.monotonic()
   while not stop_event.is_set():
     if options.max_env_steps and actor.env_steps + random_steps >= options.max_env_steps:
       break
     try:
-      metrics = actor.run(options.variable_update_period)
+      with beat.doing('env step'):
+        metrics = actor.run(options.variable_update_period)
+      beat.progress(env_steps=actor.env_steps + random_steps)
       variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
     except (replay.WriterStoppedError, replay.VariablesNotPushedError):
       if stop_event.is_set():  # a write or pull that waited saw the stop signal
@@ -182,6 +186,7 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
       raise
     logging.warning('The last items were not accepted within %d s (%s); dropped.',
                     _CLOSE_TIMEOUT_MS // 1000, e)
+  beat.stop()
   env.close()
   logs.progress('Collector %d stopped after %d env steps.', task_id,
                actor.env_steps + random_steps)

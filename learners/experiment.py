@@ -64,6 +64,9 @@ class Experiment:
       and Reverb writer run while they step (`tfrl.envs.make(num_workers=)`); 0 steps
       them in the collector's own process. Worth it when the envs cost as much as the
       policy and the writer (Atari, MuJoCo) and a core is free.
+    env_step_timeout_s: the longest one env step may take before the program ends
+      with EnvStepTimeoutError naming the env (a hung simulator; status 5 where the
+      env steps in the program's own process); 0 disables.
     replay_capacity: replay size in rows (transitions or unrolls).
     replay_remover: ('sequence_replay') 'reservoir' keeps a uniform sample of all
       unrolls ever written (CLEAR's choice), 'fifo' the most recent ones.
@@ -113,6 +116,7 @@ class Experiment:
   unroll_length: int = 16
   num_envs: int = 16
   env_workers: int = 0
+  env_step_timeout_s: float = 60.0
   replay_capacity: int = 100_000
   replay_table: str = 'uniform'
   replay_remover: str = 'reservoir'
@@ -193,11 +197,13 @@ class Experiment:
     return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
                           seed=self.seed if seed is None else seed,
                           num_workers=self.env_workers if collect else 0,
+                          step_timeout_s=self.env_step_timeout_s if collect else 0,
                           **self._env_options())
 
   def make_eval_env(self):
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
-                          seed=self.seed + 10_000, **self._env_options())
+                          seed=self.seed + 10_000,
+                          step_timeout_s=self.env_step_timeout_s, **self._env_options())
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,

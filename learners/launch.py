@@ -37,6 +37,7 @@ import tensorflow as tf
 from learners import child_process
 from learners import config
 from learners import process
+from learners import heartbeat
 from learners import ray_backend
 from learners import stop_plan
 from learners.experiment import Experiment
@@ -55,6 +56,9 @@ flags.DEFINE_float('stop_grace_s', stop_plan.DEFAULT_STOP_GRACE_S,
                    'Seconds the ordered stop (Ctrl-C, SIGTERM, SIGHUP, the end) may take in '
                    'all, split between its stages; match the scheduler\'s grace period.')
 flags.DEFINE_float('timeout_s', 0.0, 'Stop with an error after this long (0: never).')
+flags.DEFINE_float('stall_timeout_s', 120.0,
+                   'End the job (exit status 5) when a process makes no progress while '
+                   'working, or does not answer, for this long (0: never).')
 flags.DEFINE_enum('backend', 'local', ['local', 'ray'],
                   'local: every program a subprocess of this host. ray: processes placed by '
                   "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path "
@@ -72,6 +76,10 @@ LOG_DIR = 'logs'
 
 class JobFailedError(RuntimeError):
   """A process of the job died on its own, or did not stop cleanly."""
+
+
+class JobStalledError(JobFailedError):
+  """A process stopped progressing or answering (learners/heartbeat.py)."""
 
 
 class Launcher:
@@ -264,20 +272,28 @@ class Launcher:
             f'{metrics.format_return(status["last_eval_return"])}')
 
   def wait(self, status_interval_s: float = 10.0, timeout_s: float = 0.0,
-           printer=print) -> List[dict]:
+           printer=print, monitor: Optional[heartbeat.Monitor] = None) -> List[dict]:
     """Prints status lines until the job is done; returns the eval results.
 
     Raises:
       JobFailedError: a process died, or `timeout_s` passed first.
+      JobStalledError: `monitor` found a process stalled or not answering.
     """
     start = last = time.monotonic()
     while not self.done():
       if timeout_s and time.monotonic() - start > timeout_s:
         self.stop()
         raise JobFailedError(f'The job did not finish within {timeout_s:.0f} s.')
-      if time.monotonic() - last >= status_interval_s:
+      stalled = monitor.stalled() if monitor else None
+      if stalled or time.monotonic() - last >= status_interval_s:
         last = time.monotonic()
-        printer(self.format_status(self.status()))
+        line = self.format_status(self.status())
+        if monitor:
+          line += ''.join(f' | {name} {state}' for name, state in monitor.check().items()
+                          if state != 'ok')
+        printer(line)
+      if stalled:
+        raise JobStalledError(stalled)
       time.sleep(0.5)
     printer(self.format_status(self.status()))
     return self.eval_results()
@@ -341,6 +357,20 @@ class Launcher:
     self.stop()
 
 
+def _stop_after_stall(launcher: Launcher, what: str) -> None:
+  """Ends a stalled job through the ordered stop and exits with EXIT_STALLED."""
+  print(f'error: {what}; stopping the job.', file=sys.stderr, flush=True)
+  for child in launcher.processes.values():
+    if child.poll() is None:  # a SIGSTOPped process could not handle the stop's SIGTERM
+      child.send_signal(signal.SIGCONT)
+  problems = launcher.stop()
+  if problems:
+    print('  ' + '\n  '.join(problems), file=sys.stderr)
+  print(f'error: {what} (exit status {process.EXIT_STALLED}). '
+        f'{_final_state(launcher.root_dir)}', file=sys.stderr, flush=True)
+  sys.exit(process.EXIT_STALLED)
+
+
 def _meaning(code: Optional[int]) -> str:
   return process.EXIT_STATUS_MEANING.get(code, 'exited with an error')
 
@@ -400,7 +430,10 @@ def main(argv):
     signal.signal(sig, _raise_keyboard_interrupt)
   try:
     launcher.start()
-    results = launcher.wait(FLAGS.status_interval_s, FLAGS.timeout_s)
+    results = launcher.wait(FLAGS.status_interval_s, FLAGS.timeout_s,
+                            monitor=heartbeat.Monitor(FLAGS.root_dir, FLAGS.stall_timeout_s))
+  except JobStalledError as e:
+    _stop_after_stall(launcher, str(e))
   except KeyboardInterrupt:
     print('Interrupted: stopping the job in order (evaluator, trainer, collectors, '
           'server); this takes a few seconds.', flush=True)

@@ -18,11 +18,13 @@ from tfrl import replay
 # with everything saved; 1 an error (traceback or 'error: ...' in the log); 2 bad input.
 EXIT_STOP_TIMEOUT = 3  # did not stop within the grace period after a signal: no final save
 EXIT_SERVER_LOST = 4  # the Reverb server stayed unreachable past the reconnect timeout
+EXIT_STALLED = 5  # a process stopped progressing or answering (learners/heartbeat.py)
 EXIT_STATUS_MEANING = {
     1: 'failed (see its log)',
     2: 'bad input (see its log)',
     EXIT_STOP_TIMEOUT: 'did not stop in time after SIGTERM and left without its final save',
     EXIT_SERVER_LOST: 'lost the Reverb server for longer than its reconnect timeout',
+    EXIT_STALLED: 'stalled: stopped progressing or answering (see the status line)',
     -signal.SIGKILL: 'was killed (SIGKILL)',
     -signal.SIGTERM: 'was ended by SIGTERM before it could handle it',
 }

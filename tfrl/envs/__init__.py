@@ -21,10 +21,12 @@ import numpy as np
 
 from tfrl import logs
 from tfrl.envs import toy
-from tfrl.envs.worker_env import WorkerError, WorkerVectorEnv
+from tfrl.envs.step_watchdog import TimedVectorEnv
+from tfrl.envs.worker_env import EnvStepTimeoutError, WorkerError, WorkerVectorEnv
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames', 'WorkerError']
+           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames', 'WorkerError',
+           'EnvStepTimeoutError']
 
 
 def __getattr__(name):
@@ -125,6 +127,7 @@ def make(env_id: str,
          frame_stack: int = 0,
          atari: bool = False,
          num_workers: int = 0,
+         step_timeout_s: float = 0.0,
          **kwargs) -> 'BatchedEnv':
   """Makes a batched environment of `num_envs` copies of a registered gymnasium env.
 
@@ -159,6 +162,10 @@ def make(env_id: str,
       `asynchronous` / `vectorization_mode` say). Workers start fresh: an env your
       own module registers needs the id 'your_module:YourEnv-v0', which imports it
       there (and here).
+    step_timeout_s: the longest a step may take; 0 disables. With num_workers the
+      workers are then killed and the step raises EnvStepTimeoutError naming
+      `env_id`; in this process the error is printed and the process exits with
+      status 5 (`tfrl.envs.step_watchdog`: a blocked step cannot be interrupted).
     **kwargs: passed to the environment's constructor (e.g. `render_mode`).
 
   Returns:
@@ -191,9 +198,12 @@ def make(env_id: str,
     if num_workers:
       # Built in each worker, from names and values only (workers are spawned).
       factory = functools.partial(_make_vector_env, env_id, 'sync', wrapping, kwargs)
-      vector_env = WorkerVectorEnv(factory, num_envs, num_workers)
+      vector_env = WorkerVectorEnv(factory, num_envs, num_workers,
+                                   step_timeout_s=step_timeout_s, env_id=env_id)
     else:
       vector_env = _make_vector_env(env_id, mode, wrapping, kwargs, num_envs)
+      if step_timeout_s > 0:
+        vector_env = TimedVectorEnv(vector_env, env_id, step_timeout_s)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
     extra = _simulator_extra(env_id) or ('atari' if atari else None)
     if extra is None:

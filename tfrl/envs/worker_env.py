@@ -33,6 +33,10 @@ class WorkerError(RuntimeError):
   died or did not answer in time."""
 
 
+class EnvStepTimeoutError(WorkerError):
+  """An env step took longer than its step timeout (a hung simulator)."""
+
+
 def _worker(factory: VectorEnvFactory, num_envs: int, connection) -> None:
   """A worker's loop: build the envs, then answer commands until 'close'."""
   try:
@@ -94,7 +98,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
   """
 
   def __init__(self, factory: VectorEnvFactory, num_envs: int, num_workers: int = 1,
-               timeout_s: float = DEFAULT_TIMEOUT_S):
+               timeout_s: float = DEFAULT_TIMEOUT_S, step_timeout_s: float = 0.0,
+               env_id: str = ''):
     """Starts the workers and waits for their envs.
 
     Args:
@@ -103,6 +108,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
       num_workers: processes; each gets num_envs // num_workers envs (the first ones
         one more where it does not divide).
       timeout_s: the longest any wait for a worker may take.
+      step_timeout_s: the longest a step may take (0: timeout_s); past it the workers
+        are killed and `step` raises EnvStepTimeoutError.
+      env_id: the env's id, for that error.
 
     Raises:
       ValueError: num_workers below 1 or above num_envs.
@@ -113,6 +121,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
                        f'{num_workers}.')
     self.num_envs = num_envs
     self._timeout_s = timeout_s
+    self._step_timeout_s, self._env_id = step_timeout_s, env_id
     base, extra = divmod(num_envs, num_workers)
     self._sizes = [base + (w < extra) for w in range(num_workers)]
     context = multiprocessing.get_context('spawn')
@@ -148,7 +157,16 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
 
   def _receive_all(self, doing: str) -> List[Any]:
     results = []
+    stepping = doing == 'stepping' and self._step_timeout_s > 0
     for index, connection in enumerate(self._connections):
+      if stepping and not connection.poll(self._step_timeout_s):
+        # A blocked step never returns: kill the workers so nothing is left behind.
+        for process in self._processes:
+          process.kill()
+          process.join(timeout=5)
+        raise EnvStepTimeoutError(
+            f'{self._env_id or "env"}: a step of env worker {index} took longer than the '
+            f'env step timeout ({self._step_timeout_s:g} s); its workers were killed.')
       if not connection.poll(self._timeout_s):
         alive = self._processes[index].is_alive()
         raise WorkerError(

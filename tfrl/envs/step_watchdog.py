@@ -1,0 +1,63 @@
+"""A step timeout for environments stepped in this process.
+
+A Python env blocked inside step() (a deadlocked simulator) cannot be interrupted from
+another thread. `TimedVectorEnv` therefore arms a timer around every step; when a step
+outlasts `step_timeout_s` the timer calls `on_timeout` with an EnvStepTimeoutError.
+The default, `exit_on_timeout`, prints the error on one line and ends the process with
+STEP_TIMEOUT_EXIT_STATUS (5, learners.process.EXIT_STALLED): nothing later in the
+program could run anyway while the step holds its thread. Envs in worker processes
+(tfrl.envs.worker_env) are timed out on the pipe wait instead, and raise.
+"""
+import os
+import sys
+import threading
+from typing import Callable, Optional
+
+import gymnasium as gym
+
+from tfrl.envs.worker_env import EnvStepTimeoutError
+
+STEP_TIMEOUT_EXIT_STATUS = 5
+
+
+def exit_on_timeout(error: EnvStepTimeoutError) -> None:
+  """Prints `error` as one line on stderr and ends the process (status 5)."""
+  sys.stderr.write(f'error: EnvStepTimeoutError: {error}\n')
+  sys.stderr.flush()
+  os._exit(STEP_TIMEOUT_EXIT_STATUS)  # pylint: disable=protected-access
+
+
+class TimedVectorEnv(gym.vector.VectorWrapper):
+  """Calls `on_timeout` when a step of the wrapped vector env outlasts the timeout."""
+
+  def __init__(self, env: gym.vector.VectorEnv, env_id: str, step_timeout_s: float,
+               on_timeout: Optional[Callable[[EnvStepTimeoutError], None]] = None):
+    """Args:
+      env: the in-process vector env.
+      env_id: its id, for the error.
+      step_timeout_s: the longest a step may take (> 0).
+      on_timeout: called from the timer thread with the error; default
+        `exit_on_timeout`.
+
+    Raises:
+      ValueError: step_timeout_s not above 0.
+    """
+    if not step_timeout_s > 0:
+      raise ValueError(f'step_timeout_s must be > 0, got {step_timeout_s!r}.')
+    super().__init__(env)
+    self._env_id, self._timeout_s = env_id, step_timeout_s
+    self._on_timeout = on_timeout or exit_on_timeout
+
+  def _expired(self) -> None:
+    self._on_timeout(EnvStepTimeoutError(
+        f'{self._env_id}: an env step took longer than the env step timeout '
+        f'({self._timeout_s:g} s) in this process.'))
+
+  def step(self, actions):
+    timer = threading.Timer(self._timeout_s, self._expired)
+    timer.daemon = True
+    timer.start()
+    try:
+      return self.env.step(actions)
+    finally:
+      timer.cancel()
