@@ -32,6 +32,7 @@ from tfrl import learner as learner_lib
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl import run_dir
 from tfrl import triggers
 from learners import config
 from learners import process
@@ -47,7 +48,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
                on_evaluation: Optional[OnEvaluation] = None,
                on_progress: Optional[OnProgress] = None,
-               progress_bar: bool = False) -> Dict[str, Any]:
+               progress_bar: bool = False, overwrite: bool = False) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -62,6 +63,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
       draw a learning curve from the training episodes.
     progress_bar: show a tqdm bar (a widget in a notebook) while training: ETA, env
       steps/s, the last eval return; the progress lines print above it.
+    overwrite: delete checkpoints and exports this job cannot resume from instead of
+      refusing to start (see `tfrl.run_dir.claim`).
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
@@ -70,12 +73,16 @@ def train_eval(root_dir: str, strategy: str = 'default',
     the first train step), history (evals), progress (the rows of every progress line).
 
   Raises:
+    tfrl.run_dir.RootDirBusy: another job holds root_dir.
+    tfrl.run_dir.RootDirNotResumable: exports but no checkpoint, without `overwrite`.
+    tfrl.checkpoints.NoReadableCheckpoint: checkpoints, none readable.
     RuntimeError: the loop's own data did not reach its train step in time.
     ValueError: the agent does not fit the data layout.
   """
   exp = experiment or Experiment()
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
+    cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
     job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
     job.on_progress = on_progress
     job.warm_up()
@@ -315,14 +322,14 @@ def _next_multiple(step: int, interval: int) -> int:
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
-        **overrides) -> Dict[str, Any]:
+        overwrite: bool = False, **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation, on_progress, progress_bar: see `train_eval`.
+    on_evaluation, on_progress, progress_bar, overwrite: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -337,7 +344,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
-                    on_progress=on_progress, progress_bar=progress_bar)
+                    on_progress=on_progress, progress_bar=progress_bar,
+                    overwrite=overwrite)
 
 
 FLAGS = flags.FLAGS
@@ -360,8 +368,9 @@ def main(argv):
   tf.get_logger().setLevel('ERROR')
   try:
     result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                 progress_bar=_show_progress_bar(FLAGS.progress_bar))
-  except config.ConfigError as e:
+                 progress_bar=_show_progress_bar(FLAGS.progress_bar),
+                 overwrite=FLAGS.overwrite)
+  except (config.ConfigError,) + run_dir.START_ERRORS as e:
     config.fail(str(e))
   target = Experiment().target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
