@@ -75,7 +75,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
   Raises:
     tfrl.run_dir.RootDirBusy: another job holds root_dir.
     tfrl.run_dir.RootDirNotResumable: exports but no checkpoint, without `overwrite`.
-    tfrl.checkpoints.NoReadableCheckpoint: checkpoints, none readable.
+    tfrl.checkpoints.NoReadableCheckpoint (a RootDirNotResumable): checkpoints, none
+      readable.
     RuntimeError: the loop's own data did not reach its train step in time.
     ValueError: the agent does not fit the data layout.
   """

@@ -16,13 +16,14 @@ from absl import logging
 import tensorflow as tf
 
 from tfrl import logs
+from tfrl import run_dir
 
 UNREADABLE_DIR = 'unreadable'
 _INDEX = re.compile(r'^ckpt-(\d+)\.index$')
 _TEMP = re.compile(r'^ckpt-\d+_temp')
 
 
-class NoReadableCheckpoint(RuntimeError):
+class NoReadableCheckpoint(run_dir.RootDirNotResumable):
   """Checkpoints exist but none could be read (the message names each and why)."""
 
 
@@ -101,7 +102,7 @@ def restore_newest(directory: str, restore_fn: Callable[[str], None]) -> Optiona
       logs.progress('Restored %s because %s could not be read.', prefix,
                     ', '.join(failures))
     readable = [p for p in prefixes if os.path.exists(p + '.index')]
-    tf.train.update_checkpoint_state(
+    tf.compat.v1.train.update_checkpoint_state(
         directory, prefix, all_model_checkpoint_paths=list(reversed(readable)))
     return prefix
   if failures:

@@ -21,8 +21,6 @@ from typing import Dict, Optional
 
 from absl import logging
 
-from tfrl import checkpoints
-
 LOCK_FILE = 'job.lock'
 RUN_FILE = 'run.json'
 
@@ -142,7 +140,7 @@ class RootDirNotResumable(RuntimeError):
 
 
 # What a program reports as bad input (one 'error:' line, exit status 2).
-START_ERRORS = (RootDirBusy, RootDirNotResumable, checkpoints.NoReadableCheckpoint)
+START_ERRORS = (RootDirBusy, RootDirNotResumable)
 
 
 def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
@@ -163,7 +161,8 @@ def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
     RootDirBusy: another live job holds the lock.
     RootDirNotResumable: exports but no checkpoint, and not `overwrite`.
   """
-  # Late imports: both import this module (for the run id).
+  # Late imports: the lock alone needs no TensorFlow, and these import this module.
+  from tfrl import checkpoints  # pylint: disable=g-import-not-at-top
   from tfrl import learner  # pylint: disable=g-import-not-at-top
   from tfrl import triggers  # pylint: disable=g-import-not-at-top
   lock = RootDirLock(root_dir)
