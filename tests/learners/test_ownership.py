@@ -109,11 +109,13 @@ def test_resume_without_state_file_fallback_and_lineage(tmp_path, capfd):
   os.remove(os.path.join(ckpt_dir, 'checkpoint'))
   for path in glob.glob(os.path.join(ckpt_dir, 'ckpt-100.*')):
     os.remove(path)
+  os.makedirs(os.path.join(ckpt_dir, 'ckpt-125_temp'))  # a failed write's leftover
   capfd.readouterr()
   second = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=100, **TINY)
   assert 'ckpt-75 at train step 75' in capfd.readouterr().err
   assert second['history'][0]['train_step'] == 100  # evaluated after resuming at 75
   assert export.exported_run_id(greedy) == run_id == run_dir.run_id(root)
+  assert not glob.glob(os.path.join(ckpt_dir, '*_temp'))
 
   # A truncated newest checkpoint: named, moved aside, the next one restored.
   data = glob.glob(os.path.join(ckpt_dir, 'ckpt-100.data-*'))[0]
