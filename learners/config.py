@@ -81,9 +81,9 @@ def define_common_flags() -> None:
                             'bare name is looked up in learners/configs.')
   flags.DEFINE_multi_string('gin_bindings', [],
                             "gin bindings (repeatable), e.g. 'Experiment.seed = 1'.")
-  flags.DEFINE_bool('overwrite', False, 'Start from scratch in a root_dir whose '
-                    'checkpoints and exports cannot be resumed, deleting them (without '
-                    'it such a job stops with exit status 2).')
+  flags.DEFINE_bool('overwrite', False, "Start from scratch: delete root_dir's "
+                    'checkpoints and exports and begin a new run id. Without it a job '
+                    'resumes, or stops with exit status 2 where it cannot resume.')
 
 
 def parse_from_flags() -> None:

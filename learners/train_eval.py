@@ -63,8 +63,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
       draw a learning curve from the training episodes.
     progress_bar: show a tqdm bar (a widget in a notebook) while training: ETA, env
       steps/s, the last eval return; the progress lines print above it.
-    overwrite: delete checkpoints and exports this job cannot resume from instead of
-      refusing to start (see `tfrl.run_dir.claim`).
+    overwrite: start from scratch, deleting root_dir's checkpoints and exports, instead
+      of resuming or refusing (see `tfrl.run_dir.claim`).
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,

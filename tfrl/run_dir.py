@@ -151,8 +151,8 @@ def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
 
   Args:
     root_dir: the job's directory.
-    overwrite: delete the checkpoints and exports a from-scratch start cannot resume
-      from (and start a new run id) instead of refusing.
+    overwrite: start from scratch: delete the checkpoints and exports (and start a
+      new run id) instead of resuming or refusing.
 
   Returns:
     The held lock (release it, or use it as a context manager).
