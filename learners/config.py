@@ -71,7 +71,7 @@ def fail(message: str) -> NoReturn:
 
 
 def define_common_flags() -> None:
-  """Defines --root_dir, --gin_file and --gin_bindings (once per process)."""
+  """Defines --root_dir, --gin_file, --gin_bindings and --overwrite (once per process)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   if 'root_dir' in flags.FLAGS:
     return
@@ -81,6 +81,9 @@ def define_common_flags() -> None:
                             'bare name is looked up in learners/configs.')
   flags.DEFINE_multi_string('gin_bindings', [],
                             "gin bindings (repeatable), e.g. 'Experiment.seed = 1'.")
+  flags.DEFINE_bool('overwrite', False, "Start from scratch: delete root_dir's "
+                    'checkpoints and exports and begin a new run id. Without it a job '
+                    'resumes, or stops with exit status 2 where it cannot resume.')
 
 
 def parse_from_flags() -> None:

@@ -46,6 +46,7 @@ from tfrl import learner as learner_lib
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl import run_dir
 from tfrl import triggers
 
 config.define_common_flags()
@@ -89,7 +90,8 @@ class Launcher:
                gin_bindings: Sequence[str] = (), num_collectors: int = 2,
                port: int = 0, python: str = sys.executable,
                backend: Optional['ray_backend.RayBackend'] = None,
-               stop_grace_s: float = stop_plan.DEFAULT_STOP_GRACE_S):
+               stop_grace_s: float = stop_plan.DEFAULT_STOP_GRACE_S,
+               overwrite: bool = False):
     """Args:
       root_dir: the job directory (logs go to root_dir/logs).
       gin_files, gin_bindings: passed to every program (and parsed here for status).
@@ -98,6 +100,7 @@ class Launcher:
       python: the interpreter that runs the programs (on every node).
       backend: a `ray_backend.RayBackend` places the programs on a Ray cluster's nodes;
         None runs them as subprocesses of this host.
+      overwrite: passed to the trainer, which owns root_dir (see `tfrl.run_dir.claim`).
 
     Raises:
       learners.config.ConfigError: a missing gin file or a bad binding.
@@ -110,6 +113,7 @@ class Launcher:
     self._experiment = Experiment()
     self._num_collectors = num_collectors
     self._backend = backend
+    self._overwrite = overwrite
     self.port = port or (0 if backend else portpicker.pick_unused_port())
     self.address = f'127.0.0.1:{self.port}'  # a backend's server sets its own
     self._python = python
@@ -174,7 +178,7 @@ class Launcher:
           raise JobFailedError(f'The Reverb server did not answer on {self.address} within '
                                f'{server_timeout_s:.0f} s; see {self.log_path("reverb_server")}.')
     reverb_flag = f'--reverb_address={self.address}'
-    self._spawn('train', 'train', [reverb_flag])
+    self._spawn('train', 'train', [reverb_flag] + ['--overwrite'] * self._overwrite)
     for task in range(self._num_collectors):
       self._spawn(f'collect_{task}', 'collect', [
           reverb_flag, f'--task_id={task}', f'--num_collectors={self._num_collectors}'])
@@ -419,8 +423,11 @@ def main(argv):
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         FLAGS.num_collectors, FLAGS.port, backend=backend,
-                        stop_grace_s=FLAGS.stop_grace_s)
-  except config.ConfigError as e:
+                        stop_grace_s=FLAGS.stop_grace_s, overwrite=FLAGS.overwrite)
+    # The trainer takes root_dir's lock; probing it here refuses a busy root_dir before
+    # any program starts.
+    run_dir.RootDirLock(launcher.root_dir).release()
+  except (config.ConfigError, run_dir.RootDirBusy) as e:
     config.fail(str(e))
   except ValueError as e:  # --stop_grace_s
     config.fail(f'--stop_grace_s: {e}')

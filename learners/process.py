@@ -13,6 +13,7 @@ from absl import logging
 from learners import stop_plan
 from tfrl import metrics
 from tfrl import replay
+from tfrl import run_dir
 
 # Exit statuses the launcher (and a person's shell) can tell apart. 0 is a normal end
 # with everything saved; 1 an error (traceback or 'error: ...' in the log); 2 bad input.
@@ -139,6 +140,8 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
     _exit_with(EXIT_SERVER_LOST, e)
   except (replay.SpecMismatchError, replay.VariablesNotPushedError, ProgramError) as e:
     _exit_with(1, e)
+  except run_dir.START_ERRORS as e:  # root_dir busy or not resumable: bad usage
+    _exit_with(2, e)
 
 
 def seconds_since_start() -> float:

@@ -6,8 +6,10 @@ r"""The Reverb server program: experience and variables tables for one job.
 Tables come from the job's `Experiment` (the same .gin the other programs read), so
 collectors, trainer and server agree on item signatures. Contents are checkpointed to
 root_dir/reverb every --checkpoint_interval_s seconds and on SIGTERM/SIGINT; a restarted
-server loads the latest checkpoint, and refuses to start (status 2, naming the
-difference) when its tables differ from the checkpoint's. Reverb 0.14 listens on all interfaces without
+server loads the latest checkpoint (falling back to the previous one, kept in
+root_dir/reverb_previous, when the latest cannot be read: see tfrl.replay.fallback), and
+refuses to start (status 2, naming the difference) when its tables differ from the
+checkpoint's. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
 import os

@@ -19,6 +19,7 @@ Reverb's sample stream resumes, and otherwise the trainer restarts itself from i
 checkpoint (a sample blocked on a lost server cannot be cancelled in-process).
 Exit statuses: see learners/process.py.
 """
+import atexit
 import dataclasses
 import os
 import sys
@@ -39,6 +40,7 @@ from tfrl import distribute
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl import run_dir
 from tfrl import triggers
 
 
@@ -54,12 +56,14 @@ class Options:
     data_timeout_s: exit with an error after this long without any experience.
     server_lost_after_s: the server is taken as lost after this long without an answer.
     reconnect_timeout_s: how long to wait for a lost server to come back.
+    overwrite: see `tfrl.run_dir.claim`.
   """
   log_interval_s: float = 10.0
   sample_timeout_s: float = 5.0
   data_timeout_s: float = 600.0
   server_lost_after_s: float = 30.0
   reconnect_timeout_s: float = 600.0
+  overwrite: bool = False
 
 
 config.define_common_flags()
@@ -211,6 +215,11 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   """
   experiment = Experiment()
   is_chief, task_id = _worker_role(strategy)
+  if is_chief:
+    # The trainer (not the launcher) owns root_dir: it writes the checkpoints and
+    # exports, under tfrl-launch or started by hand alike. Released at exit.
+    lock = run_dir.claim(root_dir, options.overwrite)
+    atexit.register(lock.release)
   job_dir = root_dir if is_chief else os.path.join(root_dir, f'worker_{task_id}')
   train_step, agent = experiment.build_agent(strategy)
   replay.wait_for_server(address)

@@ -33,6 +33,7 @@ from tfrl import learner as learner_lib
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl import run_dir
 from tfrl import triggers
 from learners import config
 from learners import process
@@ -48,7 +49,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
                experiment: Optional[Experiment] = None,
                on_evaluation: Optional[OnEvaluation] = None,
                on_progress: Optional[OnProgress] = None,
-               progress_bar: bool = False,
+               progress_bar: bool = False, overwrite: bool = False,
                stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
@@ -66,6 +67,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
       steps/s, the last eval return; the progress lines print above it.
     stop_event: once set, training stops after the current iteration and the job
       ends as at its budget: final checkpoint and exports at the last train step.
+    overwrite: start from scratch, deleting root_dir's checkpoints and exports, instead
+      of resuming or refusing (see `tfrl.run_dir.claim`).
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
@@ -74,12 +77,17 @@ def train_eval(root_dir: str, strategy: str = 'default',
     the first train step), history (evals), progress (the rows of every progress line).
 
   Raises:
+    tfrl.run_dir.RootDirBusy: another job holds root_dir.
+    tfrl.run_dir.RootDirNotResumable: exports but no checkpoint, without `overwrite`.
+    tfrl.checkpoints.NoReadableCheckpoint (a RootDirNotResumable): checkpoints, none
+      readable.
     RuntimeError: the loop's own data did not reach its train step in time.
     ValueError: the agent does not fit the data layout.
   """
   exp = experiment or Experiment()
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
+    cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
     job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
     job.on_progress = on_progress
     job.stop_event = stop_event
@@ -322,14 +330,15 @@ def _next_multiple(step: int, interval: int) -> int:
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
-        stop_event: Optional[threading.Event] = None, **overrides) -> Dict[str, Any]:
+        overwrite: bool = False, stop_event: Optional[threading.Event] = None,
+        **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation, on_progress, progress_bar, stop_event: see `train_eval`.
+    on_evaluation, on_progress, progress_bar, overwrite, stop_event: see `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -345,7 +354,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
                     on_progress=on_progress, progress_bar=progress_bar,
-                    stop_event=stop_event)
+                    overwrite=overwrite, stop_event=stop_event)
 
 
 FLAGS = flags.FLAGS
@@ -370,7 +379,8 @@ def main(argv):
 
   def work(stop_event: threading.Event) -> Dict[str, Any]:
     result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                 progress_bar=_show_progress_bar(FLAGS.progress_bar), stop_event=stop_event)
+                 progress_bar=_show_progress_bar(FLAGS.progress_bar),
+                 overwrite=FLAGS.overwrite, stop_event=stop_event)
     if stop_event.is_set():
       stopped.set()
     return result
@@ -378,7 +388,7 @@ def main(argv):
   try:
     # SIGTERM/SIGHUP/SIGINT: stop after the current iteration, with the final saves.
     result = process.run_until_signal(work, 'train_eval')
-  except config.ConfigError as e:
+  except (config.ConfigError,) + run_dir.START_ERRORS as e:
     config.fail(str(e))
   target = Experiment().target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '

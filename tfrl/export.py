@@ -204,14 +204,24 @@ def exported_train_step(path: str) -> Optional[int]:
     return None
 
 
-def save_module(module: PolicyModule, path: str) -> str:
-  """Writes `module` as a SavedModel at `path` (atomically) with its spec file."""
+def exported_run_id(path: str) -> Optional[str]:
+  """The run id recorded in the export at `path`; None without one (or an export)."""
+  try:
+    with open(os.path.join(path, EXPORT_INFO)) as f:
+      return json.load(f).get('run_id')
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+def save_module(module: PolicyModule, path: str, run_id: Optional[str] = None) -> str:
+  """Writes `module` as a SavedModel at `path` (atomically) with its spec file; the
+  export info records its train step and `run_id` (the lineage, see tfrl.run_dir)."""
 
   def write(tmp):
     tf.saved_model.save(module, tmp, signatures=module.signatures())
     tensor_spec.to_pbtxt_file(os.path.join(tmp, POLICY_SPECS_PBTXT), module.policy_specs)
     with open(os.path.join(tmp, EXPORT_INFO), 'w') as f:
-      json.dump({'train_step': int(module.train_step.numpy())}, f)
+      json.dump({'train_step': int(module.train_step.numpy()), 'run_id': run_id}, f)
 
   _write_atomically(path, write)
   return path

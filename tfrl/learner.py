@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 
+from tfrl import checkpoints
 from tfrl import logs
 from tfrl import metrics
 from tfrl import triggers as triggers_lib
@@ -160,17 +161,22 @@ class Learner(tf.Module):
 
       self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step,
                                              **(checkpoint_extras or {}))
-      self._checkpoint_manager = tf.train.CheckpointManager(
-          self._checkpoint, os.path.join(self._train_dir, CHECKPOINT_DIR),
-          max_to_keep=max_checkpoints_to_keep)
-      latest = self._checkpoint_manager.latest_checkpoint
-      if latest:
+      checkpoint_dir = os.path.join(self._train_dir, CHECKPOINT_DIR)
+
+      def restore(prefix):
         # The agent and step must all be in it; extras may not be (a checkpoint written
         # before the program had them): those keep their initial values.
         tf.train.Checkpoint(agent=agent, train_step=train_step).restore(
-            latest).assert_existing_objects_matched()
+            prefix).assert_existing_objects_matched()
         if checkpoint_extras:
-          tf.train.Checkpoint(**checkpoint_extras).restore(latest).expect_partial()
+          tf.train.Checkpoint(**checkpoint_extras).restore(prefix).expect_partial()
+
+      # Scans ckpt-N files itself (state file or not) and falls back past unreadable
+      # ones; it rewrites the state file, so the manager made next sees them all.
+      latest = checkpoints.restore_newest(checkpoint_dir, restore)
+      self._checkpoint_manager = tf.train.CheckpointManager(
+          self._checkpoint, checkpoint_dir, max_to_keep=max_checkpoints_to_keep)
+      if latest:
         logs.progress('Restored %s at train step %d.', latest, self.train_step_numpy)
 
     # Interval triggers count from the (restored) step, as in tf-agents: otherwise a
@@ -418,7 +424,12 @@ class Learner(tf.Module):
 
   def save_checkpoint(self) -> str:
     """Writes a checkpoint (agent, optimizer state, train step) now; returns its path."""
-    path = self._checkpoint_manager.save(checkpoint_number=self.train_step_numpy)
+    try:
+      path = self._checkpoint_manager.save(checkpoint_number=self.train_step_numpy)
+    except BaseException:
+      # A failed write (full disk, interrupt) leaves an empty ckpt-N_temp/ behind.
+      checkpoints.remove_stale_temporaries(self.checkpoint_dir)
+      raise
     logging.info('Checkpoint %s written.', path)
     return path
 

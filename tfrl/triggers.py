@@ -11,6 +11,7 @@ from tf_agents.policies import greedy_policy
 
 from tfrl import export
 from tfrl import metrics
+from tfrl import run_dir
 
 POLICY_DIR = 'policies'
 GREEDY_POLICY = 'greedy_policy'
@@ -99,6 +100,7 @@ class PolicySavedModelTrigger(IntervalTrigger):
     super().__init__(interval, self._save_checkpoint, start)
     self._dir = os.path.join(root_dir, POLICY_DIR)
     self._train_step = train_step
+    self._run_id = run_dir.run_id(root_dir)
     metadata = dict(metadata or {})
     greedy, collect, raw = _policies(agent)
     self._modules = {name: export.PolicyModule(policy, train_step, metadata)
@@ -144,7 +146,13 @@ class PolicySavedModelTrigger(IntervalTrigger):
         logging.warning('Keeping %s (train step %d): this job is at train step %d, older.',
                         self.path(name), existing, step)
         continue
-      export.save_module(module, self.path(name))
+      other_run = export.exported_run_id(self.path(name))
+      if other_run not in (None, self._run_id):
+        # Another run's policy: its step number says nothing about this run's.
+        logging.warning('Keeping %s: it is from run %s, this job is run %s.',
+                        self.path(name), other_run, self._run_id)
+        continue
+      export.save_module(module, self.path(name), self._run_id)
     return {name: self.path(name) for name in self._modules}
 
   def _save_checkpoint(self) -> None:

@@ -9,9 +9,9 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import pytest
-import tensorflow as tf
 
 from tfrl import actors
+from tfrl import checkpoints
 from tfrl import export
 from tfrl import replay
 
@@ -139,9 +139,11 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
 
 
 def checkpoint_step(checkpoint_dir: str) -> int:
-  """The train step of the latest checkpoint in `checkpoint_dir` (-1: none)."""
-  latest = tf.train.latest_checkpoint(checkpoint_dir)
-  return int(latest.rsplit('-', 1)[1]) if latest else -1
+  """The train step of the latest checkpoint in `checkpoint_dir` (-1: none): the newest
+  with an index file, as the trainer restores it (a kill between the write and the state
+  file's update leaves a complete checkpoint the state file does not list)."""
+  prefixes = checkpoints.checkpoint_prefixes(checkpoint_dir)
+  return int(prefixes[0].rsplit('-', 1)[1]) if prefixes else -1
 
 
 def evaluate_export(path: str, seed: int) -> float:

@@ -12,6 +12,7 @@ import tree
 
 # Re-exported: callers catch `server.ReplayServerUnreachableError`.
 from tfrl import logs
+from tfrl.replay import fallback
 from tfrl.replay.errors import CheckpointMismatchError
 from tfrl.replay.errors import ReplayServerUnreachableError  # pylint: disable=unused-import
 
@@ -80,15 +81,23 @@ class ReplayServer:
       logged at start. Run servers on a private network only.
     """
     self._port = int(port) if port else portpicker.pick_unused_port()
-    checkpointer = None
+    self._checkpoint_dir = checkpoint_dir
+    tables = list(tables)
+
+    def start():
+      checkpointer = None
+      if checkpoint_dir:
+        check_checkpoint(checkpoint_dir, tables)
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(path=checkpoint_dir)
+      with logs.native_stderr_filtered():  # Reverb's own INFO lines on starting
+        return reverb.Server(tables=tables, port=self._port, checkpointer=checkpointer)
+
     if checkpoint_dir:
       os.makedirs(checkpoint_dir, exist_ok=True)
-      tables = list(tables)
-      check_checkpoint(checkpoint_dir, tables)
-      checkpointer = reverb.checkpointers.DefaultCheckpointer(path=checkpoint_dir)
-    with logs.native_stderr_filtered():  # Reverb's own INFO lines on starting
-      self._server = reverb.Server(tables=list(tables), port=self._port,
-                                   checkpointer=checkpointer)
+      self._server = fallback.start_with_fallback(start, checkpoint_dir,
+                                                  latest_checkpoint)
+    else:
+      self._server = start()
     self._address = f'127.0.0.1:{self._port}'
     self._client = reverb.Client(self._address)
     logging.log(
@@ -108,6 +117,7 @@ class ReplayServer:
     wait_for_server(address, timeout_s)
     handle = cls.__new__(cls)
     handle._server = None
+    handle._checkpoint_dir = None
     handle._port = int(address.rsplit(':', 1)[1])
     handle._address = address
     handle._client = reverb.Client(address)
@@ -135,7 +145,10 @@ class ReplayServer:
     return wait_for_server(self._address, timeout_s)
 
   def checkpoint(self) -> str:
-    """Writes a Reverb checkpoint (needs `checkpoint_dir`) and returns its path."""
+    """Writes a Reverb checkpoint (needs `checkpoint_dir`) and returns its path; an
+    embedded server keeps the one before beside it (see `fallback.keep_previous`)."""
+    if self._checkpoint_dir:
+      fallback.keep_previous(self._checkpoint_dir, latest_checkpoint)
     return self._client.checkpoint()
 
   def stop(self) -> None:

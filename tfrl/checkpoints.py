@@ -1,0 +1,112 @@
+"""Restoring the newest readable checkpoint of a directory, state file or not.
+
+`tf.train.CheckpointManager` trusts the `checkpoint` state file: without it a job
+restarts from step 0 beside its own checkpoints, and a newest checkpoint that fails to
+read stops every resume with a traceback naming no file. `restore_newest` instead scans
+the `ckpt-N.index` files, tries them newest first, moves an unreadable one aside (into
+`unreadable/`, so the manager never lists or overwrites evidence) saying which and why,
+and rewrites the state file to list the readable ones.
+"""
+import os
+import re
+import shutil
+from typing import Callable, List, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from tfrl import logs
+from tfrl import run_dir
+
+UNREADABLE_DIR = 'unreadable'
+_INDEX = re.compile(r'^ckpt-(\d+)\.index$')
+_TEMP = re.compile(r'^ckpt-\d+_temp')
+
+
+class NoReadableCheckpoint(run_dir.RootDirNotResumable):
+  """Checkpoints exist but none could be read (the message names each and why)."""
+
+
+def checkpoint_prefixes(directory: str) -> List[str]:
+  """The `ckpt-N` prefixes in `directory` with an index file, newest (highest N) first."""
+  if not os.path.isdir(directory):
+    return []
+  found = [(int(m.group(1)), os.path.join(directory, name[:-len('.index')]))
+           for name in os.listdir(directory) for m in [_INDEX.match(name)] if m]
+  return [prefix for _, prefix in sorted(found, reverse=True)]
+
+
+def remove_stale_temporaries(directory: str) -> List[str]:
+  """Deletes `ckpt-N_temp*` left by a checkpoint write that failed or was killed.
+
+  Call it when no other process writes to `directory` (the root_dir's lock is held).
+
+  Returns:
+    The paths removed.
+  """
+  if not os.path.isdir(directory):
+    return []
+  removed = [os.path.join(directory, n) for n in os.listdir(directory) if _TEMP.match(n)]
+  for path in removed:
+    if os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      os.remove(path)
+    logging.info('Removed %s, left by a failed checkpoint write.', path)
+  return removed
+
+
+def _move_aside(prefix: str) -> str:
+  directory, base = os.path.split(prefix)
+  target = os.path.join(directory, UNREADABLE_DIR)
+  os.makedirs(target, exist_ok=True)
+  for name in os.listdir(directory):
+    if name.startswith(base + '.'):
+      os.replace(os.path.join(directory, name), os.path.join(target, name))
+  return os.path.join(target, base)
+
+
+def _reason(error: BaseException) -> str:
+  text = ' '.join(str(error).split())
+  return f'{type(error).__name__}: {text[:300]}'
+
+
+def restore_newest(directory: str, restore_fn: Callable[[str], None]) -> Optional[str]:
+  """Restores the newest readable checkpoint in `directory` with `restore_fn(prefix)`.
+
+  Unreadable ones are moved to `directory/unreadable/` and named in a warning; the
+  `checkpoint` state file is rewritten to list the readable ones (newest last), so a
+  `CheckpointManager` made afterwards keeps and prunes them as its own.
+
+  Args:
+    directory: the checkpoint directory.
+    restore_fn: restores one prefix, raising on a checkpoint it cannot read.
+
+  Returns:
+    The restored prefix, or None where the directory holds no checkpoint.
+
+  Raises:
+    NoReadableCheckpoint: there were checkpoints and none could be read.
+  """
+  remove_stale_temporaries(directory)
+  prefixes = checkpoint_prefixes(directory)
+  failures = []
+  for prefix in prefixes:
+    try:
+      restore_fn(prefix)
+    except (tf.errors.OpError, ValueError, AssertionError, IndexError, OSError) as e:
+      moved = _move_aside(prefix)
+      failures.append(f'{prefix} ({_reason(e)}; moved to {moved})')
+      continue
+    if failures:
+      logs.progress('Restored %s because %s could not be read.', prefix,
+                    ', '.join(failures))
+    readable = [p for p in prefixes if os.path.exists(p + '.index')]
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, prefix, all_model_checkpoint_paths=list(reversed(readable)))
+    return prefix
+  if failures:
+    raise NoReadableCheckpoint(
+        f'no checkpoint in {directory} could be read: {", ".join(failures)}; restore '
+        'one, or start from scratch with --overwrite.')
+  return None
