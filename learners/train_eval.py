@@ -107,7 +107,7 @@ class _OneProcessJob:
     # One process alternates collection and training, so the table has no ratio limiter
     # (it could block the learner while the actor is idle): the ratio is fixed by
     # collect/train steps per iteration instead.
-    self.server = replay.ReplayServer(layout.tables(self.agent, None), warn_exposed=False)
+    self.server = replay.ReplayServer(layout.tables(self.agent, None))
     cleanup.callback(self.server.stop)
     self.writer = layout.make_writer(self.server.client)
     cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
