@@ -38,6 +38,7 @@ from learners import child_process
 from learners import config
 from learners import process
 from learners import ray_backend
+from learners import validation
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -87,10 +88,21 @@ class Launcher:
         None runs them as subprocesses of this host.
 
     Raises:
-      learners.config.ConfigError: a missing gin file or a bad binding.
+      learners.config.ConfigError: a missing gin file, a bad binding or Experiment
+        setting, a root_dir that cannot be a directory, a port in use.
     """
     self.root_dir = os.path.abspath(root_dir)
-    config.parse(gin_files, gin_bindings)  # fail here, before starting anything
+    # Fail here, before starting anything, so no child reports (and blames) it.
+    try:
+      validation.check_root_dir(root_dir)
+    except validation.ValidationError as e:
+      raise config.ConfigError(str(e)) from e
+    config.parse(gin_files, gin_bindings)
+    if not backend:  # a backend's server picks its port on its own node
+      try:
+        replay.check_port_free(port)
+      except replay.PortInUseError as e:
+        raise config.ConfigError(str(e)) from e
     # Absolute paths: a program on another node starts in another directory.
     self._gin_args = ([f'--gin_file={config.resolve_gin_file(f)}' for f in gin_files] +
                       [f'--gin_bindings={b}' for b in gin_bindings])
@@ -155,6 +167,8 @@ class Launcher:
           self.stop()
           raise JobFailedError(f'The Reverb server did not answer on {self.address} within '
                                f'{server_timeout_s:.0f} s; see {self.log_path("reverb_server")}.')
+    # Once per job, on the launcher's console (the server's own goes to its log).
+    replay.warn_exposed(self.port)
     reverb_flag = f'--reverb_address={self.address}'
     self._spawn('train', 'train', [reverb_flag])
     for task in range(self._num_collectors):
@@ -183,7 +197,11 @@ class Launcher:
                         self.log_path(name), self.tail(name, 10))
         continue
       problems = self.stop()
-      raise JobFailedError('\n'.join([f'{name} {_meaning(code)} (exit status {code}). '
+      # The child's own 'error:' line says why (a full disk, a port in use), which the
+      # status alone does not.
+      said = _last_error_line(self.tail(name, 200))
+      raise JobFailedError('\n'.join([f'{name} {_meaning(code)} (exit status {code})'
+                                       f'{": " + said if said else ""}. '
                                        f'Last lines of {self.log_path(name)}:\n'
                                        f'{self.tail(name)}'] +
                                       [p for p in problems if not p.startswith(name)]))
@@ -322,6 +340,12 @@ class Launcher:
 
   def __exit__(self, *unused_exc):
     self.stop()
+
+
+def _last_error_line(log_text: str) -> Optional[str]:
+  """The last 'error: ...' line a program printed, or None."""
+  lines = [l.strip() for l in log_text.splitlines() if l.startswith('error:')]
+  return lines[-1] if lines else None
 
 
 def _meaning(code: Optional[int]) -> str:

@@ -7,7 +7,8 @@ Tables come from the job's `Experiment` (the same .gin the other programs read),
 collectors, trainer and server agree on item signatures. Contents are checkpointed to
 root_dir/reverb every --checkpoint_interval_s seconds and on SIGTERM/SIGINT; a restarted
 server loads the latest checkpoint, and refuses to start (status 2, naming the
-difference) when its tables differ from the checkpoint's. Reverb 0.14 listens on all interfaces without
+difference) when its tables differ from the checkpoint's, or when --port is in use. A
+full disk ends it with one 'error: disk full writing ...' line, status 6. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
 import os
@@ -20,6 +21,7 @@ from absl import flags
 import tensorflow as tf
 
 from learners import config
+from learners import disk_full
 from learners import process
 from learners.experiment import Experiment
 from tfrl import logs
@@ -78,8 +80,12 @@ def main(argv):
   try:
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
           FLAGS.summary_interval_s)
-  except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
+  except (replay.CheckpointMismatchError,  # tables differ from the checkpoint's
+          replay.PortInUseError) as e:
     config.fail(str(e))
+  except Exception as e:  # pylint: disable=broad-except
+    disk_full.exit_if_disk_full(e)
+    raise
   for sig in (signal.SIGTERM, signal.SIGINT):  # stopped and saved: see process.py
     signal.signal(sig, signal.SIG_IGN)
   process.exit_now(0)

@@ -34,8 +34,10 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
 from learners import config
+from learners import disk_full
 from learners import process
 from learners import progress_bar as progress_bar_lib
+from learners import validation
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
@@ -334,6 +336,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   config.parse(gin_files, gin_bindings)
   try:
     experiment = dataclasses.replace(Experiment(), **overrides)
+  except validation.ValidationError as e:  # one line naming the field already
+    raise config.ConfigError(str(e)) from e
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
@@ -359,10 +363,14 @@ def main(argv):
   # lines; its errors still print.
   tf.get_logger().setLevel('ERROR')
   try:
+    validation.check_root_dir(FLAGS.root_dir)
     result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                  progress_bar=_show_progress_bar(FLAGS.progress_bar))
-  except config.ConfigError as e:
+  except (config.ConfigError, validation.ValidationError) as e:
     config.fail(str(e))
+  except Exception as e:  # pylint: disable=broad-except
+    disk_full.exit_if_disk_full(e)
+    raise
   target = Experiment().target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
         f'{result["train_seconds"]:.1f} s; last eval return '

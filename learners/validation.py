@@ -70,6 +70,9 @@ def sequence_of(item_check: Callable[[Any], bool], what: str) -> Rule:
               f'must be None or a non-empty tuple of {what}')
 
 
+LAYOUTS = ('transition', 'sequence', 'sequence_replay')  # see learners.experiment
+TABLE_KINDS = ('uniform', 'prioritized')
+
 BOOLEAN = Rule(lambda v: isinstance(v, bool), 'must be True or False')
 NONEMPTY_STRING = Rule(lambda v: isinstance(v, str) and bool(v.strip()),
                        'must be a non-empty string')
@@ -85,14 +88,14 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'seed': integer(0),
     'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),
     'gamma': number(0.0, 1.0),
-    'data_layout': choice(('transition', 'sequence', 'sequence_replay')),
+    'data_layout': choice(LAYOUTS),
     'n_step': integer(1),
     'steps_per_item': integer(1),
     'unroll_length': integer(1),
     'num_envs': integer(1),
     'env_workers': integer(0),
     'replay_capacity': integer(1),
-    'replay_table': choice(('uniform', 'prioritized')),
+    'replay_table': choice(TABLE_KINDS),
     'replay_remover': choice(('reservoir', 'fifo')),
     'priority_exponent': number(0.0),
     'importance_sampling_exponent': number(0.0, 1.0),

@@ -70,7 +70,7 @@ def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, ca
 
 
 def test_intervals_must_be_positive():
-  with pytest.raises(config.ConfigError, match='log_interval must be positive'):
+  with pytest.raises(config.ConfigError, match='Experiment.log_interval = 0: must be an integer >= 1, or None'):
     train_eval.run('unused', ['dqn_cartpole.gin'], log_interval=0)
 
 
