@@ -58,7 +58,7 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
   try:
     experiment.Experiment()
   except validation.ValidationError as e:  # already one line naming the field
-    raise ConfigError(str(e)) from e
+    raise ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
     raise ConfigError(f'Invalid Experiment settings ({where}): {_one_line(e)}') from e
 
@@ -98,7 +98,9 @@ def parse_from_flags() -> None:
   try:
     validation.check_root_dir(flags.FLAGS.root_dir)
     parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
-  except (ConfigError, validation.ValidationError) as e:
+  except validation.ValidationError as e:
+    fail(e.message)
+  except ConfigError as e:
     fail(str(e))
 
 

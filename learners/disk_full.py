@@ -13,8 +13,10 @@ from learners import process
 # message of the error they raise for ENOSPC / EDQUOT: they keep no errno.
 _MESSAGES = ('No space left on device', 'Disk quota exceeded')
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# A path in such a message: an absolute path up to a quote, comma, colon or space.
-_PATH = re.compile(r"(/[^\s'\",:;]+)")
+# A path in such a message: an absolute path starting a word (TensorFlow's messages
+# also hold device names such as 'device_/job:localhost/...'), up to a quote, comma,
+# semicolon or space.
+_PATH = re.compile(r"(?:^|[\s'\"(])(/[^\s'\",;]+)")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

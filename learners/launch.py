@@ -96,7 +96,7 @@ class Launcher:
     try:
       validation.check_root_dir(root_dir)
     except validation.ValidationError as e:
-      raise config.ConfigError(str(e)) from e
+      raise config.ConfigError(e.message) from e
     config.parse(gin_files, gin_bindings)
     if not backend:  # a backend's server picks its port on its own node
       try:

@@ -337,7 +337,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   try:
     experiment = dataclasses.replace(Experiment(), **overrides)
   except validation.ValidationError as e:  # one line naming the field already
-    raise config.ConfigError(str(e)) from e
+    raise config.ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
@@ -366,7 +366,9 @@ def main(argv):
     validation.check_root_dir(FLAGS.root_dir)
     result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                  progress_bar=_show_progress_bar(FLAGS.progress_bar))
-  except (config.ConfigError, validation.ValidationError) as e:
+  except validation.ValidationError as e:
+    config.fail(e.message)
+  except config.ConfigError as e:
     config.fail(str(e))
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)

@@ -15,7 +15,12 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 
 class ValidationError(ValueError):
-  """A setting outside what it accepts; the message is one line naming it."""
+  """A setting outside what it accepts; `message` is one line naming it (str() may
+  carry more: gin appends the configurable it was raised in)."""
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.message = message
 
 
 class Rule(NamedTuple):
