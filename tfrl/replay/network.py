@@ -64,9 +64,12 @@ def _bind_fails(family: int, host: str, port: int) -> bool:
     if family == socket.AF_INET6:
       # Our own probe must cover only IPv6 so the IPv4 probe is separate.
       sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    # SO_REUSEADDR, as gRPC sets it: a restarted server's port, still holding the last
+    # run's connections in TIME_WAIT, is free (Linux refuses it only while a socket
+    # listens there). Deliberately no SO_REUSEPORT: a listener that set it (gRPC does)
+    # would otherwise share the port with the probe and look free.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-      # Deliberately without SO_REUSEPORT: a listener that set it (gRPC does) would
-      # otherwise share the port with us and look free.
       sock.bind((host, port))
     except OSError as e:
       if e.errno == errno.EADDRINUSE:
