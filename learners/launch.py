@@ -389,6 +389,11 @@ def main(argv):
   if FLAGS.backend == 'ray':
     backend = _ray_backend_from_flags()
   try:
+    validation.check_flags(FLAGS, ('port', 'num_collectors', 'status_interval_s',
+                                   'timeout_s'))
+  except validation.ValidationError as e:
+    config.fail(e.message)
+  try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         FLAGS.num_collectors, FLAGS.port, backend=backend)
   except config.ConfigError as e:

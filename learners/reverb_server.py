@@ -23,6 +23,7 @@ import tensorflow as tf
 from learners import config
 from learners import disk_full
 from learners import process
+from learners import validation
 from learners.experiment import Experiment
 from tfrl import logs
 from tfrl import metrics
@@ -73,6 +74,10 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
 def main(argv):
   del argv
   logs.quiet_absl_unless_asked()
+  try:
+    validation.check_flags(FLAGS, ('port', 'summary_interval_s'))
+  except validation.ValidationError as e:
+    config.fail(e.message)
   config.parse_from_flags()
   stop_event = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):

@@ -125,6 +125,30 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
 }
 
 
+PORT = Rule(lambda v: _is_int(v) and 0 <= v <= 65535,
+            'must be a port number in [0, 65535] (0: pick a free one)')
+# The programs' own flags that take a range, by flag name.
+FLAG_RULES: Dict[str, Rule] = {
+    'port': PORT,
+    'num_collectors': integer(1),
+    'status_interval_s': number(0.0, low_open=True),
+    'timeout_s': number(0.0),
+    'summary_interval_s': number(0.0, low_open=True),
+}
+
+
+def check_flags(flag_values, names: Sequence[str]) -> None:
+  """Checks the flags `names` of `flag_values` (absl FLAGS) against FLAG_RULES.
+
+  Raises:
+    ValidationError: '--<name> = <value>: <allowed>' for the first bad one.
+  """
+  for name in names:
+    value = getattr(flag_values, name)
+    if not FLAG_RULES[name].check(value):
+      raise ValidationError(f'--{name} = {_describe(value)}: {FLAG_RULES[name].allowed}')
+
+
 def _describe(value) -> str:
   return repr(value) if isinstance(value, str) else str(value)
 

@@ -79,6 +79,17 @@ def test_every_field_has_a_rule_and_a_later_field_is_ready():
   assert rule.check(0) and rule.check(2.5) and not rule.check(-1) and not rule.check('x')
 
 
+def test_program_flags_out_of_range():
+  class Flags:
+    port, num_collectors, timeout_s = 8000, 0, 0.0
+  with pytest.raises(validation.ValidationError,
+                     match='^--num_collectors = 0: must be an integer >= 1$'):
+    validation.check_flags(Flags, ('port', 'num_collectors', 'timeout_s'))
+  Flags.num_collectors, Flags.port = 1, 70000
+  with pytest.raises(validation.ValidationError, match=r'^--port = 70000: must be a port '):
+    validation.check_flags(Flags, ('port', 'num_collectors', 'timeout_s'))
+
+
 def test_root_dir_at_a_file(tmp_path):
   path = tmp_path / 'a_file'
   path.write_text('')
