@@ -159,30 +159,28 @@ def check_value(owner: str, name: str, value, rule: Rule) -> None:
     raise ValidationError(f'{owner}.{name} = {_describe(value)}: {rule.allowed}')
 
 
-def validate_experiment(experiment, check_env: bool = True) -> None:
-  """Checks every field of `experiment` that has a rule, then the cross-field rules.
+def validate_experiment(experiment) -> None:
+  """Checks every field of `experiment` that has a rule, the cross-field rule of
+  env_workers, and that env_name is a registered gymnasium id.
 
   Args:
     experiment: an `Experiment` (any dataclass with its field names).
-    check_env: also check that env_name is a registered gymnasium id.
 
   Raises:
     ValidationError: the first bad field, in one line; an unknown env id lists close
       registered ids.
-    KeyError: a field without a rule (a new field needs one here).
   """
-  names = [f.name for f in dataclasses.fields(experiment)]
-  missing = sorted(set(names) - set(EXPERIMENT_RULES))
-  if missing:
-    raise KeyError(f'Experiment fields without a validation rule: {missing}')
-  for name in names:
-    check_value('Experiment', name, getattr(experiment, name), EXPERIMENT_RULES[name])
+  # A field without a rule is not checked here (tests/learners/test_bad_input.py
+  # fails until it has one), so a new field never stops every program at start-up.
+  for field in dataclasses.fields(experiment):
+    rule = EXPERIMENT_RULES.get(field.name)
+    if rule is not None:
+      check_value('Experiment', field.name, getattr(experiment, field.name), rule)
   if experiment.env_workers > experiment.num_envs:
     raise ValidationError(
         f'Experiment.env_workers = {experiment.env_workers}: must be at most '
         f'Experiment.num_envs ({experiment.num_envs}): each worker steps at least one env')
-  if check_env:
-    check_env_id(experiment.env_name)
+  check_env_id(experiment.env_name)
 
 
 def check_env_id(env_id: str) -> None:

@@ -72,6 +72,14 @@ def test_a_bad_field_is_one_line_naming_field_value_and_what_is_allowed(field, v
   assert str(raised.value).startswith(message)
 
 
+def test_env_workers_beyond_num_envs():
+  with pytest.raises(validation.ValidationError) as raised:
+    Experiment(num_envs=2, env_workers=3)
+  assert raised.value.message == ('Experiment.env_workers = 3: must be at most '
+                                  'Experiment.num_envs (2): each worker steps at least '
+                                  'one env')
+
+
 def test_every_field_has_a_rule_and_a_later_field_is_ready():
   names = {f.name for f in Experiment.__dataclass_fields__.values()}
   assert names <= set(validation.EXPERIMENT_RULES)
