@@ -6,6 +6,8 @@ from typing import Any, NoReturn, Sequence
 
 import gin
 
+from learners import validation
+
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), 'configs')
 
 
@@ -55,6 +57,8 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
     raise ConfigError(f'Bad gin configuration ({where}): {_one_line(e)}') from e
   try:
     experiment.Experiment()
+  except validation.ValidationError as e:  # already one line naming the field
+    raise ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
     raise ConfigError(f'Invalid Experiment settings ({where}): {_one_line(e)}') from e
 
@@ -87,15 +91,18 @@ def define_common_flags() -> None:
 
 
 def parse_from_flags() -> None:
-  """Parses the gin files and bindings given on the command line.
+  """Checks --root_dir and parses the gin files and bindings given on the command line.
 
   Raises:
-    SystemExit: status 2 with the ConfigError's message, so programs fail fast and
-      clearly (see `fail`).
+    SystemExit: status 2 with the error's message, so programs fail fast and clearly
+      (see `fail`).
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   try:
+    validation.check_root_dir(flags.FLAGS.root_dir)
     parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+  except validation.ValidationError as e:
+    fail(e.message)
   except ConfigError as e:
     fail(str(e))
 

@@ -220,7 +220,10 @@ def main(argv):
   logs.quiet_absl_unless_asked()
   config.parse_from_flags()
   if FLAGS.saved_model_dir:
-    evaluate_saved_model(FLAGS.saved_model_dir)
+    try:
+      evaluate_saved_model(FLAGS.saved_model_dir)
+    except (FileNotFoundError, export.NotAPolicyError) as e:
+      config.fail(f'--saved_model_dir: {e}')
     process.exit_now(0)
   process.run_program(
       lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event,

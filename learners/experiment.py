@@ -22,6 +22,7 @@ import gin
 import tensorflow as tf
 
 import tfrl.envs
+from learners import validation
 from tfrl import layouts
 from tfrl import learner as learner_lib
 from tfrl import replay
@@ -30,9 +31,6 @@ from tfrl.agents import dqn
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
 from tfrl.agents import ppo  # pylint: disable=unused-import
 from tfrl.agents import sac  # pylint: disable=unused-import
-
-LAYOUTS = ('transition', 'sequence', 'sequence_replay')
-TABLE_KINDS = ('uniform', 'prioritized')
 
 
 @gin.configurable
@@ -141,11 +139,12 @@ class Experiment:
   summary_interval: int = 1_000
 
   def __post_init__(self):
-    if self.data_layout not in LAYOUTS:
-      raise ValueError(f'data_layout must be one of {LAYOUTS}, got {self.data_layout!r}.')
-    if self.replay_table not in TABLE_KINDS:
-      raise ValueError(f'replay_table must be one of {TABLE_KINDS}, got '
-                       f'{self.replay_table!r}.')
+    """Raises:
+      learners.validation.ValidationError: a field outside what it accepts (one line
+        naming the field, its value and what is allowed), or an unknown env id.
+      ValueError: settings that do not fit together (below, and the layout's).
+    """
+    validation.validate_experiment(self)
     if self.replay_fraction and self.data_layout != 'sequence_replay':
       raise ValueError(f'replay_fraction={self.replay_fraction} needs '
                        f"data_layout='sequence_replay' (got {self.data_layout!r}).")
@@ -153,12 +152,6 @@ class Experiment:
       raise ValueError("replay_table='prioritized' needs a priority per row, which only "
                        "the 'transition' layout's agents (DQN) report: use "
                        f"replay_table='uniform' with data_layout={self.data_layout!r}.")
-    if self.env_workers < 0:
-      raise ValueError(f'env_workers must be 0 or more, got {self.env_workers}.')
-    for name in ('eval_interval', 'log_interval', 'max_train_seconds'):
-      value = getattr(self, name)
-      if value is not None and value <= 0:
-        raise ValueError(f'{name} must be positive, got {value}.')
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement

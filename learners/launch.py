@@ -40,6 +40,7 @@ from learners import process
 from learners import heartbeat
 from learners import ray_backend
 from learners import stop_plan
+from learners import validation
 from learners.experiment import Experiment
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -103,10 +104,21 @@ class Launcher:
       overwrite: passed to the trainer, which owns root_dir (see `tfrl.run_dir.claim`).
 
     Raises:
-      learners.config.ConfigError: a missing gin file or a bad binding.
+      learners.config.ConfigError: a missing gin file, a bad binding or Experiment
+        setting, a root_dir that cannot be a directory, a port in use.
     """
     self.root_dir = os.path.abspath(root_dir)
-    config.parse(gin_files, gin_bindings)  # fail here, before starting anything
+    # Fail here, before starting anything, so no child reports (and blames) it.
+    try:
+      validation.check_root_dir(root_dir)
+    except validation.ValidationError as e:
+      raise config.ConfigError(e.message) from e
+    config.parse(gin_files, gin_bindings)
+    if not backend:  # a backend's server picks its port on its own node
+      try:
+        replay.check_port_free(port)
+      except replay.PortInUseError as e:
+        raise config.ConfigError(str(e)) from e
     # Absolute paths: a program on another node starts in another directory.
     self._gin_args = ([f'--gin_file={config.resolve_gin_file(f)}' for f in gin_files] +
                       [f'--gin_bindings={b}' for b in gin_bindings])
@@ -177,6 +189,8 @@ class Launcher:
           self.stop()
           raise JobFailedError(f'The Reverb server did not answer on {self.address} within '
                                f'{server_timeout_s:.0f} s; see {self.log_path("reverb_server")}.')
+    # Once per job, on the launcher's console (the server's own goes to its log).
+    replay.warn_exposed(self.port)
     reverb_flag = f'--reverb_address={self.address}'
     self._spawn('train', 'train', [reverb_flag] + ['--overwrite'] * self._overwrite)
     for task in range(self._num_collectors):
@@ -205,7 +219,11 @@ class Launcher:
                         self.log_path(name), self.tail(name, 10))
         continue
       problems = self.stop()
-      raise JobFailedError('\n'.join([f'{name} {_meaning(code)} (exit status {code}). '
+      # The child's own 'error:' line says why (a full disk, a port in use), which the
+      # status alone does not.
+      said = _last_error_line(self.tail(name, 200))
+      raise JobFailedError('\n'.join([f'{name} {_meaning(code)} (exit status {code})'
+                                       f'{": " + said if said else ""}. '
                                        f'Last lines of {self.log_path(name)}:\n'
                                        f'{self.tail(name)}'] +
                                       [p for p in problems if not p.startswith(name)]))
@@ -375,6 +393,12 @@ def _stop_after_stall(launcher: Launcher, what: str) -> None:
   sys.exit(process.EXIT_STALLED)
 
 
+def _last_error_line(log_text: str) -> Optional[str]:
+  """The last 'error: ...' line a program printed, or None."""
+  lines = [l.strip() for l in log_text.splitlines() if l.startswith('error:')]
+  return lines[-1] if lines else None
+
+
 def _meaning(code: Optional[int]) -> str:
   return process.EXIT_STATUS_MEANING.get(code, 'exited with an error')
 
@@ -420,6 +444,11 @@ def main(argv):
   backend = None
   if FLAGS.backend == 'ray':
     backend = _ray_backend_from_flags()
+  try:
+    validation.check_flags(FLAGS, ('port', 'num_collectors', 'status_interval_s',
+                                   'timeout_s'))
+  except validation.ValidationError as e:
+    config.fail(e.message)
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         FLAGS.num_collectors, FLAGS.port, backend=backend,

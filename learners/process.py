@@ -20,12 +20,14 @@ from tfrl import run_dir
 EXIT_STOP_TIMEOUT = 3  # did not stop within the grace period after a signal: no final save
 EXIT_SERVER_LOST = 4  # the Reverb server stayed unreachable past the reconnect timeout
 EXIT_STALLED = 5  # a process stopped progressing or answering (learners/heartbeat.py)
+EXIT_DISK_FULL = 6  # a write failed with ENOSPC/EDQUOT (learners.disk_full)
 EXIT_STATUS_MEANING = {
     1: 'failed (see its log)',
     2: 'bad input (see its log)',
     EXIT_STOP_TIMEOUT: 'did not stop in time after SIGTERM and left without its final save',
     EXIT_SERVER_LOST: 'lost the Reverb server for longer than its reconnect timeout',
     EXIT_STALLED: 'stalled: stopped progressing or answering (see the status line)',
+    EXIT_DISK_FULL: 'stopped: disk full',
     -signal.SIGKILL: 'was killed (SIGKILL)',
     -signal.SIGTERM: 'was ended by SIGTERM before it could handle it',
 }
@@ -127,8 +129,8 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
                 grace_s: Optional[float] = None) -> Any:
   """`run_until_signal`, with the errors a person can act on turned into one line.
 
-  An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a spec mismatch,
-  variables never pushed, or a `ProgramError` with 1. Anything else (an error from the
+  An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a full disk with
+  EXIT_DISK_FULL; a spec mismatch, variables never pushed, or a `ProgramError` with 1. Anything else (an error from the
   environment or the policy) propagates: a traceback and status 1.
 
   Returns:
@@ -142,6 +144,10 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
     _exit_with(1, e)
   except run_dir.START_ERRORS as e:  # root_dir busy or not resumable: bad usage
     _exit_with(2, e)
+  except Exception as e:  # pylint: disable=broad-except
+    from learners import disk_full  # pylint: disable=g-import-not-at-top (it imports us)
+    disk_full.exit_if_disk_full(e)
+    raise
 
 
 def seconds_since_start() -> float:

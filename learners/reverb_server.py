@@ -9,7 +9,8 @@ root_dir/reverb every --checkpoint_interval_s seconds and on SIGTERM/SIGINT; a r
 server loads the latest checkpoint (falling back to the previous one, kept in
 root_dir/reverb_previous, when the latest cannot be read: see tfrl.replay.fallback), and
 refuses to start (status 2, naming the difference) when its tables differ from the
-checkpoint's. Reverb 0.14 listens on all interfaces without
+checkpoint's, or when --port is in use. A full disk ends it with one 'error: disk full
+writing ...' line, status 6. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
 import os
@@ -22,7 +23,9 @@ from absl import flags
 import tensorflow as tf
 
 from learners import config
+from learners import disk_full
 from learners import process
+from learners import validation
 from learners.experiment import Experiment
 from tfrl import logs
 from tfrl import metrics
@@ -73,6 +76,10 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
 def main(argv):
   del argv
   logs.quiet_absl_unless_asked()
+  try:
+    validation.check_flags(FLAGS, ('port', 'summary_interval_s'))
+  except validation.ValidationError as e:
+    config.fail(e.message)
   config.parse_from_flags()
   stop_event = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -80,8 +87,12 @@ def main(argv):
   try:
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
           FLAGS.summary_interval_s)
-  except replay.CheckpointMismatchError as e:  # tables differ from the checkpoint's
+  except (replay.CheckpointMismatchError,  # tables differ from the checkpoint's
+          replay.PortInUseError) as e:
     config.fail(str(e))
+  except Exception as e:  # pylint: disable=broad-except
+    disk_full.exit_if_disk_full(e)
+    raise
   for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # stopped and saved: see process.py
     signal.signal(sig, signal.SIG_IGN)
   process.exit_now(0)

@@ -36,8 +36,10 @@ from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
 from learners import config
+from learners import disk_full
 from learners import process
 from learners import progress_bar as progress_bar_lib
+from learners import validation
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
@@ -120,7 +122,7 @@ class _OneProcessJob:
     # One process alternates collection and training, so the table has no ratio limiter
     # (it could block the learner while the actor is idle): the ratio is fixed by
     # collect/train steps per iteration instead.
-    self.server = replay.ReplayServer(layout.tables(self.agent, None), warn_exposed=False)
+    self.server = replay.ReplayServer(layout.tables(self.agent, None))
     cleanup.callback(self.server.stop)
     self.writer = layout.make_writer(self.server.client)
     cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
@@ -350,6 +352,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   config.parse(gin_files, gin_bindings)
   try:
     experiment = dataclasses.replace(Experiment(), **overrides)
+  except validation.ValidationError as e:  # one line naming the field already
+    raise config.ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
@@ -386,10 +390,16 @@ def main(argv):
     return result
 
   try:
+    validation.check_root_dir(FLAGS.root_dir)
     # SIGTERM/SIGHUP/SIGINT: stop after the current iteration, with the final saves.
     result = process.run_until_signal(work, 'train_eval')
+  except validation.ValidationError as e:
+    config.fail(e.message)
   except (config.ConfigError,) + run_dir.START_ERRORS as e:
     config.fail(str(e))
+  except Exception as e:  # pylint: disable=broad-except
+    disk_full.exit_if_disk_full(e)
+    raise
   target = Experiment().target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
         f'{result["train_seconds"]:.1f} s; last eval return '

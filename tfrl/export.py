@@ -260,6 +260,14 @@ def write_policy_checkpoint(module: PolicyModule, path: str) -> str:
   return path
 
 
+# What `ExportedPolicy` calls on a loaded export.
+_POLICY_FUNCTIONS = ('action', 'get_initial_state', 'get_train_step')
+
+
+class NotAPolicyError(ValueError):
+  """A SavedModel that is not a policy exported by tfrl (or tf-agents' saver)."""
+
+
 class ExportedPolicy:
   """A loaded export: the policy API on top of `tf.saved_model.load`."""
 
@@ -268,12 +276,22 @@ class ExportedPolicy:
 
     Raises:
       FileNotFoundError: `path` holds no SavedModel.
+      NotAPolicyError: it holds a SavedModel that is not an exported policy.
     """
     if not tf.saved_model.contains_saved_model(path):
       raise FileNotFoundError(f'No SavedModel at {path!r} (export a policy there with '
                               'tfrl.export.export_policy or a PolicySavedModelTrigger).')
     self.path = path
+    specs_path = os.path.join(path, POLICY_SPECS_PBTXT)
+    if not tf.io.gfile.exists(specs_path):
+      raise NotAPolicyError(f'The SavedModel at {path!r} is not an exported policy: it has '
+                            f'no {POLICY_SPECS_PBTXT} (export one with '
+                            'tfrl.export.export_policy).')
     self._module = tf.saved_model.load(path)
+    missing = [f for f in _POLICY_FUNCTIONS if not hasattr(self._module, f)]
+    if missing:
+      raise NotAPolicyError(f'The SavedModel at {path!r} is not an exported policy: it has '
+                            f'no {", ".join(missing)} function.')
     self._checkpoint = tf.train.Checkpoint(policy=self._module)
     specs = tensor_spec.from_pbtxt_file(os.path.join(path, POLICY_SPECS_PBTXT))
     collect = specs['collect_data_spec']

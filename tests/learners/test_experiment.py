@@ -72,15 +72,15 @@ def sizes(server):
 
 
 @pytest.mark.parametrize('kwargs,message', [
-    (dict(data_layout='episodes'), 'data_layout must be one of'),
-    (dict(replay_table='rank'), 'replay_table must be one of'),
+    (dict(data_layout='episodes'), "Experiment.data_layout = 'episodes': must be one of"),
+    (dict(replay_table='rank'), "Experiment.replay_table = 'rank': must be one of"),
     (dict(data_layout='sequence', replay_fraction=0.5),
      "replay_fraction=0.5 needs data_layout='sequence_replay'"),
     (dict(data_layout='sequence_replay', replay_fraction=1.0),
-     'replay_fraction must be in (0, 1)'),
+     'Experiment.replay_fraction = 1.0: must be a number in [0, 1)'),
     (dict(data_layout='sequence_replay'), 'replay_fraction must be in (0, 1)'),
     (dict(data_layout='sequence_replay', replay_fraction=0.5, replay_remover='lifo'),
-     'replay_remover must be one of'),
+     "Experiment.replay_remover = 'lifo': must be one of"),
     (dict(data_layout='sequence', replay_table='prioritized'),
      "replay_table='prioritized' needs a priority per row"),
     (dict(num_envs=16, batch_size=24), 'batch_size=24 must be a multiple or a divisor'),

@@ -70,7 +70,7 @@ def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, ca
 
 
 def test_intervals_must_be_positive():
-  with pytest.raises(config.ConfigError, match='log_interval must be positive'):
+  with pytest.raises(config.ConfigError, match='Experiment.log_interval = 0: must be an integer >= 1, or None'):
     train_eval.run('unused', ['dqn_cartpole.gin'], log_interval=0)
 
 
@@ -128,7 +128,9 @@ NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', 'Path not fo
 def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI)
   assert env_run.returncode == 0, env_run.stderr[-3000:]
-  lines = env_run.stderr.splitlines()
+  # The embedded server's exposure warning, once (issue 22), then progress lines only.
+  warning, *lines = env_run.stderr.splitlines()
+  assert warning.startswith('WARNING: Reverb server on port '), warning
   assert lines and all(re.match(r'I\d{4} [\d:.]+ train_eval\] ', l) for l in lines), lines
   assert [l.split('] ')[1][:14] for l in lines] == (
       ['Training PpoAg'] + ['train step    '] * 2), lines

@@ -21,12 +21,14 @@ import numpy as np
 
 from tfrl import logs
 from tfrl.envs import toy
+from tfrl.envs.shape_check import ObservationShapeError
+from tfrl.envs.shape_check import ShapeCheckWrappers
 from tfrl.envs.step_watchdog import TimedVectorEnv
 from tfrl.envs.worker_env import EnvStepTimeoutError, WorkerError, WorkerVectorEnv
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'MissingExtraError', 'NonFiniteEnvError', 'stack_frames', 'WorkerError',
-           'EnvStepTimeoutError']
+           'MissingExtraError', 'NonFiniteEnvError', 'ObservationShapeError', 'stack_frames',
+           'WorkerError', 'EnvStepTimeoutError', 'check_registered']
 
 
 def __getattr__(name):
@@ -104,7 +106,9 @@ def _simulator_extra(env_id: str) -> Optional[str]:
               None)
 
 
-def _check_registered(env_id: str) -> None:
+def check_registered(env_id: str) -> None:
+  """Raises UnknownEnvironmentError (listing close registered ids) unless `env_id`
+  ('module:Id' imports the module first) is a registered gymnasium id."""
   _import_registering_package(env_id)
   env_id = _split_module(env_id)[1]
   if env_id in gym.registry:
@@ -184,7 +188,7 @@ def make(env_id: str,
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
   if frame_stack < 0:
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
-  _check_registered(env_id)
+  check_registered(env_id)
   if atari:
     # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
     # skips frames too, which ALE's v5 ids do by default.
@@ -201,7 +205,8 @@ def make(env_id: str,
       vector_env = WorkerVectorEnv(factory, num_envs, num_workers,
                                    step_timeout_s=step_timeout_s, env_id=env_id)
     else:
-      vector_env = _make_vector_env(env_id, mode, wrapping, kwargs, num_envs)
+      vector_env = _make_vector_env(env_id, mode, wrapping, kwargs, num_envs,
+                                    index_offset=0 if mode == 'sync' else None)
       if step_timeout_s > 0:
         vector_env = TimedVectorEnv(vector_env, env_id, step_timeout_s)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
@@ -240,15 +245,22 @@ class _Wrapping:
 
 
 def _make_vector_env(env_id: str, mode: str, wrapping: _Wrapping, kwargs: dict,
-                     num_envs: int) -> gym.vector.VectorEnv:
-  """The gymnasium vector env of `num_envs` wrapped sub-environments."""
+                     num_envs: int, index_offset: Optional[int] = None
+                    ) -> gym.vector.VectorEnv:
+  """The gymnasium vector env of `num_envs` wrapped sub-environments.
+
+  Each sub-env's observation shapes are checked (`shape_check`); `index_offset` is the
+  first sub-env's index in the batch, None where it is not known here (a worker's
+  share, gymnasium's async mode): messages then name no index.
+  """
   _import_registering_package(env_id)  # in a worker process too
   # ALE prints two lines per env it creates (in a worker process too: this runs there).
   # gymnasium's async mode starts its processes here, which must keep the real stderr.
   quiet = logs.native_stderr_filtered() if mode == 'sync' else contextlib.nullcontext()
+  shape_check = ShapeCheckWrappers(env_id, index_offset if mode == 'sync' else None)
   with quiet:
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                        wrappers=[wrapping], **kwargs)
+                        wrappers=[wrapping, shape_check], **kwargs)
 
 
 def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:

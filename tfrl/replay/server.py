@@ -13,6 +13,7 @@ import tree
 # Re-exported: callers catch `server.ReplayServerUnreachableError`.
 from tfrl import logs
 from tfrl.replay import fallback
+from tfrl.replay import network
 from tfrl.replay.errors import CheckpointMismatchError
 from tfrl.replay.errors import ReplayServerUnreachableError  # pylint: disable=unused-import
 
@@ -68,18 +69,20 @@ class ReplayServer:
       port: port to listen on; a free one is picked when None.
       checkpoint_dir: where Reverb checkpoints go; when it already holds one, the
         tables start from the latest checkpoint's contents.
+      warn_exposed: print Reverb's exposure (below) on stderr, once per process
+        (`network.warn_exposed`); False only logs it (a launcher warns for its job).
 
     Raises:
-      warn_exposed: log Reverb's exposure (below) as a warning; False logs it at INFO
-        (a one-process job's own server, which a notebook starts on every run).
-
-    Raises:
+      PortInUseError: `port` is already taken (checked before starting: gRPC could
+        otherwise share it through SO_REUSEPORT).
       CheckpointMismatchError: `checkpoint_dir` holds a checkpoint whose tables differ
         from `tables` (see `check_checkpoint`).
 
-    Note: Reverb 0.14 listens on all network interfaces without authentication; this is
-      logged at start. Run servers on a private network only.
+    Note: Reverb 0.14 listens on all network interfaces without authentication (see
+      `tfrl.replay.network`). Run servers on a private network only.
     """
+    if port:
+      network.check_port_free(int(port))
     self._port = int(port) if port else portpicker.pick_unused_port()
     self._checkpoint_dir = checkpoint_dir
     tables = list(tables)
@@ -100,11 +103,10 @@ class ReplayServer:
       self._server = start()
     self._address = f'127.0.0.1:{self._port}'
     self._client = reverb.Client(self._address)
-    logging.log(
-        logging.WARNING if warn_exposed else logging.INFO,
-        'Reverb server listening on port %d on ALL network interfaces, with no '
-        'authentication: anyone who can reach this port can read and write its tables. '
-        'Keep it on a private network.', self._port)
+    if warn_exposed:
+      network.warn_exposed(self._port)
+    else:
+      logging.info('%s', network.exposure_warning(self._port))
 
   @classmethod
   def connect(cls, address: str,

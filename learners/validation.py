@@ -1,0 +1,212 @@
+"""Configuration-time checks of every `Experiment` field and the common flags.
+
+One rule per field, in one table: the type and range (or choices) a field accepts,
+with the text that says so. A bad value fails as one line naming the field, the value
+and what is allowed, e.g. `Experiment.num_envs = 0: must be an integer >= 1`, before
+anything is built (the programs turn it into 'error: ...' and exit status 2), rather
+than as a ZeroDivisionError or a TensorFlow shape error from deep inside a build.
+Cross-field rules that the data layouts own (batch_size against num_envs and items)
+stay there and fail at the same time, from `Experiment.__post_init__`.
+"""
+import dataclasses
+import numbers
+import os
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+
+
+class ValidationError(ValueError):
+  """A setting outside what it accepts; `message` is one line naming it (str() may
+  carry more: gin appends the configurable it was raised in)."""
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.message = message
+
+
+class Rule(NamedTuple):
+  """What one field accepts: `check(value)` is True for a good value; `allowed` says
+  which values those are, for the message."""
+  check: Callable[[Any], bool]
+  allowed: str
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def integer(minimum: int) -> Rule:
+  return Rule(lambda v: _is_int(v) and v >= minimum, f'must be an integer >= {minimum}')
+
+
+def number(low: Optional[float] = None, high: Optional[float] = None,
+           low_open: bool = False, high_open: bool = False) -> Rule:
+  """A real number in [low, high] (or an open end where asked)."""
+  def check(v):
+    if not _is_number(v) or v != v:  # NaN compares unequal to itself
+      return False
+    if low is not None and (v <= low if low_open else v < low):
+      return False
+    return high is None or (v < high if high_open else v <= high)
+  if low is not None and high is not None:
+    text = (f'must be a number in {"(" if low_open else "["}{low:g}, {high:g}'
+            f'{")" if high_open else "]"}')
+  elif low is not None:
+    text = f'must be a number {">" if low_open else ">="} {low:g}'
+  else:
+    text = 'must be a number'
+  return Rule(check, text)
+
+
+def optional(rule: Rule) -> Rule:
+  return Rule(lambda v: v is None or rule.check(v), f'{rule.allowed}, or None')
+
+
+def choice(options: Sequence[str]) -> Rule:
+  return Rule(lambda v: v in options, f'must be one of {", ".join(map(repr, options))}')
+
+
+def sequence_of(item_check: Callable[[Any], bool], what: str) -> Rule:
+  return Rule(lambda v: v is None or (isinstance(v, (tuple, list)) and len(v) > 0 and
+                                       all(item_check(i) for i in v)),
+              f'must be None or a non-empty tuple of {what}')
+
+
+LAYOUTS = ('transition', 'sequence', 'sequence_replay')  # see learners.experiment
+TABLE_KINDS = ('uniform', 'prioritized')
+
+BOOLEAN = Rule(lambda v: isinstance(v, bool), 'must be True or False')
+NONEMPTY_STRING = Rule(lambda v: isinstance(v, str) and bool(v.strip()),
+                       'must be a non-empty string')
+
+# Every Experiment field, by name. A field absent from Experiment is skipped, so a rule
+# may precede its field (env_step_timeout_s comes from the watchdog work).
+EXPERIMENT_RULES: Dict[str, Rule] = {
+    'env_name': NONEMPTY_STRING,
+    'observation_indices': sequence_of(_is_int, 'integers'),
+    'observation_keys': sequence_of(lambda i: isinstance(i, str), 'strings'),
+    'frame_stack': integer(0),
+    'atari': BOOLEAN,
+    'seed': integer(0),
+    'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),
+    'gamma': number(0.0, 1.0),
+    'data_layout': choice(LAYOUTS),
+    'n_step': integer(1),
+    'steps_per_item': integer(1),
+    'unroll_length': integer(1),
+    'num_envs': integer(1),
+    'env_workers': integer(0),
+    'replay_capacity': integer(1),
+    'replay_table': choice(TABLE_KINDS),
+    'replay_remover': choice(('reservoir', 'fifo')),
+    'priority_exponent': number(0.0),
+    'importance_sampling_exponent': number(0.0, 1.0),
+    'queue_capacity': integer(1),
+    'replay_fraction': number(0.0, 1.0, high_open=True),
+    'batch_size': integer(1),
+    'samples_per_insert': optional(number(0.0, low_open=True)),
+    'initial_collect_steps': integer(0),
+    'collect_steps_per_iteration': integer(1),
+    'train_steps_per_iteration': integer(1),
+    'num_train_steps': integer(1),
+    'eval_interval': integer(1),
+    'log_interval': optional(integer(1)),
+    'max_train_seconds': optional(number(0.0, low_open=True)),
+    'num_eval_episodes': integer(1),
+    'target_return': optional(number()),
+    'checkpoint_interval': integer(1),
+    'max_checkpoints_to_keep': integer(1),
+    'policy_checkpoint_interval': integer(1),
+    'summary_interval': integer(0),
+    'env_step_timeout_s': number(0.0),  # 0 disables the env step timeout
+}
+
+
+PORT = Rule(lambda v: _is_int(v) and 0 <= v <= 65535,
+            'must be a port number in [0, 65535] (0: pick a free one)')
+# The programs' own flags that take a range, by flag name.
+FLAG_RULES: Dict[str, Rule] = {
+    'port': PORT,
+    'num_collectors': integer(1),
+    'status_interval_s': number(0.0, low_open=True),
+    'timeout_s': number(0.0),
+    'summary_interval_s': number(0.0, low_open=True),
+}
+
+
+def check_flags(flag_values, names: Sequence[str]) -> None:
+  """Checks the flags `names` of `flag_values` (absl FLAGS) against FLAG_RULES.
+
+  Raises:
+    ValidationError: '--<name> = <value>: <allowed>' for the first bad one.
+  """
+  for name in names:
+    value = getattr(flag_values, name)
+    if not FLAG_RULES[name].check(value):
+      raise ValidationError(f'--{name} = {_describe(value)}: {FLAG_RULES[name].allowed}')
+
+
+def _describe(value) -> str:
+  return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_value(owner: str, name: str, value, rule: Rule) -> None:
+  """Raises ValidationError('<owner>.<name> = <value>: <allowed>') unless `rule` holds."""
+  if not rule.check(value):
+    raise ValidationError(f'{owner}.{name} = {_describe(value)}: {rule.allowed}')
+
+
+def validate_experiment(experiment) -> None:
+  """Checks every field of `experiment` that has a rule, the cross-field rule of
+  env_workers, and that env_name is a registered gymnasium id.
+
+  Args:
+    experiment: an `Experiment` (any dataclass with its field names).
+
+  Raises:
+    ValidationError: the first bad field, in one line; an unknown env id lists close
+      registered ids.
+  """
+  # A field without a rule is not checked here (tests/learners/test_bad_input.py
+  # fails until it has one), so a new field never stops every program at start-up.
+  for field in dataclasses.fields(experiment):
+    rule = EXPERIMENT_RULES.get(field.name)
+    if rule is not None:
+      check_value('Experiment', field.name, getattr(experiment, field.name), rule)
+  if experiment.env_workers > experiment.num_envs:
+    raise ValidationError(
+        f'Experiment.env_workers = {experiment.env_workers}: must be at most '
+        f'Experiment.num_envs ({experiment.num_envs}): each worker steps at least one env')
+  check_env_id(experiment.env_name)
+
+
+def check_env_id(env_id: str) -> None:
+  """Raises ValidationError naming `env_id` and close registered ids unless registered."""
+  import tfrl.envs  # pylint: disable=g-import-not-at-top (gymnasium's registry)
+  try:
+    tfrl.envs.check_registered(env_id)
+  except tfrl.envs.UnknownEnvironmentError as e:
+    raise ValidationError(f'Experiment.env_name = {env_id!r}: {e}') from e
+
+
+def check_root_dir(root_dir: Optional[str], flag: str = '--root_dir') -> None:
+  """Raises ValidationError unless `root_dir` is a directory or can become one.
+
+  Raises:
+    ValidationError: it is empty, a regular file, or below a regular file.
+  """
+  if not root_dir:
+    raise ValidationError(f'{flag} is required: the job directory')
+  path = os.path.abspath(root_dir)
+  while path and not os.path.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  if not os.path.isdir(path):
+    what = 'is a file' if path == os.path.abspath(root_dir) else f'is below the file {path}'
+    raise ValidationError(f'{flag} = {root_dir}: {what}; it must be a directory (or a '
+                          'path where one can be made)')
