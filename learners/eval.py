@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import eval_barrier
+from learners import heartbeat
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
@@ -145,7 +146,12 @@ def follow(root_dir: str, address: str, stop_event: threading.Event,
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
   row = {}
+  # Not a work activity (an evaluation may wait on the trainer); a frozen evaluator
+  # stops beating and reads as 'not answering'.
+  beat = heartbeat.Heartbeat(root_dir, 'eval').start()
+  beat.set_activity('evaluate or wait for a policy')
   while not stop_event.is_set():
+    beat.progress(train_step=row.get('train_step', -1))
     try:
       row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
                                interval, barrier, stop_event, options) or row

@@ -120,6 +120,20 @@ class _Doing:
     self._hb.set_activity(self._before)
 
 
+def _exited(beat: dict) -> bool:
+  """Whether the process that wrote `beat` on this host has exited (or is a zombie).
+
+  A process on another host (the Ray backend) cannot be looked up: it counts as running.
+  """
+  if beat.get('host') != socket.gethostname() or 'pid' not in beat:
+    return False
+  try:
+    with open(f'/proc/{int(beat["pid"])}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X')
+  except (OSError, ValueError, IndexError):
+    return True
+
+
 class Monitor:
   """Reads the heartbeat files and says which process is not answering or stalled."""
 
@@ -168,6 +182,8 @@ class Monitor:
     now = time.time() if now is None else now
     states = {}
     for name, beat in self._beats():
+      if _exited(beat):
+        continue  # ended (or a file from an earlier run): the launcher judges exits
       counters = beat.get('counters', {})
       seen = self._last_progress.get(name)
       if seen is None or seen[0] != counters:
@@ -196,7 +212,9 @@ class Monitor:
     """
     if self._stall_timeout_s <= 0:
       return None
-    for name, (state, lasted_s) in self._judge(now).items():
-      if state != 'ok' and lasted_s > self._stall_timeout_s:
-        return f'{name} {state}'
-    return None
+    over = [(name, state) for name, (state, lasted_s) in self._judge(now).items()
+            if state != 'ok' and lasted_s > self._stall_timeout_s]
+    # A frozen process is the cause when others stall behind it (collectors blocked on
+    # a frozen server): name it first.
+    over.sort(key=lambda item: not item[1].startswith('not answering'))
+    return f'{over[0][0]} {over[0][1]}' if over else None

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import disk_full
+from learners import heartbeat
 from learners import process
 from learners import validation
 from learners.experiment import Experiment
@@ -56,6 +57,10 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
   logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
                port, {name: t.current_size for name, t in info.items()})
   writer = metrics.create_summary_writer(os.path.join(root_dir, REPLAY_SUMMARY_DIR))
+  # Not a work activity: a server has no progress of its own to stall on, but a frozen
+  # one stops beating and reads as 'not answering'.
+  beat = heartbeat.Heartbeat(root_dir, 'reverb_server').start()
+  beat.set_activity('serve')
   start = next_checkpoint = time.monotonic()
   next_checkpoint += checkpoint_interval_s if checkpoint_interval_s > 0 else float('inf')
   try:
@@ -71,6 +76,7 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
   finally:
     logs.progress('Stopping: final Reverb checkpoint %s', server.checkpoint())
     server.stop()
+    beat.stop()
 
 
 def main(argv):

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import eval_barrier
+from learners import heartbeat as heartbeat_lib
 from learners import process
 from learners.experiment import Experiment
 from tfrl import distribute
@@ -257,8 +258,13 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   # workers would wait in a collective.
   barrier = eval_barrier.TrainerSide(root_dir) if is_chief and not multi_worker else None
   starved_since, error = None, None
+  # 'train or wait for data' is not a work activity: a trainer starved by a stalled
+  # collector must not be the one named. A frozen trainer stops beating.
+  beat = heartbeat_lib.Heartbeat(root_dir, 'train' if is_chief else f'train_worker_{task_id}').start()
+  beat.set_activity('train or wait for data')
   while learner.train_step_numpy < experiment.num_train_steps and not stop_event.is_set():
     heartbeat.beat()  # this thread is not stuck in a sample
+    beat.progress(train_step=learner.train_step_numpy)
     if barrier is not None and _held_by_evaluator(barrier, learner, variables, stop_event):
       if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
         logs.progress('The evaluator confirmed the target at train step %d: stopping there.',
@@ -298,9 +304,11 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
       step = learner.train_step_numpy
       logs.progress('train step %d | loss %.4f | %.0f train steps/s', step,
                    float(np.mean(loss_info.loss)), throughput.rate(step))
+  beat.set_activity('final save')
   learner.save_checkpoint()
   if policy_trigger is not None:
     policy_trigger.save_saved_models()
+  beat.stop()
   logs.progress('Trainer stopped at train step %d (final checkpoint%s written).',
                learner.train_step_numpy, ' and policies' if policy_trigger else '')
   if error is not None:

@@ -2,6 +2,8 @@
 hanging test env (faulty_env.py)."""
 import json
 import re
+import signal
+import socket
 import subprocess
 import sys
 import os
@@ -171,3 +173,53 @@ def test_a_frozen_process_reads_not_answering_before_stalled(tmp_path):
   monitor.check(now=t0)
   assert monitor.check(now=t0 + 5) == {'collect_0': 'not answering (5 s)'}
   assert monitor.stalled(now=t0 + 9) == 'collect_0 not answering (9 s)'
+
+
+def test_a_process_that_exited_is_left_to_the_launcher(tmp_path):
+  root = str(tmp_path)
+  gone = subprocess.Popen([sys.executable, '-c', 'pass'])
+  gone.wait()
+  os.makedirs(heartbeat.status_dir(root))
+  with open(os.path.join(heartbeat.status_dir(root), 'collect_1.json'), 'w') as f:
+    json.dump({'pid': gone.pid, 'host': socket.gethostname(), 'time': 0.0,
+               'activity': 'env step', 'since': 0.0, 'counters': {}}, f)
+  _write_beat(root, 'collect_0', 0.0, 'env step', 0.0, env_steps=1)
+  monitor = heartbeat.Monitor(root, stall_timeout_s=8)
+  assert monitor.check(now=100.0) == {'collect_0': 'not answering (100 s)'}
+
+
+@pytest.mark.timeout(600)
+def test_a_frozen_reverb_server_under_launch_reads_not_answering_and_ends_with_5(tmp_path):
+  root = str(tmp_path / 'job')
+  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
+             *gin_args(SMALL), '--num_collectors=1', '--status_interval_s=2',
+             '--stall_timeout_s=6']
+  launcher = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=program_env())
+  try:
+    beats = heartbeat.status_dir(root)
+
+    def training() -> bool:
+      try:
+        with open(os.path.join(beats, 'train.json')) as f:
+          return json.load(f)['counters'].get('train_step', 0) > 0
+      except (OSError, ValueError, KeyError):
+        return False
+
+    deadline = time.monotonic() + 300
+    while not training():
+      assert launcher.poll() is None and time.monotonic() < deadline, (
+          'the trainer never reported train steps')
+      time.sleep(0.5)
+    with open(os.path.join(beats, 'reverb_server.json')) as f:
+      os.kill(json.load(f)['pid'], signal.SIGSTOP)
+    out, err = launcher.communicate(timeout=300)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+  said = out[-3000:] + err[-3000:]
+  assert launcher.returncode == process.EXIT_STALLED, said
+  assert re.search(r'reverb_server not answering \(\d+ s\)', out), said
+  assert 'error: reverb_server not answering' in err, said
+  # Woken (SIGCONT) and stopped in order: the trainer's final save is there.
+  assert final_state(root)['checkpoint'] > 0, said
