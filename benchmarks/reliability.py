@@ -69,7 +69,7 @@ def _trainer_last_step(root: str) -> int:
 
 def _job_left(root: str) -> int:
   """Processes still running with `root` on their command line."""
-  out = subprocess.run(['pgrep', '-f', f'--root_dir={root}'], capture_output=True, text=True)
+  out = subprocess.run(['pgrep', '-f', '--', f'--root_dir={root}'], capture_output=True, text=True)
   return len(out.stdout.split())
 
 

@@ -6,7 +6,8 @@ r"""Starts a whole job on this host: Reverb server, collectors, trainer, evaluat
 Each program runs as a subprocess logging to root_dir/logs/<name>.log. A status line
 (alive/dead per process, env steps/s, train steps/s, last eval return) prints every
 --status_interval_s. The job ends when the evaluator finishes (target return reached
-and confirmed, or the train step budget evaluated); then, or on Ctrl-C, every process is
+and confirmed, or the train step budget evaluated); then, or on Ctrl-C, SIGTERM or
+SIGHUP (within --stop_grace_s), every process is
 stopped in an order that lets the trainer finish: the evaluator, then the trainer while
 the collectors still feed it (it writes its final checkpoint and policies), then the
 collectors, then the server (final Reverb checkpoint). Each gets SIGTERM, then SIGKILL
@@ -14,10 +15,12 @@ after a grace period. Children run in their own session, so a Ctrl-C reaches onl
 launcher, which stops them in that order.
 
 Exit status 0 means every process ended cleanly and the trainer wrote its final
-checkpoint and exports. If a process dies on its own, the launcher says which, prints the
-tail of its log, stops the rest and exits 1; so it does when a process had to be killed
-or left without its final save. Children also get SIGTERM if the launcher itself is
-killed, so none are orphaned. Everything listens and connects on loopback addresses.
+checkpoint and exports. If a process dies on its own, the launcher says which, repeats
+its 'error:' line and the tail of its log, stops the rest and exits 1; 3 when a process
+had to be killed at the stop; 5 when a process stalled or stopped answering for
+--stall_timeout_s (learners/heartbeat.py); 2 for bad flags or settings, before anything
+starts. Children also get SIGTERM if the launcher itself is killed, so none are
+orphaned. Everything listens and connects on loopback addresses.
 """
 import json
 import os
@@ -446,7 +449,7 @@ def main(argv):
     backend = _ray_backend_from_flags()
   try:
     validation.check_flags(FLAGS, ('port', 'num_collectors', 'status_interval_s',
-                                   'timeout_s'))
+                                   'timeout_s', 'stall_timeout_s'))
   except validation.ValidationError as e:
     config.fail(e.message)
   try:

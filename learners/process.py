@@ -12,6 +12,7 @@ from absl import logging
 
 from learners import stop_plan
 from tfrl import metrics
+from tfrl import envs
 from tfrl import replay
 from tfrl import run_dir
 
@@ -130,8 +131,10 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
   """`run_until_signal`, with the errors a person can act on turned into one line.
 
   An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a full disk with
-  EXIT_DISK_FULL; a spec mismatch, variables never pushed, or a `ProgramError` with 1. Anything else (an error from the
-  environment or the policy) propagates: a traceback and status 1.
+  EXIT_DISK_FULL; an env step past its timeout with EXIT_STALLED; a busy or
+  not-resumable root_dir with 2; a spec mismatch, variables never pushed, or a
+  `ProgramError` with 1. Anything else (an error from the environment or the policy)
+  propagates: a traceback and status 1.
 
   Returns:
     What `work` returned.
@@ -144,6 +147,8 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
     _exit_with(1, e)
   except run_dir.START_ERRORS as e:  # root_dir busy or not resumable: bad usage
     _exit_with(2, e)
+  except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
+    _exit_with(EXIT_STALLED, e)
   except Exception as e:  # pylint: disable=broad-except
     from learners import disk_full  # pylint: disable=g-import-not-at-top (it imports us)
     disk_full.exit_if_disk_full(e)

@@ -29,6 +29,7 @@ import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 from tfrl import actors
 from tfrl import distribute
+from tfrl import envs
 from tfrl import learner as learner_lib
 from tfrl import logs
 from tfrl import metrics
@@ -397,6 +398,9 @@ def main(argv):
     config.fail(e.message)
   except (config.ConfigError,) + run_dir.START_ERRORS as e:
     config.fail(str(e))
+  except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    process.exit_now(process.EXIT_STALLED)
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)
     raise

@@ -134,6 +134,7 @@ FLAG_RULES: Dict[str, Rule] = {
     'status_interval_s': number(0.0, low_open=True),
     'timeout_s': number(0.0),
     'summary_interval_s': number(0.0, low_open=True),
+    'stall_timeout_s': number(0.0),
 }
 
 

@@ -223,3 +223,16 @@ def test_a_frozen_reverb_server_under_launch_reads_not_answering_and_ends_with_5
   assert 'error: reverb_server not answering' in err, said
   # Woken (SIGCONT) and stopped in order: the trainer's final save is there.
   assert final_state(root)['checkpoint'] > 0, said
+
+
+def test_an_env_worker_step_timeout_ends_a_program_with_status_5(capsys):
+  from tfrl import envs  # pylint: disable=import-outside-toplevel
+
+  def work(unused_stop_event):
+    raise envs.EnvStepTimeoutError('Hang-v0: a step of env worker 0 took longer than the '
+                                   'env step timeout (5 s); its workers were killed.')
+
+  with pytest.raises(SystemExit) as ended:
+    process.run_program(work, 'collector', grace_s=5)
+  assert ended.value.code == process.EXIT_STALLED
+  assert 'error: Hang-v0: a step of env worker 0 took longer' in capsys.readouterr().err
