@@ -52,6 +52,7 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
+from tfrl.replay import fallback
 
 config.define_common_flags()
 flags.DEFINE_integer('num_collectors', 2, 'Collector processes.')
@@ -77,6 +78,7 @@ flags.DEFINE_float('ray_trainer_gpus', -1.0,
                    "GPUs the trainer asks Ray for (-1: one if the cluster has any).")
 FLAGS = flags.FLAGS
 LOG_DIR = 'logs'
+REVERB_DIR = 'reverb'  # the server's checkpoints (learners/reverb_server.py)
 
 
 class JobFailedError(RuntimeError):
@@ -175,6 +177,8 @@ class Launcher:
     Raises:
       JobFailedError: the server died or did not answer in time.
     """
+    if self._overwrite:  # a run started over must not replay the old run's experience
+      fallback.discard(os.path.join(self.root_dir, REVERB_DIR))
     if self._backend is not None and not self.port:
       self._spawn('reverb_server', 'reverb_server', [], port_flag='--port')
       server = self.processes['reverb_server']

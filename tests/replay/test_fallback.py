@@ -67,3 +67,12 @@ def test_without_a_previous_checkpoint_it_starts_empty(reverb_server_factory, tm
   restarted = reverb_server_factory(_tables(), checkpoint_dir=checkpoint_dir)
   assert _size(restarted) == 0
   assert 'starting from empty tables' in caplog.text
+
+
+def test_discard_removes_the_checkpoints_the_previous_and_the_unreadable(tmp_path):
+  checkpoint_dir = str(tmp_path / 'reverb')
+  for suffix in ('', fallback.PREVIOUS_SUFFIX, fallback.UNREADABLE_SUFFIX):
+    os.makedirs(os.path.join(checkpoint_dir + suffix, 'ckpt'))
+  (tmp_path / 'other').mkdir()
+  fallback.discard(checkpoint_dir)
+  assert sorted(os.listdir(tmp_path)) == ['other']

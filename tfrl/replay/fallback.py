@@ -98,3 +98,14 @@ def start_with_fallback(start: Callable[[], T], checkpoint_dir: str,
   logging.warning('Reverb checkpoint %s could not be read (%s); moved it to %s and '
                   'starting from %s.', bad, reason, moved, instead)
   return start()
+
+
+def discard(checkpoint_dir: str) -> None:
+  """Deletes a server's checkpoints, the kept previous one and any set aside: what a
+  job started over with `--overwrite` must not replay from the run it replaces.
+
+  Args:
+    checkpoint_dir: the server's checkpoint directory.
+  """
+  for suffix in ('', PREVIOUS_SUFFIX, UNREADABLE_SUFFIX, PREVIOUS_SUFFIX + '.tmp'):
+    shutil.rmtree(checkpoint_dir.rstrip('/') + suffix, ignore_errors=True)
