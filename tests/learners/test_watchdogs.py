@@ -189,7 +189,8 @@ def test_a_process_that_exited_is_left_to_the_launcher(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_a_frozen_reverb_server_under_launch_reads_not_answering_and_ends_with_5(tmp_path):
+@pytest.mark.parametrize('frozen', ['reverb_server', 'collect_0'])
+def test_a_frozen_process_under_launch_reads_not_answering_and_ends_with_5(tmp_path, frozen):
   root = str(tmp_path / 'job')
   command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
              *gin_args(SMALL), '--num_collectors=1', '--status_interval_s=2',
@@ -211,7 +212,7 @@ def test_a_frozen_reverb_server_under_launch_reads_not_answering_and_ends_with_5
       assert launcher.poll() is None and time.monotonic() < deadline, (
           'the trainer never reported train steps')
       time.sleep(0.5)
-    with open(os.path.join(beats, 'reverb_server.json')) as f:
+    with open(os.path.join(beats, f'{frozen}.json')) as f:
       os.kill(json.load(f)['pid'], signal.SIGSTOP)
     out, err = launcher.communicate(timeout=300)
   finally:
@@ -219,8 +220,8 @@ def test_a_frozen_reverb_server_under_launch_reads_not_answering_and_ends_with_5
       launcher.kill()
   said = out[-3000:] + err[-3000:]
   assert launcher.returncode == process.EXIT_STALLED, said
-  assert re.search(r'reverb_server not answering \(\d+ s\)', out), said
-  assert 'error: reverb_server not answering' in err, said
+  assert re.search(rf'{frozen} not answering \(\d+ s\)', out), said
+  assert f'error: {frozen} not answering' in err, said
   # Woken (SIGCONT) and stopped in order: the trainer's final save is there.
   assert final_state(root)['checkpoint'] > 0, said
 
