@@ -136,7 +136,7 @@ def sigstop_under_launch(root: str, name: str) -> tuple:
   _until_trained(job, root, 64)
   os.kill(_beat(root, name)['pid'], signal.SIGSTOP)
   status, took, out, _ = _end(job)
-  named = re.search(rf'{name} (not answering|stalled)[^|\]]*', out)
+  named = re.search(rf'{name} (not answering|stalled) \(\d+ s\)', out)
   return status, took, (f'named: {named.group(0).strip() if named else "NO"}; '
                         f'{_saved_at_last_step(root)}')
 
