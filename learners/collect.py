@@ -26,6 +26,7 @@ from tf_agents.policies import random_tf_policy
 
 from learners import config
 from learners import heartbeat
+from learners import stop_plan
 from learners import process
 from learners.experiment import Experiment
 from tfrl import actors
@@ -87,7 +88,7 @@ flags.DEFINE_integer('max_env_steps', Options.max_env_steps,
 flags.DEFINE_float('log_interval_s', Options.log_interval_s,
                    'Seconds between progress lines.')
 FLAGS = flags.FLAGS
-_CLOSE_TIMEOUT_MS = 5_000
+_CLOSE_TIMEOUT_S = 5.0  # at most; less when the launcher's stop gives less (stop_plan)
 
 
 def collect(root_dir: str, address: str, stop_event: threading.Event,
@@ -178,14 +179,16 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
                    'policy version %d', task_id, actor.env_steps + random_steps,
                    metrics['EnvStepsPerSecond'],
                    tfrl_metrics.format_return(metrics['AverageReturn']), int(train_step))
+  # Briefly, and well inside this program's share of the stop: once the trainer has
+  # stopped, a rate limiter may hold these for good.
+  close_timeout_s = min(_CLOSE_TIMEOUT_S, 0.4 * stop_plan.program_grace_s())
   try:
-    # Briefly: once the trainer has stopped, a rate limiter may hold these for good.
-    writer.close(timeout_ms=_CLOSE_TIMEOUT_MS)
+    writer.close(timeout_ms=int(close_timeout_s * 1000))
   except Exception as e:  # pylint: disable=broad-except
     if not replay.is_server_lost(e):
       raise
-    logging.warning('The last items were not accepted within %d s (%s); dropped.',
-                    _CLOSE_TIMEOUT_MS // 1000, e)
+    logging.warning('The last items were not accepted within %.1f s (%s); dropped.',
+                    close_timeout_s, e)
   beat.stop()
   env.close()
   logs.progress('Collector %d stopped after %d env steps.', task_id,

@@ -351,12 +351,15 @@ class Launcher:
                 [n for n in names if n == 'reverb_server']]
       killed = self.killed
       budget = stop_plan.shares(self.stop_grace_s if grace_s is None else grace_s)
+      # Each stage may use what the stages before it left unused: its deadline is the
+      # sum of the shares so far, so the whole stop still ends inside the grace period.
+      deadline = time.monotonic()
       for group in groups:
         for name in group:
           if self.processes[name].poll() is None:
             self.processes[name].send_signal(signal.SIGTERM)
-        group_grace_s = budget[stop_plan.stage(group[0])] if group else 0.0
-        deadline = time.monotonic() + group_grace_s
+        deadline += budget[stop_plan.stage(group[0])] if group else 0.0
+        group_grace_s = max(0.0, deadline - time.monotonic())
         for name in group:
           child = self.processes[name]
           try:
