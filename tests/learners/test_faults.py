@@ -439,6 +439,7 @@ def test_launcher_reports_what_did_not_stop_cleanly(tmp_path):
     launcher.processes[name] = subprocess.Popen([sys.executable, '-c', script],
                                                 stdout=subprocess.PIPE, text=True)
   assert launcher.processes['train'].stdout.readline() == 'up\n'
+  launcher.processes['collect_0'].wait(timeout=120)  # failed before the stop, not by it
   problems = launcher.stop(grace_s=2)
   assert sorted(problems) == sorted([
       f'collect_0 failed (see its log) (exit status 1); see {launcher.log_path("collect_0")}',
