@@ -237,3 +237,26 @@ def test_an_env_worker_step_timeout_ends_a_program_with_status_5(capsys):
     process.run_program(work, 'collector', grace_s=5)
   assert ended.value.code == process.EXIT_STALLED
   assert 'error: Hang-v0: a step of env worker 0 took longer' in capsys.readouterr().err
+
+
+def test_in_process_step_watchdog_fires_on_a_hung_step_only():
+  from tfrl.envs import step_watchdog  # pylint: disable=import-outside-toplevel
+  fired = []
+  fine = step_watchdog.TimedVectorEnv(gym.make_vec('CartPole-v1', num_envs=2,
+                                                   vectorization_mode='sync'),
+                                      'CartPole-v1', 0.5, on_timeout=fired.append)
+  fine.reset(seed=0)
+  for _ in range(20):
+    fine.step(np.zeros(2, np.int64))
+  time.sleep(1.0)
+  fine.close()
+  assert not fired
+  hung = step_watchdog.TimedVectorEnv(
+      gym.make_vec(faulty_env.HANG_ENV_ID, num_envs=1, vectorization_mode='sync',
+                   hang_at_step=1), faulty_env.HANG_ENV_ID, 0.5, on_timeout=fired.append)
+  hung.reset(seed=0)
+  threading.Thread(target=hung.step, args=(np.zeros(1, np.int64),), daemon=True).start()
+  deadline = time.monotonic() + 30
+  while not fired and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert len(fired) == 1 and 'longer than the env step timeout (0.5 s)' in str(fired[0])

@@ -11,6 +11,7 @@ program could run anyway while the step holds its thread. Envs in worker process
 import os
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 import gymnasium as gym
@@ -47,6 +48,21 @@ class TimedVectorEnv(gym.vector.VectorWrapper):
     super().__init__(env)
     self._env_id, self._timeout_s = env_id, step_timeout_s
     self._on_timeout = on_timeout or exit_on_timeout
+    # One watcher thread for the env's life, not a timer per step: a thread start costs
+    # about as much as a whole CartPole vector step. A step only writes its start time.
+    self._step_started: Optional[float] = None
+    self._closed = threading.Event()
+    self._watcher = threading.Thread(target=self._watch, name=f'step watchdog {env_id}',
+                                     daemon=True)
+    self._watcher.start()
+
+  def _watch(self) -> None:
+    poll_s = min(1.0, self._timeout_s / 4)
+    while not self._closed.wait(poll_s):
+      started = self._step_started
+      if started is not None and time.monotonic() - started > self._timeout_s:
+        self._expired()
+        return
 
   def _expired(self) -> None:
     self._on_timeout(EnvStepTimeoutError(
@@ -54,10 +70,12 @@ class TimedVectorEnv(gym.vector.VectorWrapper):
         f'({self._timeout_s:g} s) in this process.'))
 
   def step(self, actions):
-    timer = threading.Timer(self._timeout_s, self._expired)
-    timer.daemon = True
-    timer.start()
+    self._step_started = time.monotonic()
     try:
       return self.env.step(actions)
     finally:
-      timer.cancel()
+      self._step_started = None
+
+  def close(self, **kwargs):
+    self._closed.set()
+    return self.env.close(**kwargs)
