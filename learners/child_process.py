@@ -31,7 +31,8 @@ def child_env(env: Mapping[str, str]) -> Dict[str, str]:
 
 def die_with_parent_if_asked() -> None:
   """With PARENT_PID_ENV set: SIGTERM to this process when its parent dies (Linux;
-  elsewhere the parent's own cleanup still applies). If the parent already died before
+  elsewhere the parent's own cleanup still applies), with SIGTERM's default action
+  restored should it have been inherited as ignored. If the parent already died before
   the request (the child was reparented), this process ends now the same way.
 
   The variable is removed so that this process's own children do not inherit it.
@@ -39,6 +40,10 @@ def die_with_parent_if_asked() -> None:
   expected = os.environ.pop(PARENT_PID_ENV, None)
   if not expected:
     return
+  # An ignored SIGTERM is inherited through exec (a parent run under a tool that ignores
+  # it): the request below would then be silently lost. The programs install their own
+  # handler once TensorFlow is loaded.
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
   try:
     ctypes.CDLL('libc.so.6').prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
   except (OSError, AttributeError):

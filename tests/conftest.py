@@ -1,14 +1,29 @@
-"""Shared fixtures: embedded Reverb servers that are always stopped after use."""
+"""Shared fixtures: embedded Reverb servers that are always stopped after use; signal
+handlers put back after every test."""
 import os
 
 # Before TensorFlow is first imported: keep its C++ start-up chatter out of test logs.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import contextlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import signal  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from tfrl import replay  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+  """Puts back SIGINT/SIGTERM/SIGHUP handlers after each test. Programs run in-process
+  leave them ignored at exit (as they must); a later test's subprocesses would inherit
+  that through exec and ignore the signals the test sends them."""
+  sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+  saved = {sig: signal.getsignal(sig) for sig in sigs}
+  yield
+  for sig, handler in saved.items():
+    if signal.getsignal(sig) is not handler and handler is not None:
+      signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

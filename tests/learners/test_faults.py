@@ -426,19 +426,24 @@ def test_trainer_whose_server_never_returns_exits_naming_it(programs):
   assert errors and address in errors[-1] and 'did not come back within 5 s' in errors[-1]
 
 
+_UP_AND_SLEEP = ('import signal, time; signal.signal(signal.SIGTERM, signal.{action}); '
+                 'print("up", flush=True); time.sleep(600)')
+
+
 def test_launcher_reports_what_did_not_stop_cleanly(tmp_path):
   from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
   launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
   scripts = {
-      'eval': 'import time; time.sleep(600)',  # SIGTERM's default action: -15
-      'train': ('import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); '
-                'print("up", flush=True); time.sleep(600)'),
+      # SIGTERM's default action (set: pytest may have been started ignoring it): -15
+      'eval': _UP_AND_SLEEP.format(action='SIG_DFL'),
+      'train': _UP_AND_SLEEP.format(action='SIG_IGN'),
       'collect_0': 'raise SystemExit(1)',
   }
   for name, script in scripts.items():
     launcher.processes[name] = subprocess.Popen([sys.executable, '-c', script],
                                                 stdout=subprocess.PIPE, text=True)
-  assert launcher.processes['train'].stdout.readline() == 'up\n'
+  for name in ('eval', 'train'):  # up, with their SIGTERM action set
+    assert launcher.processes[name].stdout.readline() == 'up\n'
   launcher.processes['collect_0'].wait(timeout=120)  # failed before the stop, not by it
   problems = launcher.stop(grace_s=10)  # eval 1.5 s, train 5 s: ample on a loaded machine
   assert sorted(problems) == sorted([

@@ -22,6 +22,8 @@ _CHILD = _LOAD + ("cp.die_with_parent_if_asked()\n"
                   "print('ready', flush=True)\n"
                   'time.sleep(300)\n')
 _PARENT = _LOAD + (
+    'import signal\n'
+    'if sys.argv[3] == "ignore": signal.signal(signal.SIGTERM, signal.SIG_IGN)\n'
     'child = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]],\n'
     '    env=cp.child_env({}), start_new_session=True, stdout=subprocess.PIPE, text=True)\n'
     "assert child.stdout.readline().strip() == 'ready'\n"
@@ -37,10 +39,13 @@ def _alive(pid: int) -> bool:
     return False
 
 
-def test_kill_9_of_the_parent_ends_the_child():
+# 'ignore': the parent ignores SIGTERM, and its child inherits that through exec (a job
+# run under a tool that ignores it); the child must still end with the parent.
+@pytest.mark.parametrize('parent_sigterm', ['default', 'ignore'])
+def test_kill_9_of_the_parent_ends_the_child(parent_sigterm):
   parent = subprocess.Popen(
       [sys.executable, '-c', _PARENT, os.path.join(REPO, 'learners', 'child_process.py'),
-       _CHILD],
+       _CHILD, parent_sigterm],
       stdout=subprocess.PIPE, text=True)
   try:
     child_pid = int(parent.stdout.readline())
@@ -75,13 +80,8 @@ def test_run_until_signal_stops_on_sighup():
     assert stop_event.wait(60), 'SIGHUP did not set the stop event'
     return 'saved'
 
-  sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-  saved = {sig: signal.getsignal(sig) for sig in sigs}
-  try:
-    assert process.run_until_signal(work, 'work', grace_s=60) == 'saved'
-  finally:  # run_until_signal leaves them ignored; pytest's own must come back
-    for sig, handler in saved.items():
-      signal.signal(sig, handler)
+  # run_until_signal leaves the signals ignored; conftest puts pytest's handlers back.
+  assert process.run_until_signal(work, 'work', grace_s=60) == 'saved'
 
 
 # -- Launched jobs ----------------------------------------------------------------------

@@ -64,6 +64,10 @@ def test_monitor_tells_ok_stalled_and_not_answering(tmp_path):
   assert states['collector_0'] == 'stalled (env step, 9 s)'
   assert states['trainer'] == 'ok'
   assert states['reverb_server'] == 'not answering (9 s)'
+  # Both are past 8 s: the frozen server is named, as the cause the collector waits on.
+  assert monitor.stalled(now=t0 + 9) == 'reverb_server not answering (9 s)'
+  # The server answers again: the collector's stall is what is left to name.
+  _write_beat(root, 'reverb_server', t0 + 9, 'serve', t0, items=1)
   assert monitor.stalled(now=t0 + 9) == 'collector_0 stalled (env step, 9 s)'
 
 
