@@ -444,7 +444,7 @@ def _ray_backend_from_flags() -> 'ray_backend.RayBackend':
 
 
 def _raise_keyboard_interrupt(signum, unused_frame):
-  """Signal handler: SIGTERM/SIGHUP take Ctrl-C's path (the ordered stop)."""
+  """Signal handler: SIGTERM, SIGINT and SIGHUP take Ctrl-C's path (the ordered stop)."""
   raise KeyboardInterrupt(f'signal {signum}')
 
 
@@ -471,9 +471,8 @@ def main(argv):
   except ValueError as e:  # --stop_grace_s
     config.fail(f'--stop_grace_s: {e}')
   results = []
-  # SIGTERM (timeout, Slurm, Kubernetes, systemd) and SIGHUP run the Ctrl-C ordered stop.
-  for sig in (signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, _raise_keyboard_interrupt)
+  # SIGTERM (timeout, Slurm, Kubernetes, systemd) and SIGHUP run Ctrl-C's ordered stop.
+  process.on_stop_signals(_raise_keyboard_interrupt)
   try:
     launcher.start()
     results = launcher.wait(FLAGS.status_interval_s, FLAGS.timeout_s,
@@ -486,8 +485,7 @@ def main(argv):
   except JobFailedError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
-  for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the ordered stop
+  process.ignore_stop_signals()  # a second signal must not cut the ordered stop
   problems = launcher.stop()
   if problems:
     print('error: the job did not stop cleanly:\n  ' + '\n  '.join(problems),

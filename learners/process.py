@@ -34,6 +34,32 @@ EXIT_STATUS_MEANING = {
 }
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def on_stop_signals(handler: Callable[[int, Any], None]) -> None:
+  """Calls `handler(signum, frame)` on SIGTERM, SIGINT and SIGHUP.
+
+  SIGTERM (what timeout, Slurm, Kubernetes and systemd send) is always handled. SIGINT
+  or SIGHUP already ignored stays ignored: a shell's background job ignores Ctrl-C,
+  and `nohup` asks to outlive the terminal.
+
+  Args:
+    handler: the signal handler.
+  """
+  for sig in STOP_SIGNALS:
+    if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
+      signal.signal(sig, handler)
+
+
+def ignore_stop_signals() -> None:
+  """Ignores SIGTERM, SIGINT and SIGHUP: once everything is saved, a signal must not cut
+  the exit short (Python restores the default action of signals with Python handlers
+  while it shuts down, and a SIGTERM then would end a clean finish with -15)."""
+  for sig in STOP_SIGNALS:
+    signal.signal(sig, signal.SIG_IGN)
+
+
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
                      grace_s: Optional[float] = None) -> Any:
   """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT/SIGHUP set `stop_event`.
@@ -68,8 +94,7 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
 
   if grace_s is None:
     grace_s = stop_plan.program_grace_s()
-  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, lambda *unused: stop_event.set())
+  on_stop_signals(lambda *unused: stop_event.set())
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
     if stop_event.is_set() and not done.wait(grace_s):
@@ -79,11 +104,7 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
       sys.stdout.flush()
       sys.stderr.flush()
       os._exit(EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
-  # The work is done (and saved): a signal now must not kill the exit. Python restores
-  # the default action of signals with Python handlers while it shuts down (a SIGTERM
-  # then would end the process with -15 after a clean finish); ignored ones stay ignored.
-  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN)
+  ignore_stop_signals()  # the work is done (and saved)
   if 'error' in outcome:
     raise outcome['error']
   return outcome.get('result')

@@ -14,7 +14,6 @@ writing ...' line, status 6. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
 import os
-import signal
 import threading
 import time
 
@@ -88,8 +87,7 @@ def main(argv):
     config.fail(e.message)
   config.parse_from_flags()
   stop_event = threading.Event()
-  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, lambda *unused: stop_event.set())
+  process.on_stop_signals(lambda *unused: stop_event.set())
   try:
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
           FLAGS.summary_interval_s)
@@ -99,8 +97,7 @@ def main(argv):
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)
     raise
-  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # stopped and saved: see process.py
-    signal.signal(sig, signal.SIG_IGN)
+  process.ignore_stop_signals()  # stopped and saved
   process.exit_now(0)
 
 

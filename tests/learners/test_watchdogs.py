@@ -193,8 +193,10 @@ def test_a_process_that_exited_is_left_to_the_launcher(tmp_path):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('frozen', ['reverb_server', 'collect_0'])
-def test_a_frozen_process_under_launch_reads_not_answering_and_ends_with_5(tmp_path, frozen):
+def test_a_frozen_server_under_launch_reads_not_answering_and_ends_with_5(tmp_path):
+  # SIGSTOP: what a swapped-out or frozen machine looks like. (A frozen collector takes
+  # the same path: its heartbeat file stops; the Monitor's unit tests cover the naming.)
+  frozen = 'reverb_server'
   root = str(tmp_path / 'job')
   command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
              *gin_args(SMALL), '--num_collectors=1', '--status_interval_s=2',
