@@ -5,6 +5,8 @@ References are the agent's own loss on the data a faithful implementation trains
 (the rows the lag keeps; the unroll after the burn-in, started from the state an LSTM
 stepped one step at a time reaches), so what is checked is the masking and the state.
 """
+# pylint: disable=protected-access
+# (the tests share one network between agents, and read it, to compare them)
 import functools
 
 import gin
@@ -53,7 +55,7 @@ def loss_and_gradients(agent, traj, **kwargs):
   """(total and every loss term, gradients) of `agent.loss` on numpy `traj`."""
   with tf.GradientTape() as tape:
     info = agent.loss(unrolls.tensors(traj), **kwargs)
-  gradients = tape.gradient(info.loss, agent._network.trainable_variables)  # pylint: disable=protected-access
+  gradients = tape.gradient(info.loss, agent._network.trainable_variables)
   extra = info.extra
   values = np.array([float(x) for x in (info.loss, extra.policy_loss, extra.baseline_loss,
                                         extra.entropy_loss, extra.policy_cloning_loss,
@@ -71,7 +73,7 @@ def assert_same(a, b, rtol=1e-5, atol=1e-6):
 def recurrent(specs):
   """(burn-in agent, plain agent on the same network, unrolls, stored states)."""
   burn = make_agent(specs, lstm=LSTM, replay_burn_in_steps=BURN_IN, **COSTS)
-  plain = make_agent(specs, network=burn._network, **COSTS)  # pylint: disable=protected-access
+  plain = make_agent(specs, network=burn._network, **COSTS)
   traj = unrolls.make(STEP_TYPES, DISCOUNTS, seed=3)
   rng = np.random.RandomState(4)
   state = tuple(tf.constant(rng.randn(3, LSTM).astype(np.float32)) for _ in range(2))
@@ -91,7 +93,7 @@ def test_max_policy_lag_drops_stale_fresh_rows_and_keeps_replayed_ones(specs):
   got = loss_and_gradients(agent, traj, policy_version=versions, replay_mask=mask)
   # The rows it keeps, with no lag at all: the stale fresh row left out, the replayed
   # row in V-trace and in cloning.
-  no_lag = make_agent(specs, network=agent._network, **COSTS)  # pylint: disable=protected-access
+  no_lag = make_agent(specs, network=agent._network, **COSTS)
   kept = loss_and_gradients(no_lag, take(traj, [0, 2]), replay_mask=mask[[0, 2]])
   assert kept[0][4] > 1e-3 and kept[0][5] > 1e-3  # the replayed row is cloned
   assert_same(got, kept)
@@ -121,7 +123,7 @@ def test_sequence_replay_refuses_a_lag_that_cannot_see_the_replay_mask():
 def test_replayed_rows_train_on_the_steps_after_the_burn_in_from_the_refreshed_state(
     recurrent):
   burn, plain, traj, state = recurrent
-  network = burn._network  # pylint: disable=protected-access
+  network = burn._network
   # The state after the burn-in: the LSTM stepped one step at a time from the stored
   # state (resetting at FIRST) over the first BURN_IN steps.
   refreshed = state
@@ -185,7 +187,7 @@ def test_burn_in_settings_are_checked(specs, recurrent):
     make_agent(specs, lstm=LSTM, replay_burn_in_steps=-1)
   with pytest.raises(ValueError, match="'replay_mask' input"):
     burn.loss(unrolls.tensors(traj), policy_state=state)
-  whole = make_agent(specs, network=burn._network, replay_burn_in_steps=T)  # pylint: disable=protected-access
+  whole = make_agent(specs, network=burn._network, replay_burn_in_steps=T)
   with pytest.raises(ValueError, match='replay_burn_in_steps=6 leaves no step to train'):
     whole.loss(unrolls.tensors(traj), replay_mask=np.ones(3, np.float32),
                policy_state=state)
