@@ -30,6 +30,11 @@ CONFIGS = {
     'clear': dict(kwargs=dict(policy_cloning_cost=0.5, value_cloning_cost=0.5),
                   data=['replay_mask']),
     'appo': dict(kwargs=dict(policy_loss='ppo', max_policy_lag=3), data=['policy_version']),
+    # Replayed rows' burn-in, and a lag that drops stale fresh rows only.
+    'clear_lstm_burn_in_lag': dict(
+        kwargs=dict(policy_cloning_cost=0.5, value_cloning_cost=0.5, lstm_size=8,
+                    replay_burn_in_steps=2, max_policy_lag=3),
+        data=['replay_mask', 'policy_version', 'policy_state']),
     'ppo': dict(kwargs=dict(num_epochs=3, num_minibatches=1, normalize_advantages=True,
                             value_clip=0.2, gradient_clipping=0.5, entropy_cost=0.01),
                 data=[]),
@@ -159,3 +164,8 @@ def test_the_data_exercise_what_distribution_could_get_wrong(runs):
   assert ((dropped > 0) & (dropped < 1)).all()
   clear = np.array(runs['clear']['default']['loss_info'])
   assert (clear[:, 1 + fields.index('policy_cloning_loss')] > 0).all()
+  # The lag drops some fresh rows' steps while the replayed rows are cloned.
+  clear_lstm = np.array(runs['clear_lstm_burn_in_lag']['default']['loss_info'])
+  dropped = clear_lstm[:, 1 + fields.index('fraction_dropped')]
+  assert ((dropped > 0) & (dropped < 1)).all()
+  assert (clear_lstm[:, 1 + fields.index('policy_cloning_loss')] > 0).all()

@@ -11,6 +11,13 @@ One agent, three algorithms, chosen by configuration:
   advantages, with rows dropped whose policy lag (train_step - policy_version) exceeds
   `max_policy_lag`.
 
+With CLEAR, `max_policy_lag` applies to the fresh (queue) rows only: Sample Factory's
+lag bounds how stale asynchronous on-policy data may get, while replayed rows are old by
+design and CLEAR (the paper, and the seed learner) trains V-trace and cloning on all of
+them; dropping them would silently turn CLEAR back into IMPALA. A recurrent CLEAR may
+burn in replayed unrolls (R2D2, Kapturowski et al. 2019): their first
+`replay_burn_in_steps` steps only refresh the LSTM state stored when they were acted.
+
 Training data are unrolls of T+1 steps, batch-major `[B, T+1]` Trajectories from a
 `SequenceWriter(length=T+1, stride=T)`; step t's transition is (x_t, a_t, r_t, x_{t+1}),
 and the value of x_T bootstraps the unroll. Steps whose step type is LAST are episode
@@ -66,6 +73,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                policy_cloning_cost: float = 0.0,
                value_cloning_cost: float = 0.0,
                reward_scale: float = 1.0,
+               replay_burn_in_steps: int = 0,
                name: str = 'ImpalaAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
@@ -84,20 +92,31 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         surrogate on V-trace advantages).
       ppo_clip_ratio: epsilon of the clipped surrogate.
       normalize_advantages: standardize the policy-gradient advantages per batch.
-      max_policy_lag: drop rows whose train_step - policy_version exceeds this.
+      max_policy_lag: drop steps whose train_step - policy_version exceeds this; with
+        a replay mask (CLEAR) only fresh rows are dropped, never replayed ones.
       policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights. The
         cloning losses sum over the valid steps of replayed rows and, like every other
         term, divide by the count of all valid steps (fresh and replayed).
       reward_scale: rewards are multiplied by this (before any clipping), to keep
         value targets of tasks with large returns in a range the value head fits.
+      replay_burn_in_steps: on replayed rows of a recurrent network, the first this many
+        steps only refresh the LSTM state from the stored one (no loss, and no gradient
+        through the refreshed state); the agent then declares 'replay_mask'. Fresh rows
+        train on every step: their stored state is current.
       name: agent name.
 
     Raises:
-      ValueError: an unknown reward_clipping or policy_loss.
+      ValueError: an unknown reward_clipping or policy_loss; a negative
+        replay_burn_in_steps, or one above 0 without a recurrent network.
     """
     returns_lib.check_reward_clipping(reward_clipping)
     if policy_loss not in POLICY_LOSSES:
       raise ValueError(f'policy_loss must be one of {POLICY_LOSSES}, got {policy_loss!r}.')
+    if replay_burn_in_steps < 0:
+      raise ValueError(f'replay_burn_in_steps must be >= 0, got {replay_burn_in_steps}.')
+    if replay_burn_in_steps and not network.is_recurrent:
+      raise ValueError(f'replay_burn_in_steps={replay_burn_in_steps} refreshes an LSTM '
+                       'state: set lstm_size, or replay_burn_in_steps=0.')
     self._gamma = gamma
     self._baseline_cost = baseline_cost
     self._entropy_cost = entropy_cost
@@ -114,16 +133,19 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self._policy_cloning_cost = policy_cloning_cost
     self._value_cloning_cost = value_cloning_cost
     self._reward_scale = reward_scale
+    self._replay_burn_in_steps = replay_burn_in_steps
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name)
 
   @property
   def train_inputs(self) -> Tuple[str, ...]:
     """The sample fields `train` needs (see `tfrl.agents.interface`): 'replay_mask'
-    when a cloning cost is above zero (CLEAR), 'policy_version' with a maximum lag,
-    'policy_state' (each unroll's starting state) with a recurrent network."""
+    when a cloning cost or the replay burn-in is above zero (CLEAR), 'policy_version'
+    with a maximum lag, 'policy_state' (each unroll's starting state) with a recurrent
+    network."""
     inputs = ()
-    if self._policy_cloning_cost > 0 or self._value_cloning_cost > 0:
+    if (self._policy_cloning_cost > 0 or self._value_cloning_cost > 0 or
+        self._replay_burn_in_steps > 0):
       inputs += ('replay_mask',)
     if self._max_policy_lag is not None:
       inputs += ('policy_version',)
@@ -154,27 +176,35 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     Args:
       experience: a batch-major Trajectory of unrolls.
       weights: optional [B] row weights.
-      replay_mask: optional [B], 1.0 for replayed rows (CLEAR's cloning applies there).
+      replay_mask: optional [B], 1.0 for replayed rows (CLEAR's cloning and the replay
+        burn-in apply there; a maximum policy lag does not).
       policy_version: optional [B, T+1] train step of the acting policy per step.
       policy_state: a recurrent network's state at each row's first step ([B, ...]).
       training: unused (no dropout or batch norm).
 
     Returns:
       LossInfo(total loss, ImpalaLossInfo).
+
+    Raises:
+      ValueError: a replay burn-in without a replay_mask, or as long as the unroll.
     """
     del training
     time_major = self.time_major(experience)
-    # Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B]; a recurrent
-    # network unrolls from each row's stored starting state.
-    (params, values), _ = self._network(time_major.observation, time_major.step_type,
-                                        self.initial_network_state(policy_state))
+    replayed_rows = (None if replay_mask is None
+                     else tf.cast(replay_mask, tf.float32))  # [B]
+    params, values = self._unroll(time_major, policy_state, replayed_rows)
     step_type = time_major.step_type[:-1]
     valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
     if weights is not None:
       valid *= tf.cast(weights, tf.float32)[None, :]
+    if self._replay_burn_in_steps:
+      # Replayed rows' burn-in steps only refreshed the state: no loss term at all.
+      burn_in = tf.cast(tf.range(tf.shape(valid)[0]) < self._replay_burn_in_steps,
+                        tf.float32)[:, None]  # [T, 1]
+      valid *= 1.0 - burn_in * replayed_rows[None, :]
     fraction_dropped = tf.constant(0.0)
     if policy_version is not None:
-      fresh = self._fresh_steps(policy_version)
+      fresh = self._fresh_steps(policy_version, replayed_rows)
       fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
                           replicas.global_count(tf.reduce_sum(valid)))
       valid *= fresh
@@ -244,27 +274,68 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
         tf.constant(0.0), fraction_dropped))
 
-  def _fresh_steps(self, policy_version):
-    """[T, B] 1.0 where the policy lag is within max_policy_lag; summarizes the lags.
+  def _unroll(self, time_major, policy_state, replayed_rows):
+    """Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B].
+
+    A recurrent network unrolls from each row's stored starting state. With a replay
+    burn-in it unrolls the first k steps, then the rest from the state they reach; on
+    replayed rows that state is a constant (R2D2's burn-in: the stale stored state is
+    refreshed by the current network, and no gradient flows back into the burn-in),
+    on fresh rows it is the same unroll as without burn-in, gradient included.
+    """
+    observation, step_type = time_major.observation, time_major.step_type
+    state = self.initial_network_state(policy_state)
+    k = self._replay_burn_in_steps
+    if not k:
+      (params, values), _ = self._network(observation, step_type, state)
+      return params, values
+    if replayed_rows is None:
+      raise ValueError(f'replay_burn_in_steps={k} applies to replayed rows: train with '
+                       "the 'replay_mask' input (data_layout='sequence_replay').")
+    steps = step_type.shape[0]
+    if steps is not None and k >= steps - 1:
+      raise ValueError(f'replay_burn_in_steps={k} leaves no step to train of unrolls of '
+                       f'{steps - 1} transitions: make it smaller than unroll_length.')
+    head, tail = ([tf.nest.map_structure(lambda x: x[part], observation), step_type[part]]
+                  for part in (slice(None, k), slice(k, None)))
+    (head_params, head_values), state = self._network(*head, state)
+    replayed = tf.cast(replayed_rows, tf.bool)[:, None]
+    state = tf.nest.map_structure(
+        lambda x: tf.where(replayed, tf.stop_gradient(x), x), state)
+    (tail_params, tail_values), _ = self._network(*tail, state)
+    params = tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0), head_params,
+                                   tail_params)
+    return params, tf.concat([head_values, tail_values], 0)
+
+  def _fresh_steps(self, policy_version, replayed_rows=None):
+    """[T, B] 1.0 where a step is kept by max_policy_lag; summarizes the lags.
 
     The lag of a step is train_step - policy_version; its min, mean and max over the
-    whole batch (every replica's rows) go to `policy_lag/version_diff_{min,avg,max}`.
+    fresh rows (every replica's; all rows without a replay mask) go to
+    `policy_lag/version_diff_{min,avg,max}`. Replayed rows are always kept: the lag is
+    Sample Factory's bound on stale on-policy data, and replay is old by design.
     """
     versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
     lag = tf.cast(self.train_step_counter - versions, tf.float32)
+    fresh_row = (tf.ones_like(lag[0]) if replayed_rows is None
+                 else 1.0 - replayed_rows)[None, :] * tf.ones_like(lag)  # [T, B]
+    is_fresh = fresh_row > 0
     per_replica = replicas.gather_over_replicas(tf.stack([
-        tf.reduce_min(lag), tf.reduce_max(lag), tf.reduce_sum(lag),
-        tf.cast(tf.size(lag), tf.float32)]))  # [replicas, 4]
+        tf.reduce_min(tf.where(is_fresh, lag, float('inf'))),
+        tf.reduce_max(tf.where(is_fresh, lag, -float('inf'))),
+        tf.reduce_sum(lag * fresh_row), tf.reduce_sum(fresh_row)]))  # [replicas, 4]
+    count = tf.reduce_sum(per_replica[:, 3])
     step = self.train_step_counter
-    tf.summary.scalar('policy_lag/version_diff_min', tf.reduce_min(per_replica[:, 0]),
-                      step=step)
-    tf.summary.scalar('policy_lag/version_diff_avg', tf.reduce_sum(per_replica[:, 2]) /
-                      tf.reduce_sum(per_replica[:, 3]), step=step)
-    tf.summary.scalar('policy_lag/version_diff_max', tf.reduce_max(per_replica[:, 1]),
-                      step=step)
+    # A batch without fresh rows has no lag to report: 0 rather than +-inf or NaN.
+    for name, value in (('min', tf.reduce_min(per_replica[:, 0])),
+                        ('avg', tf.reduce_sum(per_replica[:, 2]) / tf.maximum(count, 1.0)),
+                        ('max', tf.reduce_max(per_replica[:, 1]))):
+      tf.summary.scalar(f'policy_lag/version_diff_{name}',
+                        tf.where(count > 0, value, 0.0), step=step)
     if self._max_policy_lag is None:
       return tf.ones_like(lag)
-    return tf.cast(lag <= float(self._max_policy_lag), tf.float32)
+    within = tf.cast(lag <= float(self._max_policy_lag), tf.float32)
+    return tf.maximum(within, 1.0 - fresh_row)
 
 
 @gin.configurable

@@ -66,8 +66,9 @@ class SequenceQueue(base.Layout):
 
   def _missing_input_hint(self, missing: List[str]) -> str:
     if 'replay_mask' in missing:
-      return ("CLEAR's cloning costs need replayed unrolls: set "
-              "data_layout='sequence_replay' and replay_fraction > 0, or the costs to 0.")
+      return ("CLEAR's cloning costs and replay burn-in need replayed unrolls: set "
+              "data_layout='sequence_replay' and replay_fraction > 0, or the costs and "
+              "replay_burn_in_steps to 0.")
     return super()._missing_input_hint(missing)
 
   def warm_up(self, collect_actor: actors.Actor, random_actor: actors.Actor,

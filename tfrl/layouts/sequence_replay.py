@@ -15,6 +15,7 @@ from tf_agents.agents import tf_agent
 import tensorflow as tf
 
 from tfrl import replay
+from tfrl.agents import interface
 from tfrl.layouts import base
 from tfrl.layouts import sequence
 
@@ -49,6 +50,24 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
       raise ValueError(f'replay_fraction must be in (0, 1) with the sequence_replay '
                        f'layout (a batch needs fresh and replayed rows), got '
                        f'{self.replay_fraction}.')
+
+  def check_agent(self, agent: tf_agent.TFAgent) -> None:
+    """Also refuses a maximum policy lag that cannot tell replayed rows from fresh.
+
+    An agent that takes 'policy_version' but not the replay mask would drop replayed
+    unrolls, old by design, as stale (the agent spares them only where it sees the mask).
+
+    Raises:
+      ValueError: a missing input, or 'policy_version' without 'replay_mask'.
+    """
+    super().check_agent(agent)
+    inputs = interface.train_inputs(agent)
+    if 'policy_version' in inputs and REPLAY_MASK not in inputs:
+      raise ValueError(
+          f"{type(agent).__name__}'s max_policy_lag would drop the replayed unrolls of "
+          "data_layout='sequence_replay' as stale without their replay mask: set a CLEAR "
+          "cloning cost above 0 (the lag then applies to fresh rows only) or "
+          "max_policy_lag=None.")
 
   @property
   def replayed_rows(self) -> int:
