@@ -61,6 +61,7 @@ def iqm(values: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 STATISTICS: Dict[str, Callable[..., np.ndarray]] = {'median': median, 'iqm': iqm}
+NAMES = {'median': 'median', 'iqm': 'IQM'}  # as tables and legends write them
 
 
 @dataclasses.dataclass(frozen=True)
