@@ -49,7 +49,7 @@ def on_grid(curves: List[Curve], column: int,
 
 def plot(path: str, title: str, curves: Dict[str, List[Curve]],
          threshold: Optional[float] = None, y_label: str = 'eval return',
-         statistic: str = 'median', confidence: float = stats.CONFIDENCE,
+         statistic: str = stats.STATISTIC, confidence: float = stats.CONFIDENCE,
          resamples: int = stats.RESAMPLES, seed: int = stats.SEED) -> str:
   """Writes one PNG with two panels: the return against env steps, and against seconds.
 

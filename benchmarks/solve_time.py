@@ -88,18 +88,20 @@ How each side counts (like for like):
   a diagnostic.
 
 Seeds: `--seeds`, else each task's own count from 0 (`Task.seeds`: 5 where one run
-costs under 3 minutes, 3 otherwise). Central values (`--statistic`: median, or IQM as
-rliable) are over all seeds, an unsolved seed counting as never solved (infinite time
-and env steps), so a median is finite only when more than half of the seeds solved.
+costs under 3 minutes, 3 otherwise). Central values (`--statistic`: IQM as rliable, the
+default, or the median) are over all seeds, an unsolved seed counting as never solved
+(infinite time and env steps): an IQM is finite only when every seed left after its
+trim solved (with 3 seeds nothing is trimmed), a median when more than half did.
 Intervals: 95% percentile bootstrap over seeds (`--confidence`,
 `--bootstrap_resamples`, `--bootstrap_seed`); the comparison is tfrl / peer for times,
 env steps and rates and tfrl - peer for returns, each side resampled on its own. Target
 (from the issue): tfrl reaches the threshold on every seed, and its central wall clock
 and env steps are at or below SB3's; its returns at or above. The verdict says too
-whether the comparison's interval clears parity. IMPALA, CLEAR, APPO and prioritized DQN have no SB3 peer: tfrl's figures
-only. Each run is capped (`--max_seconds` of training, 8 minutes, plus `--startup_seconds`
-for the process to start); the 1-minute load average is recorded before and after every
-run, since the machine may be shared. The script always exits 0 (it is a measurement).
+whether the comparison's interval clears parity. IMPALA, CLEAR, APPO and prioritized
+DQN have no SB3 peer: tfrl's figures only. Each run is capped (`--max_seconds` of
+training, 8 minutes, plus `--startup_seconds` for the process to start); the 1-minute
+load average is recorded before and after every run, since the machine may be shared.
+The script always exits 0 (it is a measurement).
 
 torch's thread count matters on a shared 2-core machine: with its default (one intra-op
 thread per core) SB3's times swing several-fold with the other processes' load (PPO
@@ -118,7 +120,7 @@ Run (from the repository root):
     .venv/bin/python benchmarks/solve_time.py --algos=sac_halfcheetah,ppo_halfcheetah \\
         --budget_seconds=600 --peer_torch_threads=1 --curves_dir=benchmarks/curves
     .venv/bin/python benchmarks/solve_time.py --algos=dqn --report_from=runs.jsonl \\
-        --statistic=iqm --curves_dir=benchmarks/curves   # re-report recorded runs
+        --statistic=median --curves_dir=benchmarks/curves   # re-report recorded runs
 
 Results are recorded in benchmarks/RESULTS.md.
 """
@@ -269,9 +271,9 @@ flags.DEFINE_string('pause_file', None,
                     'While this file exists, no new run starts (the one under way '
                     'finishes): a way to borrow a shared machine between runs without '
                     'slowing a timed one down.')
-flags.DEFINE_enum('statistic', 'median', sorted(stats.STATISTICS),
+flags.DEFINE_enum('statistic', stats.STATISTIC, sorted(stats.STATISTICS),
                   'The central value over seeds in the summary and the curves '
-                  '(stats.py: iqm cuts int(n/4) seeds from each end; none with 3).')
+                  '(stats.py: iqm cuts int(n/4) seeds from each end, none of 3).')
 flags.DEFINE_float('confidence', stats.CONFIDENCE, "The bootstrap intervals' coverage.")
 flags.DEFINE_integer('bootstrap_resamples', stats.RESAMPLES, 'Bootstrap resamples.')
 flags.DEFINE_integer('bootstrap_seed', stats.SEED,

@@ -13,8 +13,13 @@ rliable library), with numpy only:
   one stratum, so stratified and plain resampling coincide here). The generator is
   seeded, so a table re-drawn from the same runs gives the same intervals.
 - Comparisons of tfrl with a peer (`compare`): the ratio or the difference of the two
-  sides' statistics, each side resampled on its own. The seeds do not pair runs (seed 0
-  of tfrl and seed 0 of SB3 share no random stream), so the two samples are independent.
+  sides' statistics, each side resampled on its own (rliable's
+  StratifiedIndependentBootstrap). The seeds do not pair runs (seed 0 of tfrl and seed 0
+  of SB3 share no random stream), so the two samples are independent.
+- Curves: one resample of seeds serves every point of a curve (rliable's sample
+  efficiency curves resample runs the same way).
+- Resamples: 10,000 by default (rliable's default is 50,000; with 3-10 seeds the
+  interval's ends move by well under a percent between the two).
 
 Infinite values are allowed (a seed that never reached a target takes infinitely long)
 and order last; NaN is rejected.
@@ -24,6 +29,12 @@ from typing import Callable, Dict, Sequence
 
 import numpy as np
 
+# The default central value: rliable's recommendation, and with 5 seeds its interval
+# is informative where the median's is not: a resample's median is the smallest seed's
+# value with probability 5.8% (> 2.5%), so the median's 95% interval is the seeds'
+# whole range; the IQM needs 4 of 5 draws of that seed (0.7%). With 3 seeds both are
+# the range (the IQM is then the mean).
+STATISTIC = 'iqm'
 CONFIDENCE = 0.95
 RESAMPLES = 10_000
 SEED = 0
@@ -133,7 +144,7 @@ def _check(confidence: float, resamples: int) -> None:
     raise ValueError(f'resamples must be at least 1; got {resamples}.')
 
 
-def bootstrap(values: Sequence[float], statistic: str = 'median',
+def bootstrap(values: Sequence[float], statistic: str = STATISTIC,
               confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
               seed: int = SEED):
   """A statistic over seeds (axis 0) and its percentile bootstrap interval.
@@ -141,7 +152,7 @@ def bootstrap(values: Sequence[float], statistic: str = 'median',
   Args:
     values: one measurement per seed, or an array with seeds on axis 0 (a learning
       curve per seed on a shared grid: one interval per grid point).
-    statistic: 'median' or 'iqm'.
+    statistic: 'iqm' or 'median'.
     confidence: the interval's coverage.
     resamples: bootstrap resamples.
     seed: the resampling generator's seed.
@@ -160,7 +171,7 @@ def bootstrap(values: Sequence[float], statistic: str = 'median',
   return _interval(function(values, axis=0), replicates, confidence)
 
 
-def interval(values: Sequence[float], statistic: str = 'median',
+def interval(values: Sequence[float], statistic: str = STATISTIC,
              confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
              seed: int = SEED) -> Interval:
   """`bootstrap` of one measurement per seed, as an Interval (see `bootstrap`)."""
@@ -169,7 +180,7 @@ def interval(values: Sequence[float], statistic: str = 'median',
 
 
 def compare(values: Sequence[float], baseline: Sequence[float], how: str,
-            statistic: str = 'median', confidence: float = CONFIDENCE,
+            statistic: str = STATISTIC, confidence: float = CONFIDENCE,
             resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
   """How `values`' statistic compares with `baseline`'s, with a bootstrap interval.
 

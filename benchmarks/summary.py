@@ -24,7 +24,7 @@ import stats  # benchmarks/stats.py
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """How the summary's statistics are drawn (see stats.py)."""
-  statistic: str = 'median'
+  statistic: str = stats.STATISTIC
   confidence: float = stats.CONFIDENCE
   resamples: int = stats.RESAMPLES
   seed: int = stats.SEED
@@ -215,7 +215,8 @@ def markdown(summaries: List[dict], settings: Settings) -> List[str]:
   return lines
 
 
-def write_json(path: str, summaries: List[dict], settings: Settings, header: dict) -> None:
+def write_json(path: str, summaries: List[dict], settings: Settings,
+               header: dict) -> None:
   """Writes {'header', 'settings', 'tasks'} to `path` (replacing it).
 
   Args:

@@ -23,7 +23,8 @@ def test_on_grid_interpolates_and_holds_the_last_evaluation():
   assert curves.on_grid([[], []], column=0) is None
 
 
-def test_plot_draws_both_panels_with_the_central_value_and_its_band(tmp_path, monkeypatch):
+def test_plot_draws_both_panels_with_the_central_value_and_its_band(tmp_path,
+                                                                    monkeypatch):
   drawn = []
   bootstrap = stats.bootstrap
 

@@ -38,8 +38,8 @@ def test_statistics_along_the_seed_axis_match_numpy():
 def test_two_seeds_median_interval_is_their_range():
   # Resamples of {a, b}: (a, a), (a, b), (b, a), (b, b), each 1/4; the 2.5% and 97.5%
   # quantiles of their medians fall inside the a and b blocks.
-  point, low, high = stats.bootstrap([3.0, 8.0])
-  assert (point, low, high) == (5.5, 3.0, 8.0)
+  for statistic in ('median', 'iqm'):  # the IQM of 2 is their mean
+    assert stats.bootstrap([3.0, 8.0], statistic) == (5.5, 3.0, 8.0)
 
 
 def test_three_seeds_median_bootstrap_distribution_hand_computed():
@@ -47,17 +47,29 @@ def test_three_seeds_median_bootstrap_distribution_hand_computed():
   # 10 with 7/27 (exact, checked by enumeration below).
   medians = [sorted(r)[1] for r in itertools.product([1, 2, 10], repeat=3)]
   assert [medians.count(v) for v in (1, 2, 10)] == [7, 13, 7]
-  assert stats.interval([1, 2, 10]) == stats.Interval(2.0, 1.0, 10.0)
+  assert stats.interval([1, 2, 10], 'median') == stats.Interval(2.0, 1.0, 10.0)
   # 40% interval: quantiles 0.3 and 0.7 both inside the block of 2 (7/27 = 0.26 below
   # it, 20/27 = 0.74 at or below it).
-  assert stats.interval([1, 2, 10], confidence=0.4) == stats.Interval(2.0, 2.0, 2.0)
+  forty = stats.interval([1, 2, 10], 'median', confidence=0.4)
+  assert forty == stats.Interval(2.0, 2.0, 2.0)
+
+
+def test_five_seeds_median_interval_is_their_range_the_iqms_is_not():
+  # A resample's median is the smallest seed with probability P(>= 3 of 5 draws) = 5.8%,
+  # its IQM (mean of the middle 3) only with P(>= 4 of 5) = 0.7%: stats.STATISTIC.
+  values = [1.0, 2.0, 3.0, 4.0, 5.0]
+  assert stats.interval(values, 'median') == stats.Interval(3.0, 1.0, 5.0)
+  iqm = stats.interval(values, 'iqm')
+  assert iqm.point == 3.0 and 1.0 < iqm.low < 2.0 and 4.0 < iqm.high < 5.0
+  assert stats.STATISTIC == 'iqm'
 
 
 def test_identical_seeds_give_a_zero_width_interval():
   for statistic in ('median', 'iqm'):
     assert stats.interval([4.0] * 5, statistic) == stats.Interval(4.0, 4.0, 4.0)
-  assert stats.compare([4.0] * 5, [4.0] * 3, 'ratio') == stats.Interval(1.0, 1.0, 1.0)
-  assert stats.compare([4.0] * 5, [4.0] * 3, 'difference') == stats.Interval(0.0, 0.0, 0.0)
+  five, three = [4.0] * 5, [4.0] * 3
+  assert stats.compare(five, three, 'ratio') == stats.Interval(1.0, 1.0, 1.0)
+  assert stats.compare(five, three, 'difference') == stats.Interval(0.0, 0.0, 0.0)
 
 
 @pytest.mark.parametrize('statistic', ['median', 'iqm'])
@@ -84,9 +96,9 @@ def test_interval_narrows_with_more_seeds(statistic):
 def test_comparison_hand_computed():
   # tfrl constant 10; the peer's median over {1, 2, 3} resamples to 1 or 3 with 7/27
   # each, so its 95% interval is [1, 3].
-  assert stats.compare([10.0] * 3, [1.0, 2.0, 3.0], 'difference') == stats.Interval(
-      8.0, 7.0, 9.0)
-  ratio = stats.compare([10.0] * 3, [1.0, 2.0, 3.0], 'ratio')
+  assert stats.compare([10.0] * 3, [1.0, 2.0, 3.0], 'difference',
+                       'median') == stats.Interval(8.0, 7.0, 9.0)
+  ratio = stats.compare([10.0] * 3, [1.0, 2.0, 3.0], 'ratio', 'median')
   assert (ratio.point, ratio.low, ratio.high) == pytest.approx((5.0, 10 / 3, 10.0))
 
 
@@ -100,9 +112,13 @@ def test_comparison_resamples_each_side_on_its_own():
 
 def test_infinite_values_order_last():
   # Two of three seeds solved: the median is finite; its interval's top is not.
-  result = stats.interval([10.0, 20.0, math.inf])
+  result = stats.interval([10.0, 20.0, math.inf], 'median')
   assert (result.point, result.low, result.high) == (20.0, 10.0, math.inf)
-  assert stats.interval([10.0, math.inf, math.inf]).point == math.inf
+  assert stats.interval([10.0, math.inf, math.inf], 'median').point == math.inf
+  # The IQM of 3 seeds trims nothing: one unsolved seed makes it infinite; of 5 seeds
+  # the largest is trimmed.
+  assert stats.interval([10.0, 20.0, math.inf], 'iqm').point == math.inf
+  assert stats.interval([10.0, 20.0, 30.0, 40.0, math.inf], 'iqm').point == 30.0
   assert stats.compare([1.0, 2.0], [math.inf, math.inf], 'ratio').point == 0.0
   both = stats.compare([math.inf] * 3, [math.inf] * 3, 'ratio')  # inf / inf: undefined
   assert math.isnan(both.point) and math.isnan(both.low) and math.isnan(both.high)

@@ -9,7 +9,7 @@ import pytest
 import stats  # benchmarks/stats.py (tests/benchmarks/conftest.py)
 import summary  # benchmarks/summary.py
 
-SETTINGS = summary.Settings(resamples=2000)
+SETTINGS = summary.Settings(statistic='median', resamples=2000)
 
 
 def _run(seed, solved=True, env_steps=None, seconds=None, eval_return=None, curve=()):
@@ -51,7 +51,7 @@ def test_threshold_task_unsolved_seeds_count_as_never():
   assert steps['peer']['values'] == [1000, 2000, math.inf]
   assert (steps['peer']['reached'], steps['peer']['of']) == (2, 3)
   assert (steps['tfrl']['point'], steps['peer']['point']) == (200.0, 2000.0)
-  expected = stats.compare([100, 200, 300], [1000, 2000, math.inf], 'ratio',
+  expected = stats.compare([100, 200, 300], [1000, 2000, math.inf], 'ratio', 'median',
                            resamples=2000)
   assert steps['comparison'] == {'how': 'ratio', **expected.as_dict()}
   assert steps['comparison']['point'] == pytest.approx(0.1)
@@ -82,8 +82,8 @@ def test_budget_task_returns_and_rates():
   tfrl = [_run(s, env_steps=60_000, seconds=120.0, eval_return=e, curve=curve(r, e))
           for s, (r, e) in enumerate(((10.0, 20.0), (12.0, 22.0), (14.0, 24.0)))]
   # The peer's seed 2 never reached 50k env steps: left out of that measure.
-  peer = [_run(0, env_steps=60_000, seconds=600.0, eval_return=5.0, curve=curve(11.0, 5.0)),
-          _run(1, env_steps=60_000, seconds=600.0, eval_return=6.0, curve=curve(13.0, 6.0)),
+  peer = [_run(s, env_steps=60_000, seconds=600.0, eval_return=e, curve=curve(r, e))
+          for s, (r, e) in enumerate(((11.0, 5.0), (13.0, 6.0)))] + [
           _run(2, env_steps=40_000, seconds=400.0, eval_return=7.0,
                curve=[(0, 0.0, 0.0), (40_000, 400.0, 7.0)])]
   result = summary.summarize('sac_x', _task(env_step_budgets=(50_000,)), 'SB3 SAC',
@@ -115,8 +115,8 @@ def test_atari_budgets_are_given_in_frames_and_no_peer_is_said():
   assert names == ['return at 2,000,000 frames', 'return after 600 s', 'frames/s']
   assert result['measures'][2]['tfrl']['values'] == [4000.0]
   table = summary.markdown([result], SETTINGS)
-  assert table[2] == ('| ppo_breakout: Env-v0 vs no peer | return at 2,000,000 frames | 1/1 | '
-                      '9.00 [9.00, 9.00] | no peer | - | - |')
+  assert table[2] == ('| ppo_breakout: Env-v0 vs no peer | return at 2,000,000 frames | '
+                      '1/1 | 9.00 [9.00, 9.00] | no peer | - | - |')
 
 
 def test_iqm_settings_name_the_statistic_and_json_is_strict(tmp_path):
