@@ -498,10 +498,10 @@ def run_peer(algo: str, seed: int) -> Run:
 # -- Report -----------------------------------------------------------------------------
 
 
-def _fmt_s(x: Optional[float], unit: str = '') -> str:
+def _fmt_s(x: Optional[float]) -> str:
   if x is None:
     return '-'
-  return 'unsolved' if math.isinf(x) else f'{x:.1f}{unit}'
+  return 'unsolved' if math.isinf(x) else f'{x:.1f}'
 
 
 def _fmt_steps(x: Optional[int]) -> str:
