@@ -1,16 +1,57 @@
-"""Learning-curve PNGs for the benchmarks: evaluation return against env steps and
-against wall-clock seconds, one line per seed, tfrl and its peer side by side."""
-from typing import Dict, List, Optional, Sequence
+"""Learning-curve PNGs for the benchmarks: per task, the return against env steps and
+against wall-clock seconds in two panels side by side; per side (tfrl, its peer) the
+central value over seeds (median or IQM) with its bootstrap confidence band shaded, and
+each seed's own curve faint beneath.
+
+Seeds evaluate at different env steps and, above all, at different seconds, so each
+side's curves are put on one grid first (`on_grid`): each seed's returns interpolated
+linearly between its evaluations, and held at its last evaluation once the run has
+ended (a run that reached its target stops there; one that ran out of budget keeps its
+final return). The grid spans from the latest first evaluation of the side's seeds (so
+every seed has a value everywhere) to the latest last one.
+"""
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import stats  # benchmarks/stats.py
 
 # (env steps, seconds, eval return) per evaluation of one run.
 Curve = Sequence[Sequence[float]]
 
 _COLORS = {'tfrl': 'tab:blue', 'SB3': 'tab:orange'}
+GRID_POINTS = 100
+
+
+def on_grid(curves: List[Curve], column: int,
+            points: int = GRID_POINTS) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+  """The seeds' returns on one grid of env steps (column 0) or seconds (column 1).
+
+  Args:
+    curves: one curve per seed; empty curves are left out.
+    column: 0 (env steps) or 1 (seconds): the x axis.
+    points: the grid's size.
+
+  Returns:
+    (grid of shape [points], returns of shape [seeds, points]); None where no seed
+    has a point.
+  """
+  curves = [np.asarray(curve, dtype=float) for curve in curves if len(curve)]
+  if not curves:
+    return None
+  start = max(curve[0, column] for curve in curves)
+  end = max(curve[-1, column] for curve in curves)
+  grid = np.linspace(start, end, points)
+  # np.interp holds the last value past a curve's end (its `right` default).
+  return grid, np.stack([np.interp(grid, curve[:, column], curve[:, 2])
+                         for curve in curves])
 
 
 def plot(path: str, title: str, curves: Dict[str, List[Curve]],
-         threshold: Optional[float] = None, y_label: str = 'eval return') -> str:
-  """Writes one PNG with two panels (return vs env steps, return vs seconds).
+         threshold: Optional[float] = None, y_label: str = 'eval return',
+         statistic: str = stats.STATISTIC, confidence: float = stats.CONFIDENCE,
+         resamples: int = stats.RESAMPLES, seed: int = stats.SEED) -> str:
+  """Writes one PNG with two panels: the return against env steps, and against seconds.
 
   Args:
     path: the PNG to write.
@@ -18,6 +59,8 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
     curves: side ('tfrl', 'SB3') -> one curve per seed.
     threshold: drawn as a dashed line when given.
     y_label: what the returns are (an evaluation's, or the training episodes').
+    statistic: the central value over seeds, 'median' or 'iqm' (stats.py).
+    confidence, resamples, seed: the band's bootstrap (stats.bootstrap).
 
   Returns:
     `path`.
@@ -25,24 +68,36 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  figure, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for axis, column, label in ((axes[0], 0, 'env steps'), (axes[1], 1, 'seconds')):
-    for side, runs in curves.items():
-      for seed, curve in enumerate(runs):
-        if not curve:
+  figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+  try:
+    central = stats.NAMES.get(statistic, statistic)
+    for axis, column, label in ((axes[0], 0, 'env steps'), (axes[1], 1, 'seconds')):
+      for side, runs in curves.items():
+        gridded = on_grid(runs, column)
+        if gridded is None:
           continue
-        xs = [point[column] for point in curve]
-        ys = [point[2] for point in curve]
-        axis.plot(xs, ys, color=_COLORS.get(side), alpha=0.8, marker='.',
-                  label=side if seed == 0 else None)
-    if threshold is not None:
-      axis.axhline(threshold, color='gray', linestyle='--', linewidth=1, label='threshold')
-    axis.set_xlabel(label)
-    axis.set_ylabel(y_label)
-    axis.grid(alpha=0.3)
-    axis.legend()
-  figure.suptitle(title)
-  figure.tight_layout()
-  figure.savefig(path, dpi=90)
-  plt.close(figure)
+        grid, returns = gridded
+        color = _COLORS.get(side)
+        for curve in runs:
+          if len(curve):
+            axis.plot([p[column] for p in curve], [p[2] for p in curve], color=color,
+                      alpha=0.25, linewidth=0.7)
+        point, low, high = stats.bootstrap(returns, statistic, confidence, resamples,
+                                           seed)
+        axis.plot(grid, point, color=color, linewidth=2,
+                  label=f'{side}: {central} of {len(returns)} seeds')
+        axis.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0,
+                          label=f'{side}: {confidence:.0%} CI')
+      if threshold is not None:
+        axis.axhline(threshold, color='gray', linestyle='--', linewidth=1,
+                     label='threshold')
+      axis.set_xlabel(label)
+      axis.set_ylabel(y_label)
+      axis.grid(alpha=0.3)
+      axis.legend(fontsize='small')
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+  finally:
+    plt.close(figure)
   return path

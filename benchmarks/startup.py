@@ -64,19 +64,18 @@ def _process_to_solve(run: solve_time.Run) -> float:
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, ALGOS)
-  seeds = [int(s) for s in FLAGS.seeds]
   solve_time.ensure_peer_venv()
   git = subprocess.run(['git', 'describe', '--always', '--dirty'], cwd=common.REPO,
                        capture_output=True, text=True).stdout.strip()
   print(f'Start-up and whole-process time to solve: algos={",".join(FLAGS.algos)} '
-        f'seeds={",".join(map(str, seeds))}, {os.cpu_count()} CPUs', flush=True)
+        f'seeds={",".join(FLAGS.seeds) or "per task"}, {os.cpu_count()} CPUs', flush=True)
   print(f'  date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
         f'tfrl at {git}; peer venv: {solve_time.peer_versions()}; torch threads: '
         f'{FLAGS.peer_torch_threads or "default"}', flush=True)
   print(common.load_line('start'), flush=True)
   runs = {algo: {'tfrl': [], 'SB3': []} for algo in FLAGS.algos}
   for algo in FLAGS.algos:
-    for seed in seeds:
+    for seed in solve_time.seeds_for(algo):
       # Alternate which side goes first, as solve_time.py does.
       for side in (('tfrl', 'SB3') if seed % 2 == 0 else ('SB3', 'tfrl')):
         solve_time.wait_while_paused()
