@@ -237,7 +237,8 @@ class Experiment:
     Args:
       root_dir, server_address, agent, train_step, strategy: see `Learner`.
       sample_timeout_ms: see `tfrl.layouts.Layout.dataset_fn`.
-      **kwargs: more `Learner` arguments (triggers, ...).
+      **kwargs: more `Learner` arguments (triggers, checkpoint_extras, ...); the
+        layout's pushed variables join checkpoint_extras.
 
     Returns:
       The Learner.
@@ -251,6 +252,10 @@ class Experiment:
       kwargs['triggers'] = list(kwargs.get('triggers') or []) + [
           triggers_lib.StepsPerSecondLogTrigger(train_step, self.summary_interval,
                                                 log_to_terminal=False)]
+    # The layout's state (prioritized replay's largest priority) is checkpointed with
+    # the agent: a resumed job inserts, and pushes to its collectors, the restored one.
+    kwargs['checkpoint_extras'] = {**self.layout.pushed_variables(),
+                                   **(kwargs.get('checkpoint_extras') or {})}
     return learner_lib.Learner(
         root_dir, train_step, agent,
         experience_dataset_fn=self.layout.dataset_fn(server_address, agent,
