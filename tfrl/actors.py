@@ -207,8 +207,8 @@ class Evaluator:
 
   Each env gets a fixed quota of episodes (K spread over the envs), so long episodes
   are not under-counted as they would be by taking the first K to finish. Where the
-  env reports whole games (`BatchedEnv.game_ends`: Atari with terminal_on_life_loss
-  or clip_reward), an episode is a whole game, scored raw.
+  env reports whole games (`BatchedEnv.game_ends`: made with any of
+  `tfrl.envs.make`'s AtariWrapper options), an episode is a whole game, scored raw.
   """
 
   def __init__(self, env: BatchedEnv, policy: tf_policy.TFPolicy, num_episodes: int = 10,

@@ -197,7 +197,8 @@ def make(env_id: str,
       observation, observation_indices that do not index the
       environment's flat Box observation, a negative frame_stack, frame_stack on
       an observation that is not a Box, terminal_on_life_loss or fire_reset without
-      atari, or fire_reset on a game whose FIRE is not action 1.
+      atari, or fire_reset on a game whose FIRE is not action 1 (WorkerError from
+      env workers).
   """
   if num_envs < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
