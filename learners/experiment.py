@@ -48,6 +48,12 @@ class Experiment:
       [H, W, k * C] in their own dtype (see `tfrl.envs.make`).
     atari: gymnasium's AtariPreprocessing and 4 stacked frames, uint8 [84, 84, 4]
       (needs the 'atari' extra; see `tfrl.envs.make`).
+    terminal_on_life_loss: (atari) a lost life ends the training episode while the
+      game goes on (RL-Zoo's AtariWrapper; `tfrl.envs.atari_wrappers`).
+    fire_reset: (atari) FIRE after every reset in games that have it (AtariWrapper).
+    clip_reward: rewards clipped to their sign (AtariWrapper). With any of these three
+      the returns reported (training episodes, evaluations) are whole games' raw
+      scores; evaluation envs take the same options, as RL-Zoo's.
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
     gamma: the discount, shared by the agent and the n-step writer.
@@ -105,6 +111,9 @@ class Experiment:
   observation_keys: Optional[Tuple[str, ...]] = None
   frame_stack: int = 0
   atari: bool = False
+  terminal_on_life_loss: bool = False
+  fire_reset: bool = False
+  clip_reward: bool = False
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
@@ -145,6 +154,9 @@ class Experiment:
       ValueError: settings that do not fit together (below, and the layout's).
     """
     validation.validate_experiment(self)
+    if (self.terminal_on_life_loss or self.fire_reset) and not self.atari:
+      raise ValueError('terminal_on_life_loss and fire_reset are Atari options: they '
+                       'need atari=True.')
     if self.replay_fraction and self.data_layout != 'sequence_replay':
       raise ValueError(f'replay_fraction={self.replay_fraction} needs '
                        f"data_layout='sequence_replay' (got {self.data_layout!r}).")
@@ -181,7 +193,9 @@ class Experiment:
     """The observation settings every env of the job (collect and eval) shares."""
     return dict(observation_indices=self.observation_indices,
                 observation_keys=self.observation_keys,
-                frame_stack=self.frame_stack, atari=self.atari)
+                frame_stack=self.frame_stack, atari=self.atari,
+                terminal_on_life_loss=self.terminal_on_life_loss,
+                fire_reset=self.fire_reset, clip_reward=self.clip_reward)
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None,
                collect: bool = True):
@@ -237,7 +251,8 @@ class Experiment:
     Args:
       root_dir, server_address, agent, train_step, strategy: see `Learner`.
       sample_timeout_ms: see `tfrl.layouts.Layout.dataset_fn`.
-      **kwargs: more `Learner` arguments (triggers, ...).
+      **kwargs: more `Learner` arguments (triggers, checkpoint_extras, ...); the
+        layout's pushed variables join checkpoint_extras.
 
     Returns:
       The Learner.
@@ -251,6 +266,10 @@ class Experiment:
       kwargs['triggers'] = list(kwargs.get('triggers') or []) + [
           triggers_lib.StepsPerSecondLogTrigger(train_step, self.summary_interval,
                                                 log_to_terminal=False)]
+    # The layout's state (prioritized replay's largest priority) is checkpointed with
+    # the agent: a resumed job inserts, and pushes to its collectors, the restored one.
+    kwargs['checkpoint_extras'] = {**self.layout.pushed_variables(),
+                                   **(kwargs.get('checkpoint_extras') or {})}
     return learner_lib.Learner(
         root_dir, train_step, agent,
         experience_dataset_fn=self.layout.dataset_fn(server_address, agent,

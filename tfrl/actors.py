@@ -159,7 +159,9 @@ class Actor:
         # Even when a writer raised (a lost server): the env's step completes, so the
         # env is in a known state for whoever resets it.
         next_time_step = self._env.step_wait()
-      previous = (time_step, policy_step, next_time_step, state)
+      # The games that ended at this step, read now: the env steps on before _record.
+      previous = (time_step, policy_step, next_time_step, state,
+                  getattr(self._env, 'game_ends', None))
       time_step, state = next_time_step, policy_step.state
     if previous is not None:
       self._record(*previous, version)
@@ -171,11 +173,12 @@ class Actor:
       self._next_summary = self._stats.env_steps + self._summary_interval
     return result
 
-  def _record(self, time_step, policy_step, next_time_step, state, version) -> None:
+  def _record(self, time_step, policy_step, next_time_step, state, game_ends,
+              version) -> None:
     """Hands one batched step to the writers and the episode statistics."""
     for writer in self._writers:
       writer.write(time_step, policy_step, next_time_step, version, policy_state=state)
-    self._stats.update(time_step, next_time_step)
+    self._stats.update(time_step, next_time_step, game_ends)
 
   def metrics(self) -> Dict[str, float]:
     result = self._stats.result()
@@ -203,7 +206,9 @@ class Evaluator:
   """Runs a policy for exactly K complete episodes on a batched env.
 
   Each env gets a fixed quota of episodes (K spread over the envs), so long episodes
-  are not under-counted as they would be by taking the first K to finish.
+  are not under-counted as they would be by taking the first K to finish. Where the
+  env reports whole games (`BatchedEnv.game_ends`: made with any of
+  `tfrl.envs.make`'s AtariWrapper options), an episode is a whole game, scored raw.
   """
 
   def __init__(self, env: BatchedEnv, policy: tf_policy.TFPolicy, num_episodes: int = 10,
@@ -253,9 +258,15 @@ class Evaluator:
       counting = (done < self._quota) & (next_time_step.step_type != ts.StepType.FIRST)
       running_return += np.where(counting, next_time_step.reward, 0.0)
       running_length += counting
-      for env in np.flatnonzero(counting & (next_time_step.step_type == ts.StepType.LAST)):
-        returns.append(float(running_return[env]))
-        lengths.append(int(running_length[env]))
+      finished = counting & (next_time_step.step_type == ts.StepType.LAST)
+      episode_returns, episode_lengths = running_return, running_length
+      games = getattr(self._env, 'game_ends', None)
+      if games is not None:  # whole games, raw scores (an episode may be one life)
+        finished = (done < self._quota) & games.ended
+        episode_returns, episode_lengths = games.returns, games.lengths
+      for env in np.flatnonzero(finished):
+        returns.append(float(episode_returns[env]))
+        lengths.append(int(episode_lengths[env]))
         running_return[env], running_length[env] = 0.0, 0
         done[env] += 1
       time_step = next_time_step

@@ -3,7 +3,7 @@ the summary writers tfrl's components write them with."""
 import collections
 import contextlib
 import time
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 import weakref
 
 import numpy as np
@@ -55,18 +55,30 @@ class EpisodeStats:
     self.env_steps = 0
     self.episodes = 0
 
-  def update(self, time_step: ts.TimeStep, next_time_step: ts.TimeStep) -> None:
-    """Accounts for one batched transition; boundary (LAST -> FIRST) steps are free."""
+  def update(self, time_step: ts.TimeStep, next_time_step: ts.TimeStep,
+             game_ends: Optional[Any] = None) -> None:
+    """Accounts for one batched transition; boundary (LAST -> FIRST) steps are free.
+
+    Args:
+      time_step, next_time_step: the transition.
+      game_ends: the env's `BatchedEnv.game_ends` for this step, where it reports
+        whole games (Atari with life losses or clipped rewards): the episodes counted
+        are then those games, with their raw returns, not the time steps' episodes.
+    """
     real = next_time_step.step_type != _FIRST
     self._returns += np.where(real, next_time_step.reward, 0.0)
     self._lengths += real
     self.env_steps += int(np.count_nonzero(real))
     ended = np.flatnonzero(next_time_step.step_type == _LAST)
+    returns, lengths = self._returns[ended], self._lengths[ended]
+    self._returns[ended] = 0.0
+    self._lengths[ended] = 0
+    if game_ends is not None:
+      ended = np.flatnonzero(game_ends.ended)
+      returns, lengths = game_ends.returns[ended], game_ends.lengths[ended]
     if ended.size:
-      self._finished_returns.extend(self._returns[ended].tolist())
-      self._finished_lengths.extend(self._lengths[ended].tolist())
-      self._returns[ended] = 0.0
-      self._lengths[ended] = 0
+      self._finished_returns.extend(returns.tolist())
+      self._finished_lengths.extend(lengths.tolist())
       self.episodes += int(ended.size)
 
   def reset_running(self) -> None:

@@ -113,6 +113,45 @@ def test_dqn_builder_options(cartpole):
                                 np.argmax(q_values.numpy(), -1))
 
 
+@pytest.mark.parametrize('clip', ['global', 'per_variable'])
+def test_dqn_global_gradient_clipping_clips_the_norm_of_all_gradients_together(cartpole,
+                                                                                clip):
+  """Adam's first step is lr * g / (|g| + eps / sqrt(1 - beta_2)): linear in gradients
+  far below eps, so it shows the clipped gradient that reached the optimizer."""
+  limit, learning_rate = 1e-9, 10.0  # steps of ~1e-3: well above float32 rounding
+  train_step = learner_lib.new_train_step()
+  agent = dqn.create_dqn_agent(
+      cartpole.time_step_spec(), cartpole.action_spec(), train_step,
+      fc_layer_params=(16,), learning_rate=learning_rate,
+      global_gradient_clipping=limit if clip == 'global' else None,
+      gradient_clipping=limit if clip == 'per_variable' else None)
+  experience = random_transitions(
+      (4,), lambda rng, shape: rng.randint(0, 2, shape).astype(np.int64))
+  variables = agent._q_network.trainable_weights
+  with tf.GradientTape() as tape:
+    loss = agent._loss(experience, td_errors_loss_fn=agent._td_errors_loss_fn,
+                       gamma=agent._gamma, reward_scale_factor=1.0, training=True).loss
+  gradients = [g.numpy() for g in tape.gradient(loss, variables)]
+  before = [v.numpy() for v in variables]
+  agent.train(experience)
+  if clip == 'global':  # SB3's clip_grad_norm_ over all parameters
+    scale = limit / np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in gradients))
+    clipped = [g * scale for g in gradients]
+  else:  # tf-agents: each variable's gradient to the limit on its own
+    clipped = [g * limit / np.linalg.norm(g) for g in gradients]
+  epsilon = 1e-7 / np.sqrt(1 - 0.999)  # Keras Adam's defaults
+  for old, v, c in zip(before, variables, clipped):
+    np.testing.assert_allclose(old - v.numpy(), learning_rate * c / (np.abs(c) + epsilon),
+                               rtol=2e-3, atol=5e-8)
+
+
+def test_dqn_refuses_both_kinds_of_gradient_clipping(cartpole):
+  with pytest.raises(ValueError, match='not both'):
+    dqn.create_dqn_agent(cartpole.time_step_spec(), cartpole.action_spec(),
+                         learner_lib.new_train_step(), gradient_clipping=1.0,
+                         global_gradient_clipping=1.0)
+
+
 # -- SAC ----------------------------------------------------------------------------
 
 def make_sac(pendulum, train_step):

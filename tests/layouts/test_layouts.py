@@ -86,6 +86,39 @@ def test_max_priority_travels_with_the_pushed_variables():
       agent, train_step)
 
 
+def test_a_resumed_prioritized_job_restores_max_priority_and_pushes_it(
+    reverb_server_factory, tmp_path):
+  """A prioritized job trains and checkpoints; a new Learner on its directory restores
+  the largest priority (not 1.0), and a collector pulls the restored value."""
+  tf.keras.utils.set_random_seed(0)
+  settings = dict(batch_size=4, checkpoint_interval=1000, summary_interval=0)
+  exp = per_experiment(**settings)
+  train_step, agent = exp.build_agent()
+  server = reverb_server_factory(exp.tables(agent, train_step))
+  env = exp.make_env()
+  writer = exp.layout.make_writer(server.client)
+  actors.Actor(env, agent.collect_policy, [writer]).run(20)
+  writer.close()
+  env.close()
+  learner = exp.make_learner(str(tmp_path), server.address, agent, train_step)
+  learner.run(iterations=5)
+  learner.save_checkpoint()
+  trained = float(exp.layout.max_priority.numpy())
+  assert trained > 1.0  # CartPole's reward 1 against Q-values near 0
+
+  resumed = per_experiment(**settings)  # a new process: max_priority starts at 1.0
+  train_step, agent = resumed.build_agent()
+  resumed.make_learner(str(tmp_path), server.address, agent, train_step)
+  assert float(resumed.layout.max_priority.numpy()) == trained
+  replay.VariableContainer(server.address,
+                           resumed.pushed_variables(agent, train_step)).push()
+  collector = per_experiment(**settings)
+  train_step, agent = collector.build_agent()
+  replay.VariableContainer(server.address,
+                           collector.pushed_variables(agent, train_step)).update()
+  assert float(collector.layout.max_priority.numpy()) == trained
+
+
 def test_importance_sampling_exponent_anneals_to_one_over_the_train_budget():
   layout = per_experiment(num_train_steps=1000).layout
   betas = [float(layout.importance_weight_exponent(tf.constant(step, tf.int64)))

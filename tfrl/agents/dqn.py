@@ -95,6 +95,7 @@ def create_dqn_agent(time_step_spec,
                      epsilon_end: float = 0.05,
                      epsilon_decay_steps: int = 5000,
                      gradient_clipping: float = None,
+                     global_gradient_clipping: float = None,
                      cnn: str = 'nature') -> DqnAgent:
   """Returns an initialized (Double) DQN agent.
 
@@ -116,7 +117,12 @@ def create_dqn_agent(time_step_spec,
     target_update_tau: 1.0 copies; < 1 moves the target that fraction of the way.
     epsilon_start, epsilon_end, epsilon_decay_steps: the collect policy's exploration
       falls linearly from start to end over the first decay steps (in train steps).
-    gradient_clipping: clip each gradient's norm to this value (None: no clipping).
+    gradient_clipping: clip each variable's gradient to this norm separately
+      (tf-agents' clipping; None: none).
+    global_gradient_clipping: clip the global norm of all the gradients together to
+      this (SB3's `max_grad_norm`; None: none). Done by the optimizer
+      (`global_clipnorm`), which clips after summing the replicas' gradients, so
+      under a strategy it is the clip of the whole batch's gradient.
     cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
       `tfrl.networks.encoders.make_encoder`).
       Nature DQN's own network is cnn='nature' with fc_layer_params=() (the CNN ends
@@ -126,8 +132,12 @@ def create_dqn_agent(time_step_spec,
     A `DqnAgent` (or `DdqnAgent`, a subclass of tf-agents' `DqnAgent` too).
 
   Raises:
-    ValueError: an observation no encoder serves (see `make_encoder`).
+    ValueError: an observation no encoder serves (see `make_encoder`), or both
+      gradient_clipping and global_gradient_clipping set.
   """
+  if gradient_clipping is not None and global_gradient_clipping is not None:
+    raise ValueError('Set one of gradient_clipping (per variable) and '
+                     'global_gradient_clipping (global norm), not both.')
   observation_spec = time_step_spec.observation
   preprocessing, combiner = None, None
   if tf.nest.is_nested(observation_spec):
@@ -150,7 +160,8 @@ def create_dqn_agent(time_step_spec,
   agent = agent_class(
       time_step_spec, action_spec,
       q_network=network,
-      optimizer=tf.keras.optimizers.Adam(learning_rate),
+      optimizer=tf.keras.optimizers.Adam(learning_rate,
+                                         global_clipnorm=global_gradient_clipping),
       epsilon_schedule=EpsilonSchedule(epsilon_start, epsilon_end, epsilon_decay_steps,
                                        train_step),
       gamma=gamma,

@@ -6,7 +6,9 @@
 
 Pixels: `frame_stack=k` stacks an image env's last k frames channel-last ([H, W, k * C],
 uint8 kept), `atari=True` applies gymnasium's AtariPreprocessing and stacks 4 frames
-([84, 84, 4] uint8; needs ale-py and opencv). Importing this package registers tfrl's
+([84, 84, 4] uint8; needs ale-py and opencv), with RL-Zoo's AtariWrapper options
+`terminal_on_life_loss`, `fire_reset` and `clip_reward` (`tfrl.envs.atari_wrappers`;
+scores stay whole games' raw scores). Importing this package registers tfrl's
 toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.toy`).
 """
 import contextlib
@@ -20,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from tfrl import logs
+from tfrl.envs import atari_wrappers
 from tfrl.envs import toy
 from tfrl.envs.shape_check import ObservationShapeError
 from tfrl.envs.shape_check import ShapeCheckWrappers
@@ -130,6 +133,9 @@ def make(env_id: str,
          observation_keys: Optional[Sequence[str]] = None,
          frame_stack: int = 0,
          atari: bool = False,
+         terminal_on_life_loss: bool = False,
+         fire_reset: bool = False,
+         clip_reward: bool = False,
          num_workers: int = 0,
          step_timeout_s: float = 0.0,
          **kwargs) -> 'BatchedEnv':
@@ -160,6 +166,14 @@ def make(env_id: str,
       `frame_stack` frames (4 when 0): observations uint8 [84, 84, 4]. Needs the
       'atari' extra (ale-py, whose 'ALE/...' ids this function registers, and
       opencv-python).
+    terminal_on_life_loss: (atari) a lost life ends the training episode (terminated)
+      while the game goes on; the game resets only when over (SB3's EpisodicLifeEnv).
+    fire_reset: (atari) press FIRE, then action 2, after each reset, a lost life's
+      included, in games with a FIRE action (SB3's FireResetEnv).
+    clip_reward: rewards become their sign, -1, 0 or 1 (SB3's ClipRewardEnv).
+      With any of these three, the env reports whole games' raw scores
+      (`BatchedEnv.game_ends`), which tfrl's episode metrics and Evaluator count
+      instead of its episodes (see `tfrl.envs.atari_wrappers`).
     num_workers: step the sub-environments in this many worker processes, each a
       synchronous vector env of its share (`tfrl.envs.worker_env`), so an Actor's
       policy and writer run while they step; 0 keeps them in this process (as
@@ -181,13 +195,17 @@ def make(env_id: str,
       minigrid) that is not installed; the message names the extra.
     ValueError: if `num_envs` < 1, observation_keys that are not keys of a Dict
       observation, observation_indices that do not index the
-      environment's flat Box observation, a negative frame_stack, or frame_stack on
-      an observation that is not a Box.
+      environment's flat Box observation, a negative frame_stack, frame_stack on
+      an observation that is not a Box, terminal_on_life_loss or fire_reset without
+      atari, or fire_reset on a game whose FIRE is not action 1 (WorkerError from
+      env workers).
   """
   if num_envs < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
   if frame_stack < 0:
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
+  if (terminal_on_life_loss or fire_reset) and not atari:
+    raise ValueError('terminal_on_life_loss and fire_reset need atari=True (an ALE game).')
   check_registered(env_id)
   if atari:
     # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
@@ -196,7 +214,8 @@ def make(env_id: str,
   wrapping = _Wrapping(
       None if observation_indices is None else tuple(observation_indices),
       None if observation_keys is None else tuple(observation_keys),
-      atari, frame_stack or (ATARI_FRAME_STACK if atari else 0))
+      atari, frame_stack or (ATARI_FRAME_STACK if atari else 0),
+      terminal_on_life_loss, fire_reset, clip_reward)
   mode = vectorization_mode or ('async' if asynchronous else 'sync')
   try:
     if num_workers:
@@ -215,7 +234,7 @@ def make(env_id: str,
       raise
     raise _missing_extra(env_id, extra, e) from e
   from tfrl.envs.batched_env import BatchedEnv  # pylint: disable=g-import-not-at-top
-  env = BatchedEnv(vector_env, env_id=env_id)
+  env = BatchedEnv(vector_env, env_id=env_id, game_scores=wrapping.game_scores)
   if seed is not None:
     env.reset(seed=seed)
     # Later unseeded resets continue from here; also seed action-space sampling.
@@ -231,6 +250,14 @@ class _Wrapping:
   observation_keys: Optional[Tuple[str, ...]]
   atari: bool
   frame_stack: int
+  terminal_on_life_loss: bool = False
+  fire_reset: bool = False
+  clip_reward: bool = False
+
+  @property
+  def game_scores(self) -> bool:
+    """Whether the env reports whole games' scores (`atari_wrappers.GameScore`)."""
+    return self.terminal_on_life_loss or self.fire_reset or self.clip_reward
 
   def __call__(self, env: gym.Env) -> gym.Env:
     if self.observation_indices is not None:
@@ -239,6 +266,8 @@ class _Wrapping:
       env = keep_observation_keys(env, self.observation_keys)
     if self.atari:
       env = gym.wrappers.AtariPreprocessing(env)
+    env = atari_wrappers.wrap(env, self.terminal_on_life_loss, self.fire_reset,
+                              self.clip_reward)
     if self.frame_stack:
       env = stack_frames(env, self.frame_stack)
     return env

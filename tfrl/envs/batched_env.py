@@ -18,6 +18,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.envs import atari_wrappers
 from tfrl.envs import specs as specs_lib
 
 _FIRST = np.int32(ts.StepType.FIRST)
@@ -59,14 +60,21 @@ class BatchedEnv:
   raises `NonFiniteEnvError` at its source, rather than surfacing later as a NaN loss
   far from the step that caused it. Integer observations (e.g. uint8 pixels) cannot
   hold either and are not checked.
+
+  Made with game_scores (tfrl.envs.make's Atari options), `game_ends` holds after
+  each step the games that ended at it, with their raw scores and lengths: a game can
+  span several episodes (lives), and its rewards may be clipped in the time steps.
   """
 
-  def __init__(self, vector_env: gym.vector.VectorEnv, env_id: Optional[str] = None):
+  def __init__(self, vector_env: gym.vector.VectorEnv, env_id: Optional[str] = None,
+               game_scores: bool = False):
     """Wraps `vector_env`.
 
     Args:
       vector_env: a gymnasium vector env using next-step autoreset (the default).
       env_id: the id it was made from, for messages.
+      game_scores: its sub-envs report whole games' scores in their infos
+        (`tfrl.envs.atari_wrappers.GameScore`): read them into `game_ends`.
 
     Raises:
       ValueError: if the vector env uses another autoreset mode.
@@ -100,6 +108,9 @@ class BatchedEnv:
     self._zeros = np.zeros(self.num_envs, dtype=np.float32)
     self._ones = np.ones(self.num_envs, dtype=np.float32)
     self._pending_action = _NO_ACTION  # step_async's action until step_wait
+    self._game_scores = game_scores
+    # The games that ended at the last step (None: episodes are the games).
+    self.game_ends: Optional[atari_wrappers.GameEnds] = None
 
   @property
   def vector_env(self) -> gym.vector.VectorEnv:
@@ -193,9 +204,11 @@ class BatchedEnv:
     if action is _NO_ACTION:
       raise RuntimeError('step_wait called without step_async.')
     if action is None:
-      obs, reward, terminated, truncated, _ = self._env.step_wait()
+      obs, reward, terminated, truncated, infos = self._env.step_wait()
     else:
-      obs, reward, terminated, truncated, _ = self._env.step(action)
+      obs, reward, terminated, truncated, infos = self._env.step(action)
+    if self._game_scores:
+      self.game_ends = atari_wrappers.game_ends(infos, self.num_envs)
     self._vector_steps += 1
     first = self._episode_ended
     ended = np.logical_or(terminated, truncated)

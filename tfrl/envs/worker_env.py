@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from tfrl import NO_TENSORFLOW_VARIABLE
+from tfrl.envs import atari_wrappers
 
 VectorEnvFactory = Callable[[int], gym.vector.VectorEnv]  # num_envs -> vector env
 DEFAULT_TIMEOUT_S = 120.0
@@ -50,8 +51,10 @@ def _worker(factory: VectorEnvFactory, num_envs: int, connection) -> None:
     while True:
       command, payload = connection.recv()
       if command == 'step':
-        observation, reward, terminated, truncated, _ = env.step(payload)
-        connection.send(('ok', (observation, reward, terminated, truncated)))
+        observation, reward, terminated, truncated, info = env.step(payload)
+        # Of the infos, only whole games' scores travel (what BatchedEnv reads).
+        games = {k: info[k] for k in atari_wrappers.GAME_INFO_KEYS if k in info}
+        connection.send(('ok', (observation, reward, terminated, truncated, games)))
       elif command == 'reset':
         observation, _ = env.reset(seed=payload)
         connection.send(('ok', observation))
@@ -77,6 +80,15 @@ def _concatenate(parts: List[Any]) -> Any:
   return np.concatenate(parts, axis=0)
 
 
+def _concatenate_infos(parts: List[dict], sizes: Sequence[int]) -> dict:
+  """Joins the workers' infos (arrays over their envs); a key a worker lacks is zeros
+  (False for gymnasium's '_key' masks) over its envs."""
+  keys = {key: part[key] for part in parts for key in part}
+  return {key: np.concatenate([
+      part[key] if key in part else np.zeros(size, np.asarray(value).dtype)
+      for part, size in zip(parts, sizes)]) for key, value in keys.items()}
+
+
 def _split(actions: Any, sizes: Sequence[int]) -> List[Any]:
   """The workers' shares of a batch of actions (a nest of arrays)."""
   bounds = np.cumsum([0] + list(sizes))
@@ -93,8 +105,9 @@ def _split(actions: Any, sizes: Sequence[int]) -> List[Any]:
 class WorkerVectorEnv(gym.vector.VectorEnv):
   """`num_envs` sub-environments in `num_workers` processes (see the module docstring).
 
-  Next-step autoreset, like the synchronous vector env each worker runs; `step`
-  returns no infos (tfrl's BatchedEnv does not read them).
+  Next-step autoreset, like the synchronous vector env each worker runs; of `step`'s
+  infos only whole games' scores (`tfrl.envs.atari_wrappers.GAME_INFO_KEYS`, which
+  BatchedEnv reads) come back.
   """
 
   def __init__(self, factory: VectorEnvFactory, num_envs: int, num_workers: int = 1,
@@ -202,13 +215,15 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     self._waiting = True
 
   def step_wait(self):
-    """(observation, reward, terminated, truncated, {}) of the step `step_async` sent."""
+    """(observation, reward, terminated, truncated, infos) of the step `step_async`
+    sent; infos hold only whole games' scores."""
     self._waiting = False
     results = self._receive_all('stepping')
     observation = _concatenate([r[0] for r in results])
     reward, terminated, truncated = (np.concatenate([r[i] for r in results])
                                      for i in (1, 2, 3))
-    return observation, reward, terminated, truncated, {}
+    return (observation, reward, terminated, truncated,
+            _concatenate_infos([r[4] for r in results], self._sizes))
 
   def step(self, actions):
     self.step_async(actions)
