@@ -59,7 +59,10 @@ that far), and env steps (Atari: frames, 4 per step) per second of training.
                    'atari' extra): the training games' mean raw score (last 100 games),
                    as Atari results are usually given, logged on both sides every ~10k
                    env steps; tfrl evaluates only at the end. SB3 PPO and DQN with
-                   RL-Zoo's Atari settings (AtariWrapper, 4 frames).
+                   RL-Zoo's Atari settings. Both sides train on RL-Zoo's AtariWrapper
+                   (life loss terminal, FIRE on reset, sign-clipped rewards: tfrl's
+                   terminal_on_life_loss, fire_reset, clip_reward; 4 frames) and
+                   report whole games' raw scores.
   impala_pong, impala_breakout   the same, tfrl only (no SB3 IMPALA).
 
 --curves_dir=DIR also writes each algo's learning curves (eval return against env
