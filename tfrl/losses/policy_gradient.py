@@ -130,7 +130,8 @@ def tanh_log_det_jacobian(u_t: tf.Tensor, half_range: tf.Tensor) -> tf.Tensor:
 # smooth, Gaussian-weighted integrand the rule converges fast: against a fine reference
 # its error is below 1e-7 up to log_scale = 1 and 0.03 at log_scale = 3 (scale 20,
 # where a tanh policy sends little but the bounds). Gauss-Hermite's nodes spread with
-# the scale and missed tanh's knee by 0.2 at log_scale = 2.
+# the scale and step over tanh's knee: with 32 nodes it erred by 0.08 at log_scale = 2
+# and 0.5 at 3.
 _SQUASH_GRID_POINTS = 65
 _SQUASH_GRID_RANGE = 6.0
 
