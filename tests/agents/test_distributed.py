@@ -42,7 +42,8 @@ CONFIGS = {
                                            data=[]),
     # PPO folds the batch in after its (unrolled) epochs.
     'ppo_normalized_observations': dict(
-        kwargs=dict(num_epochs=2, num_minibatches=1, normalize_observations=True), data=[]),
+        kwargs=dict(num_epochs=2, num_minibatches=1, normalize_observations=True),
+        data=[]),
 }
 
 _SCRIPT = textwrap.dedent('''
