@@ -128,7 +128,7 @@ def test_the_loss_sees_the_collection_statistics_and_the_step_then_updates_them(
   second = tf.nest.map_structure(tf.convert_to_tensor, _collected(agent, seed=1))
   before = agent.loss(second).loss.numpy()
   agent._num_epochs = agent._num_minibatches = 1  # pylint: disable=protected-access
-  loss_info = tf.function(agent.train)(second)
+  loss_info = tf.function(agent.train, autograph=False)(second)
   np.testing.assert_allclose(loss_info.loss.numpy(), before, rtol=1e-5, atol=1e-6)
   if name == 'ppo':
     assert abs(float(loss_info.extra.approx_kl)) < 1e-7
