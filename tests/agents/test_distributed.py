@@ -45,6 +45,10 @@ CONFIGS = {
     # the whole batch's moments.
     'impala_normalized_observations': dict(kwargs=dict(normalize_observations=True),
                                            data=[]),
+    # PPO folds the batch in after its (unrolled) epochs.
+    'ppo_normalized_observations': dict(
+        kwargs=dict(num_epochs=2, num_minibatches=1, normalize_observations=True),
+        data=[]),
 }
 
 _SCRIPT = textwrap.dedent('''

@@ -261,3 +261,51 @@ def test_tanh_log_det_jacobian_is_stable_where_tanh_saturates():
   actual = policy_gradient.tanh_log_det_jacobian(u, half_range).numpy()
   np.testing.assert_allclose(actual, expected, rtol=1e-5)
   assert np.all(np.isfinite(actual))  # the naive log(1 - tanh^2) is -inf at |u| = 30
+
+
+_LOC = np.array([0.4, -1.3])
+_HALF_RANGE = np.array([2.0, 0.5])  # bounds [-2, 2] and [0.5, 1.5]: rescaled actions
+
+
+def _np_sent_action_entropy(log_sigma, samples=400_000):
+  """Monte-Carlo entropy of a = center + h tanh(u), u ~ N(_LOC, e^log_sigma): minus the
+  mean exact log-density of sampled actions, log N(u) - log |da/du|, in float64."""
+  rng = np.random.default_rng(123)
+  scale = np.exp(log_sigma)
+  u = _LOC + scale * rng.standard_normal((samples, 2))
+  log_density = (-0.5 * ((u - _LOC) / scale) ** 2 - np.log(scale) -
+                 0.5 * np.log(2 * np.pi)).sum(-1)
+  # |da/du| = h (1 - tanh(u)^2) = 4h / (e^u + e^-u)^2, without tanh's rounding to 1.
+  log_det = (np.log(_HALF_RANGE) + np.log(4.0) - 2.0 * np.logaddexp(u, -u)).sum(-1)
+  return -(log_density - log_det).mean()
+
+
+@pytest.mark.parametrize('log_sigma', [-1.0, 0.0, 1.0])
+def test_tanh_gaussian_entropy_is_the_sent_actions_entropy(log_sigma):
+  """Within 0.1 nats of a Monte-Carlo estimate of the squashed, rescaled action's
+  entropy, which the pre-squash Gaussian's entropy misses at log sigma 1."""
+  loc = np.tile(_LOC.astype(np.float32), [3, 1])  # [B=3, D=2]
+  log_scale = np.full_like(loc, log_sigma)
+  entropy = policy_gradient.tanh_gaussian_entropy(loc, log_scale,
+                                                  _HALF_RANGE.astype(np.float32))
+  assert entropy.shape == (3,)
+  reference = _np_sent_action_entropy(log_sigma)
+  np.testing.assert_allclose(entropy.numpy(), reference, atol=0.1)
+  if log_sigma == 1.0:
+    assert abs(float(policy_gradient.gaussian_entropy(log_scale)[0]) - reference) > 1.0
+
+
+def test_tanh_gaussian_entropy_falls_as_the_scale_saturates_tanh():
+  """Its gradient turns: a wider u first widens the sent action, then piles it on the
+  bounds. The Gaussian's entropy (gradient +1 per dimension) rewards saturation."""
+  half_range = _HALF_RANGE.astype(np.float32)
+  log_scale = tf.Variable(np.array([[-2.0, -2.0], [2.0, 2.0], [4.0, 4.0]], np.float32))
+  loc = tf.Variable(np.array([[0.0, 0.0], [1.5, 1.5], [0.0, 0.0]], np.float32))
+  with tf.GradientTape() as tape:
+    entropy = policy_gradient.tanh_gaussian_entropy(loc, log_scale, half_range)
+  d_log_scale, d_loc = tape.gradient(entropy, [log_scale, loc])
+  assert np.all(d_log_scale[0] > 0.5)  # narrow: about +1, the Gaussian's own
+  assert np.all(d_log_scale[1:] < -1.0)  # past saturation: wider is lower entropy
+  assert entropy[2] < entropy[1] < entropy[0]
+  np.testing.assert_allclose(d_loc[0], 0.0, atol=1e-6)  # symmetric about tanh's center
+  assert np.all(d_loc[1] < 0)  # a mean towards a bound lowers the entropy

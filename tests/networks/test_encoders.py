@@ -214,3 +214,54 @@ def test_lstm_network_on_images():
   (params, value), state = net(observation, step_type, net.get_initial_state(2))
   assert params['logits'].shape == (4, 2, 3) and value.shape == (4, 2)
   assert state[0].shape == (2, 8)
+
+
+@pytest.mark.parametrize('spec, categories', [
+    (tensor_spec.BoundedTensorSpec([], tf.int64, 0, 3), 4),  # MiniGrid's direction
+    (tensor_spec.BoundedTensorSpec([], tf.int32, 2, 6), 5),  # Discrete(5, start=2)
+    (tf.TensorSpec([], tf.int64), 0),  # unbounded: a number
+    (tensor_spec.BoundedTensorSpec([], tf.int64, 0, 2 ** 40), 0),  # too wide: a number
+    (tensor_spec.BoundedTensorSpec([128], tf.uint8, 0, 255), 0),  # Atari's RAM: numbers
+    (tensor_spec.BoundedTensorSpec([], tf.float32, 0.0, 3.0), 0),
+])
+def test_a_discrete_index_enters_the_mlp_one_hot(spec, categories):
+  """As SB3's preprocess_obs: a Discrete space's index is a category, not a magnitude."""
+  assert encoders.category_count(spec) == categories
+  encoder = encoders.MlpEncoder(spec, fc_layer_params=())
+  low = int(getattr(spec, 'minimum', 0)) if spec.shape.rank == 0 else 0
+  values = np.arange(low, low + max(categories, 3)).astype(spec.dtype.as_numpy_dtype)
+  if spec.shape.rank:
+    values = np.stack([np.full(spec.shape.as_list(), v) for v in values])
+  features = encoder(tf.constant(values)).numpy()
+  if categories:
+    np.testing.assert_array_equal(features, np.eye(categories, dtype=np.float32))
+  else:
+    np.testing.assert_array_equal(features, values.reshape(len(values), -1))
+
+
+def test_ppo_minigrid_doorkey_builds_its_network_with_a_one_hot_direction():
+  """The config's agent builds on the env's raw Dict observation: its direction MLP
+  takes 4 one-hot inputs, and the collect policy acts on raw observations."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from learners import config  # pylint: disable=g-import-not-at-top
+  from learners import experiment  # pylint: disable=g-import-not-at-top
+  config.parse(['ppo_minigrid_doorkey.gin'])
+  try:
+    exp = experiment.Experiment()
+    _, agent = exp.build_agent()
+    env = exp.make_eval_env()
+    time_step = env.reset()
+    action = agent.collect_policy.action(time_step).action
+    env.close()
+  finally:
+    gin.clear_config()
+  spec = agent.time_step_spec.observation['direction']
+  assert (spec.dtype, int(spec.minimum), int(spec.maximum)) == (tf.int64, 0, 3)
+  direction = dict(agent._network._encoder.encoders)['direction']  # pylint: disable=protected-access
+  kernel = direction.trainable_variables[0]
+  assert kernel.shape == (4, 16)  # one input per direction, fc_layer_params = (16,)
+  # Its features are those of the one-hot rows: direction d selects kernel row d.
+  bias = direction.trainable_variables[1]
+  np.testing.assert_allclose(direction(tf.constant([0, 1, 2, 3], tf.int64)),
+                             np.tanh(kernel.numpy() + bias.numpy()), rtol=1e-5, atol=1e-6)
+  assert action.shape == (time_step.observation['direction'].shape[0],)

@@ -78,12 +78,24 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
                        "their starting states (the 'policy_state' train input).")
     return tuple(policy_state)
 
-  def update_normalizer(self, experience) -> None:
+  def update_normalizer(self, experience, after=()) -> None:
     """Folds a batch-major [B, T+1] batch's observations, all but each row's bootstrap
     step (the next unroll's first), into the network's observation normalizer, if it
-    has one. Called before the loss, so the loss sees the updated statistics."""
-    self._network.update_normalizer(
-        tf.nest.map_structure(lambda x: x[:, :-1], experience.observation))
+    has one.
+
+    Called after the batch's gradient steps (as tf-agents' PPOAgent does): the loss
+    then normalizes with the statistics the behaviour policy acted with, so that at a
+    learning rate of 0 every importance ratio is 1. Folding the batch in first moved
+    the statistics under the stored behaviour log-probs.
+
+    Args:
+      experience: the batch-major Trajectory just trained on.
+      after: tensors (a nest) of the gradient steps, which the update waits for: in a
+        graph, the loss's reads of the statistics come before their assignment.
+    """
+    with tf.control_dependencies(tf.nest.flatten(after)):
+      self._network.update_normalizer(
+          tf.nest.map_structure(lambda x: x[:, :-1], experience.observation))
 
   @staticmethod
   def time_major(experience):

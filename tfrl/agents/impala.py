@@ -155,11 +155,12 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
   def _train(self, experience, weights=None, replay_mask=None, policy_version=None,
              policy_state=None):
-    self.update_normalizer(experience)
     with tf.GradientTape() as tape:
       loss_info = self._loss(experience, weights, replay_mask, policy_version,
                              policy_state, training=True)
     norm = self.apply_gradients(tape, loss_info.loss, self._gradient_clipping)
+    # The loss normalized with the statistics the batch was collected with.
+    self.update_normalizer(experience, after=(loss_info, norm))
     self.train_step_counter.assign_add(1)
     tf.summary.scalar('losses/gradient_norm', norm, step=self.train_step_counter)
     # The Learner sums the replicas' loss info: each reports its share of the norm.

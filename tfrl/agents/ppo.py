@@ -187,7 +187,6 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 
   def _train(self, experience, weights=None, policy_state=None):
     del weights
-    self.update_normalizer(experience)
     data = self._prepare(experience, policy_state)
     if self._shuffle == 'steps':
       # GAE has run on the whole unrolls: from here on a step needs nothing of its
@@ -223,6 +222,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       # A while loop keeps the traced graph small whatever the number of steps.
       _, loss_info = tf.while_loop(lambda i, _: i < num_steps, gradient_step,
                                    (tf.constant(0), loss_info))
+    # Every epoch normalized with the statistics the batch was collected with.
+    self.update_normalizer(experience, after=loss_info)
     self.train_step_counter.assign_add(1)
     actor_critic_agent.write_summaries('losses', PpoLossInfo._fields, loss_info.extra,
                                        self.train_step_counter)

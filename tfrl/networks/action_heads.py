@@ -13,8 +13,10 @@ policy later (IMPALA's importance ratios, PPO's old log-probs, CLEAR's cloning K
   stored as 'raw_action', and log pi(a) = log N(u) - log |da/du| is the log-density of
   the action actually sent. (Clipping an unbounded Gaussian sample instead, as SB3
   does, sends an action whose probability is not the one the loss uses.) The entropy
-  bonus is the Gaussian's (the squashed distribution's has no closed form); the KL of
-  two squashed policies equals the Gaussians' KL.
+  is the sent action's too: the Gaussian's plus E[log |da/du|], by quadrature
+  (`policy_gradient.tanh_gaussian_entropy`; the Gaussian's alone keeps rising with the
+  scale while the sent action's falls, so an entropy bonus on it pushed policies to
+  saturated bang-bang actions). The KL of two squashed policies equals the Gaussians'.
 - `ClippedGaussianHead` (bounded continuous actions, SB3's way): the same parameters
   and stored sample u, but the env gets clip(u) to the bounds and the loss scores
   log N(u). The loss then scores the sample, not the action sent (at a bound many u
@@ -199,6 +201,10 @@ class TanhGaussianHead(_GaussianHead):
   def distribution(self, params):
     normal = tfp.distributions.Normal(params[LOC], tf.exp(params[LOG_SCALE]))
     return self._reshaped(distribution_utils.SquashToSpecNormal(normal, self._flat_spec))
+
+  def entropy(self, params):
+    return policy_gradient.tanh_gaussian_entropy(params[LOC], params[LOG_SCALE],
+                                                 self._half_range)
 
   def log_prob(self, params, action, info):
     del action  # scored by its pre-squash sample: tanh's inverse is unstable at bounds

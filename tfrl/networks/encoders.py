@@ -7,7 +7,9 @@ DQN's Q-network runs the same classes as its preprocessing layer.
   features concatenated;
 - an image, a rank-3 uint8 spec [H, W, C]: a CNN, `NatureCnnEncoder` (the default),
   `ImpalaCnnEncoder`, or `GridCnnEncoder` for symbolic grids (MiniGrid's cell codes);
-- anything else numeric: `MlpEncoder` over the flattened observation.
+- anything else numeric: `MlpEncoder` over the flattened observation; a Discrete
+  space's index (a scalar integer spec with bounds, e.g. MiniGrid's 'direction' 0-3)
+  one-hot first, as SB3's `preprocess_obs` does (see `category_count`).
 
 Images stay uint8 from the environment through Reverb to the learner (a quarter of the
 bytes of float32 everywhere on the way); the CNNs cast and scale them to [0, 1] as their
@@ -96,14 +98,35 @@ def _check_image_spec(spec, encoder: str, min_size: int = 1) -> None:
                      'images.')
 
 
+# A bounded scalar integer spanning at most this many values is a category index.
+MAX_ONE_HOT = 1024
+
+
+def category_count(spec) -> int:
+  """How many categories a Discrete observation's spec holds; 0 if it is no category.
+
+  A scalar integer spec with bounds over at most `MAX_ONE_HOT` values (a gym Discrete
+  space) indexes categories: as a raw number its values would be ordered and scaled
+  (MiniGrid's direction 3 is not thrice direction 1), so the MLP gets it one-hot.
+  Unbounded or wider integers (counters, RAM bytes) stay numbers.
+  """
+  if (tf.nest.is_nested(spec) or not spec.dtype.is_integer or spec.shape.rank != 0 or
+      not all(hasattr(spec, bound) for bound in ('minimum', 'maximum'))):
+    return 0
+  count = int(spec.maximum) - int(spec.minimum) + 1
+  return count if 0 < count <= MAX_ONE_HOT else 0
+
+
 class MlpEncoder(_SpecLayer):
-  """Flattens one observation (cast to float32) and applies dense layers."""
+  """Flattens one observation (cast to float32) and applies dense layers; a category
+  index (`category_count`) is one-hot first."""
 
   def __init__(self, observation_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', name: str = 'mlp_encoder', **kwargs):
     """Args:
       observation_spec: one (not nested) numeric spec of known shape.
-      fc_layer_params: hidden layer sizes (none: the flattened observation itself).
+      fc_layer_params: hidden layer sizes (none: the flattened observation itself, or
+        its one-hot).
       activation: hidden activation.
       name: layer name.
       **kwargs: Keras layer arguments (what `from_config` passes back).
@@ -120,11 +143,18 @@ class MlpEncoder(_SpecLayer):
             observation_spec.dtype.is_bool) or not observation_spec.shape.is_fully_defined():
       raise ValueError('MlpEncoder takes a numeric observation of known shape, got '
                        f'{describe_spec(observation_spec)}.')
-    self._size = int(observation_spec.shape.num_elements())
+    self._categories = category_count(observation_spec)
+    self._minimum = int(observation_spec.minimum) if self._categories else 0
+    self._size = self._categories or int(observation_spec.shape.num_elements())
     self._layers = [orthogonal_dense(units, activation) for units in fc_layer_params]
 
   def call(self, observation):
-    x = tf.reshape(tf.cast(observation, tf.float32), [-1, self._size])
+    if self._categories:
+      # Out-of-range indices give zeros (tf.one_hot), never another category.
+      x = tf.one_hot(tf.reshape(tf.cast(observation, tf.int32) - self._minimum, [-1]),
+                     self._categories, dtype=tf.float32)
+    else:
+      x = tf.reshape(tf.cast(observation, tf.float32), [-1, self._size])
     for layer in self._layers:
       x = layer(x)
     return x

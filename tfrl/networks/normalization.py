@@ -7,10 +7,13 @@ non-trainable variables of the network, so they go wherever the policy's variabl
 pushed through Reverb to collectors and evaluators, into checkpoints, and into the
 exported SavedModel, which therefore takes raw observations.
 
-The learner updates them (`update`) from each training batch before its loss, the way
-tf-agents' PPOAgent does, rather than each collector from what it sees: one set of
-statistics, the same in every process. Under a `tf.distribute` strategy the batch
-moments are summed over the replicas, so every replica assigns the same values.
+The learner updates them (`update`) from each training batch after that batch's
+gradient steps, the way tf-agents' PPOAgent does, rather than each collector from what
+it sees: one set of statistics, the same in every process. The loss on a batch thus
+normalizes with the statistics its behaviour policy acted with (those pushed to the
+collectors), and the batch shapes the statistics of the next one. Under a
+`tf.distribute` strategy the batch moments are summed over the replicas, so every
+replica assigns the same values.
 """
 from typing import Any, Optional
 
