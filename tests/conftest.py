@@ -1,5 +1,5 @@
 """Shared fixtures: embedded Reverb servers that are always stopped after use; signal
-handlers put back after every test."""
+handlers put back and gin bindings cleared after every test."""
 import os
 
 # Before TensorFlow is first imported: keep its C++ start-up chatter out of test logs.
@@ -8,6 +8,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import contextlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import signal  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from tfrl import replay  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -24,6 +25,14 @@ def _restore_signal_handlers():
   for sig, handler in saved.items():
     if signal.getsignal(sig) is not handler and handler is not None:
       signal.signal(sig, handler)
+
+
+@pytest.fixture(autouse=True)
+def _clear_gin_bindings():
+  """Clears gin's bindings after each test: a config one test parsed (an LSTM size, an
+  env) must not reach the agents and Experiments a later test builds."""
+  yield
+  gin.clear_config()
 
 
 @contextlib.contextmanager
