@@ -90,6 +90,8 @@ flags.DEFINE_list('fc_layers', ['100'], "The Q-network's hidden layers (dqn_cart
                   'has 256,256).')
 flags.DEFINE_integer('envs_per_item', 16,
                      'Transitions per tfrl item (must divide num_envs and batch_size).')
+flags.DEFINE_integer('shuffle_buffer_batches', tfrl.replay.mixing.DEFAULT_BUFFER_BATCHES,
+                     "tfrl's shuffle buffer, in batches (0: batches of whole items).")
 flags.DEFINE_integer('fill_steps', 160, 'Vector steps written into each table.')
 flags.DEFINE_integer('iterations', 1000, 'Train steps per Learner.run call.')
 flags.DEFINE_integer('small_iterations', 16,
@@ -230,11 +232,14 @@ def setup_tfrl(specs, transitions, stack):
     writer.write(time_step, policy_step, next_time_step)
   writer.close()
   note = (f'{server.table_info()[TABLE].current_size} items of {FLAGS.envs_per_item} '
-          f'transitions, {FLAGS.batch_size // FLAGS.envs_per_item} per batch')
+          f'transitions, shuffle buffer of {FLAGS.shuffle_buffer_batches} batches')
 
   def dataset_fn():
-    return tfrl.replay.make_dataset(server.address, TABLE, signature, FLAGS.batch_size,
-                                    experience_spec=agent.collect_data_spec)
+    return tfrl.replay.make_dataset(
+        server.address, TABLE, signature, FLAGS.batch_size,
+        experience_spec=agent.collect_data_spec,
+        shuffle_rows=tfrl.replay.mixing.buffer_rows_for(FLAGS.batch_size,
+                                                        FLAGS.shuffle_buffer_batches))
 
   measurements = []
   if 'tfrl' in FLAGS.paths:

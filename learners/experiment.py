@@ -62,6 +62,10 @@ class Experiment:
     n_step: steps per transition ('transition').
     steps_per_item: consecutive vector steps whose transitions share one Reverb item
       ('transition'); raise it when num_envs is small so items stay large.
+    shuffle_buffer_batches: ('transition', uniform replay) the rows of sampled items
+      pass through a shuffle buffer of this many batches, so a batch draws from dozens
+      of vector steps and most envs (`tfrl.replay.mixing`; rows reach the learner about
+      this many train steps after they are sampled); 0: batches of whole items.
     unroll_length: transitions per unroll ('sequence'; items hold one more step).
     num_envs: parallel envs per collector.
     env_workers: step a collector's envs in this many worker processes, so its policy
@@ -120,6 +124,7 @@ class Experiment:
   data_layout: str = 'transition'
   n_step: int = 1
   steps_per_item: int = 1
+  shuffle_buffer_batches: int = 32
   unroll_length: int = 16
   num_envs: int = 16
   env_workers: int = 0
@@ -175,6 +180,7 @@ class Experiment:
       return layouts.TransitionReplay(
           self.num_envs, self.batch_size, n_step=self.n_step, gamma=self.gamma,
           steps_per_item=self.steps_per_item, capacity=self.replay_capacity,
+          shuffle_buffer_batches=self.shuffle_buffer_batches,
           prioritized=self.replay_table == 'prioritized',
           priority_exponent=self.priority_exponent,
           importance_sampling_exponent=self.importance_sampling_exponent,

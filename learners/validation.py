@@ -99,6 +99,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'data_layout': choice(LAYOUTS),
     'n_step': integer(1),
     'steps_per_item': integer(1),
+    'shuffle_buffer_batches': integer(0),
     'unroll_length': integer(1),
     'num_envs': integer(1),
     'env_workers': integer(0),

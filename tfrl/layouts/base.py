@@ -105,9 +105,16 @@ class Layout(abc.ABC):
       rows = self.rows_per_replica(self.batch_size, context.num_replicas_in_sync)
       return replay.make_dataset(server_address, self.experience_table, signature, rows,
                                  experience_spec=agent.collect_data_spec,
-                                 rate_limiter_timeout_ms=sample_timeout_ms)
+                                 rate_limiter_timeout_ms=sample_timeout_ms,
+                                 shuffle_rows=self.shuffle_rows(rows))
 
     return dataset_fn
+
+  def shuffle_rows(self, rows: int) -> int:
+    """The shuffle buffer (rows) a replica's batches of `rows` rows are mixed through
+    (`tfrl.replay.mixing`); 0 (the default): batches of whole items."""
+    del rows
+    return 0
 
   @property
   def items_per_train_step(self) -> int:

@@ -1,8 +1,18 @@
 """Transition replay (DQN, SAC): n-step transitions in a uniform or prioritized table.
 
-Items hold `steps_per_item` consecutive vector steps' transitions of `envs_per_item`
-envs. Rows whose first step is LAST (the LAST -> FIRST boundary) are no experience and
-train with weight 0.
+Collectors make one writer call per vector step. Rows whose first step is LAST (the
+LAST -> FIRST boundary) are no experience and train with weight 0.
+
+Uniform replay: items hold `steps_per_item` consecutive vector steps' transitions of
+`envs_per_item` envs (all of them by default), sampled whole, and their rows are
+spread over many batches by a shuffle buffer of `shuffle_buffer_batches` batches
+(`tfrl.replay.mixing`): each stored transition is equally likely and a batch draws
+from dozens of vector steps and from most envs, at the per-item cost of whole-step
+items (one item per transition costs ~5x the input pipeline's speed). A sampled row
+reaches the learner after ~`shuffle_buffer_batches` train steps.
+
+Prioritized replay keeps one transition per item (the writer creates num_envs items
+from each vector step's one append), so each transition has its own priority.
 
 Prioritized replay follows Schaul et al. (2016, arXiv:1511.05952): P(i) ~ p_i^alpha;
 new items enter at the largest priority seen so far; after each train step the agent's
@@ -22,6 +32,8 @@ from tfrl import replay
 from tfrl import replicas
 from tfrl.agents import interface
 from tfrl.layouts import base
+from tfrl.replay import mixing
+from tfrl.replay import tables as tables_lib
 
 # Added to every written-back priority: a row with zero TD error stays sampleable.
 PRIORITY_FLOOR = 1e-6
@@ -35,12 +47,17 @@ class TransitionReplay(base.Layout):
     n_step: steps per transition (rewards summed with `gamma`).
     gamma: the discount, shared with the agent.
     steps_per_item: consecutive vector steps whose transitions share one item; raise
-      it when num_envs is small so items stay large.
+      it when num_envs is small so items stay large (uniform replay only).
     capacity: replay size in transitions.
     prioritized: prioritized instead of uniform replay.
     priority_exponent: alpha.
     importance_sampling_exponent: beta at the first train step.
     beta_anneal_steps: train steps over which beta reaches 1 (None: it stays).
+    shuffle_buffer_batches: uniform replay's shuffle buffer, in batches (0: batches
+      of whole items, as before issue 23).
+
+  Raises:
+    ValueError: prioritized replay with steps_per_item > 1, or a negative buffer.
   """
   n_step: int = 1
   gamma: float = 0.99
@@ -50,13 +67,30 @@ class TransitionReplay(base.Layout):
   priority_exponent: float = 0.6
   importance_sampling_exponent: float = 0.4
   beta_anneal_steps: Optional[int] = None
+  shuffle_buffer_batches: int = mixing.DEFAULT_BUFFER_BATCHES
 
   def __post_init__(self):
+    if self.prioritized and self.steps_per_item != 1:
+      raise ValueError(f'steps_per_item={self.steps_per_item} with prioritized replay: '
+                       'its items hold one transition each (a priority per transition).')
+    if self.shuffle_buffer_batches < 0:
+      raise ValueError(f'shuffle_buffer_batches must be >= 0, got '
+                       f'{self.shuffle_buffer_batches}.')
     # New items' priority: the largest priority written back so far. Pushed with the
     # policy, so separate collectors insert at the learner's maximum too.
     self._max_priority = tf.Variable(
         1.0, dtype=tf.float32, trainable=False, name='max_priority',
         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+  @property
+  def envs_per_item(self) -> int:
+    """One env per item with prioritized replay (a priority per transition)."""
+    return 1 if self.prioritized else super().envs_per_item
+
+  def shuffle_rows(self, rows: int) -> int:
+    """Uniform replay mixes a replica's `rows`-row batches (prioritized: none)."""
+    return 0 if self.prioritized else mixing.buffer_rows_for(
+        rows, self.shuffle_buffer_batches)
 
   @property
   def rows_per_item(self) -> int:
@@ -77,9 +111,17 @@ class TransitionReplay(base.Layout):
   def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
              ) -> List[reverb.Table]:
     min_items = self.items_per_train_step
+    error_buffer = None
+    if samples_per_insert is not None:
+      # The learners' shuffle buffers (and the chunks in flight to them) take item
+      # samples ahead of training: the limiter must allow them, or a learner waiting
+      # to fill its buffer and collectors waiting for samples would block each other.
+      ahead = 2 * mixing.fill_items(self.shuffle_rows(self.batch_size), self.rows_per_item)
+      error_buffer = tables_lib.default_error_buffer(min_items, samples_per_insert) + ahead
     settings = dict(max_size=max(self.capacity // self.rows_per_item, min_items),
                     signature=self.item_signature(agent),
-                    min_size_to_sample=min_items, samples_per_insert=samples_per_insert)
+                    min_size_to_sample=min_items, samples_per_insert=samples_per_insert,
+                    error_buffer=error_buffer)
     if self.prioritized:
       return [replay.prioritized_table(self.experience_table,
                                        priority_exponent=self.priority_exponent,

@@ -14,6 +14,7 @@ import tensorflow as tf
 import tree
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.replay import mixing
 from tfrl.replay import server as server_lib
 from tfrl.replay import writers
 
@@ -112,7 +113,8 @@ def make_dataset(server_address: str,
                  max_in_flight_samples_per_worker: Optional[int] = None,
                  rate_limiter_timeout_ms: int = -1,
                  prefetch: int = tf.data.AUTOTUNE,
-                 check_signature: bool = True) -> tf.data.Dataset:
+                 check_signature: bool = True,
+                 shuffle_rows: int = 0) -> tf.data.Dataset:
   """Returns a dataset of `(experience, info)` batches of `batch_size` rows.
 
   Args:
@@ -130,6 +132,10 @@ def make_dataset(server_address: str,
     prefetch: batches prepared ahead of the learner.
     check_signature: compare the server's table signature with `item_signature`
       first, so a mismatch fails here with a clear message.
+    shuffle_rows: with more rows than `batch_size`, the sampled items' rows pass
+      through a shuffle buffer of this many rows before batching, so a batch draws
+      from many items (`tfrl.replay.mixing`); 0 (the default): batches of whole items.
+      Not for episodes.
 
   Returns:
     A `tf.data.Dataset`, ready for `strategy.distribute_datasets_from_function`.
@@ -140,9 +146,12 @@ def make_dataset(server_address: str,
 
   Raises:
     SpecMismatchError: the table does not store `item_signature` items.
-    ValueError: `batch_size` is not a multiple of the rows per item.
+    ValueError: `batch_size` is not a multiple of the rows per item, or
+      `shuffle_rows` with episodes.
   """
   layout = infer_layout(item_signature)
+  if shuffle_rows and layout == 'episode':
+    raise ValueError('shuffle_rows mixes rows of equal shape; episodes vary in length.')
   version_shape = item_signature[writers.POLICY_VERSION].shape
   rows_per_item = 1 if layout == 'episode' else int(version_shape[-1])
   if batch_size % rows_per_item:
@@ -152,6 +161,8 @@ def make_dataset(server_address: str,
   if check_signature:
     check_table_signature(server_address, table_name, item_signature)
   items_per_batch = batch_size // rows_per_item
+  if shuffle_rows > batch_size:  # items are fetched in chunks of several batches
+    items_per_batch *= mixing.batches_per_swap(batch_size, shuffle_rows)
   in_flight = max_in_flight_samples_per_worker or max(2 * items_per_batch, 2)
   dtypes = tf.nest.map_structure(lambda s: s.dtype, item_signature)
   shapes = tf.nest.map_structure(lambda s: s.shape, item_signature)
@@ -177,6 +188,7 @@ def make_dataset(server_address: str,
     dataset = dataset.batch(items_per_batch, drop_remainder=True)
   dataset = dataset.map(_unpack_rows(layout, rows_per_item),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  dataset = mixing.mix_rows(dataset, batch_size, shuffle_rows)
   if experience_spec is not None:
     dataset = dataset.map(lambda exp, info: (
         tf.nest.pack_sequence_as(experience_spec, tf.nest.flatten(exp)), info))
@@ -226,3 +238,4 @@ def make_mixed_dataset(server_address: str,
     return parts[0]
   return tf.data.Dataset.zip(tuple(parts)).map(
       lambda *batches: tf.nest.map_structure(lambda *x: tf.concat(x, 0), *batches))
+

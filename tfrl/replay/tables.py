@@ -39,11 +39,16 @@ def rate_limiter(min_size_to_sample: int = 1,
   if samples_per_insert <= 0:
     raise ValueError(f'samples_per_insert must be > 0, got {samples_per_insert}.')
   if error_buffer is None:
-    error_buffer = max(2.0 * min_size_to_sample, 10.0 * samples_per_insert)
+    error_buffer = default_error_buffer(min_size_to_sample, samples_per_insert)
   return reverb.rate_limiters.SampleToInsertRatio(
       samples_per_insert=samples_per_insert,
       min_size_to_sample=min_size_to_sample,
       error_buffer=error_buffer)
+
+
+def default_error_buffer(min_size_to_sample: int, samples_per_insert: float) -> float:
+  """`rate_limiter`'s default slack: max(2 * min_size_to_sample, 10 * samples_per_insert)."""
+  return max(2.0 * min_size_to_sample, 10.0 * samples_per_insert)
 
 
 def _replay_table(name: str, sampler: Any,

@@ -1,0 +1,204 @@
+"""Independent replay samples (issue 23): uniform transition batches draw from many
+vector steps and envs with each stored transition equally likely; prioritized replay
+keeps one priority per transition; sequence replay draws unrolls uniformly; the
+transition layouts' datasets under MirroredStrategy on two CPUs.
+
+Every row written here carries its env and vector step in its observation
+(observation[0] = env, observation[1] = step), so a batch says where its rows came from.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.agents import tf_agent
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.trajectories import policy_step as policy_step_lib
+from tf_agents.trajectories import time_step as ts
+
+from tfrl import replay
+from learners.experiment import Experiment
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def write_steps(writer, num_envs, num_steps):
+  """One writer call per vector step; observation = (env, step, 0, 0), next + 0.5."""
+  for step in range(num_steps):
+    observation = np.zeros((num_envs, 4), np.float32)
+    observation[:, 0], observation[:, 1] = np.arange(num_envs), step
+    time_step = ts.TimeStep(np.full(num_envs, ts.StepType.MID, np.int32),
+                            np.zeros(num_envs, np.float32), np.ones(num_envs, np.float32),
+                            observation)
+    writer.write(time_step, policy_step_lib.PolicyStep(np.zeros(num_envs, np.int64), (), ()),
+                 time_step._replace(observation=observation + 0.5))
+  writer.close()
+
+
+def filled(reverb_server_factory, num_steps, **settings):
+  """(experiment, agent, server) with `num_steps` vector steps written."""
+  exp = Experiment(env_name='CartPole-v1', **settings)
+  _, agent = exp.build_agent()
+  server = reverb_server_factory(exp.layout.tables(agent))
+  write_steps(exp.layout.make_writer(server.client), exp.num_envs, num_steps)
+  return exp, agent, server
+
+
+def batches(exp, agent, server, count):
+  """`count` (env [rows], step [rows], info) batches of the layout's dataset."""
+  dataset = exp.layout.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+  for experience, info in dataset.take(count):
+    observation = experience.observation.numpy()
+    # Rows are whole transitions: the end observation is the start's + 0.5.
+    np.testing.assert_array_equal(observation[:, 1], observation[:, 0] + 0.5)
+    yield observation[:, 0, 0].astype(int), observation[:, 0, 1].astype(int), info
+
+
+@pytest.mark.parametrize('buffer_batches,steps_at_least,envs_at_least', [
+    (0, 4, 16),     # whole items: 4 vector steps of all 16 envs, and never more
+    (32, 32, 12),   # the issue's bar for independent samples
+])
+def test_uniform_batches_draw_from_many_vector_steps_and_envs(
+    reverb_server_factory, buffer_batches, steps_at_least, envs_at_least):
+  exp, agent, server = filled(reverb_server_factory, 200, num_envs=16, batch_size=64,
+                              replay_capacity=3200, shuffle_buffer_batches=buffer_batches)
+  for env, step, _ in batches(exp, agent, server, 30):
+    distinct_steps = len(set(step))
+    assert distinct_steps >= steps_at_least
+    assert len(set(env)) >= envs_at_least
+    if not buffer_batches:
+      assert distinct_steps == 4
+
+
+def test_uniform_replay_samples_every_stored_transition_equally_often(reverb_server_factory):
+  exp, agent, server = filled(reverb_server_factory, 20, num_envs=16, batch_size=64,
+                              replay_capacity=320)
+  counts = np.zeros((20, 16))
+  for env, step, _ in batches(exp, agent, server, 300):
+    np.add.at(counts, (step, env), 1)
+  # 19,200 rows over 320 transitions: ~60 each. A sampled item brings all 16 envs of its
+  # step, so steps are ~1,200 item draws: 60 each, sd ~7.6; envs are exact but for the
+  # rows still in the buffer.
+  per_step, per_env = counts.sum(1) / counts.sum(), counts.sum(0) / counts.sum()
+  np.testing.assert_allclose(per_step, 1 / 20, rtol=0.45)
+  np.testing.assert_allclose(per_env, 1 / 16, rtol=0.05)
+  assert counts.min() > 0
+
+
+def dqn_loss_info(td_error):
+  return tf_agent.LossInfo(loss=tf.constant(0.0), extra=dqn_agent.DqnLossInfo(
+      td_loss=tf.zeros_like(td_error), td_error=td_error))
+
+
+def test_prioritized_replay_keeps_a_priority_and_a_weight_per_transition(
+    reverb_server_factory):
+  alpha, beta, num_envs, num_steps = 0.6, 0.4, 4, 5
+  exp, agent, server = filled(
+      reverb_server_factory, num_steps, num_envs=num_envs, batch_size=8,
+      replay_table='prioritized', priority_exponent=alpha,
+      importance_sampling_exponent=beta, num_train_steps=10**9)
+  assert server.client.server_info()['replay'].current_size == num_envs * num_steps
+  # Learn every transition's key from the batches (all priorities equal so far).
+  where = {}
+  for env, step, info in batches(exp, agent, server, 200):
+    where.update(zip(info['key'].numpy().tolist(), zip(env.tolist(), step.tolist())))
+    if len(where) == num_envs * num_steps:
+      break
+  assert len(where) == num_envs * num_steps  # one key per transition
+  # Rows of one vector step get different errors; each keeps its own.
+  priority = lambda env, step: 1.0 + env + num_envs * step
+  keys = list(where)
+  td_error = [-priority(*where[key]) for key in keys]
+  exp.layout.after_train_step_fn(server.address, agent)(
+      (None, {'key': tf.constant(keys, tf.uint64)}),
+      dqn_loss_info(tf.constant(td_error, tf.float32)))
+
+  total = sum((abs(e) + 1e-6) ** alpha for e in td_error)
+  train_inputs = exp.layout.train_inputs_fn(agent)
+  dataset = exp.layout.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+  for experience, info in dataset.take(20):
+    observation = experience.observation.numpy()[:, 0]
+    p = (1.0 + observation[:, 0] + num_envs * observation[:, 1] + 1e-6) ** alpha / total
+    np.testing.assert_allclose(info['probability'], p, rtol=1e-5)
+    raw = (num_envs * num_steps * p) ** -beta
+    np.testing.assert_allclose(train_inputs(experience, info)['weights'],
+                               raw / raw.max(), rtol=1e-5)
+
+
+def test_sequence_replay_draws_stored_unrolls_uniformly(reverb_server_factory):
+  """Batches of whole unroll items: every stored unroll (item x env) equally likely."""
+  spec = Experiment(env_name='CartPole-v1').build_agent()[1].collect_data_spec
+  signature = replay.SequenceWriter.item_signature(spec, 3, 4)
+  server = reverb_server_factory([replay.uniform_table('replay', 100, signature)])
+  write_steps(replay.SequenceWriter(server.client, 'replay', length=3), 4, 30)  # 10 items
+  dataset = replay.make_dataset(server.address, 'replay', signature, 8,
+                                experience_spec=spec)
+  counts = np.zeros((30, 4))
+  for experience, _ in dataset.take(500):
+    first = experience.observation.numpy()[:, 0].astype(int)  # [rows, obs] at t = 0
+    np.add.at(counts, (first[:, 1], first[:, 0]), 1)
+  starts = counts.sum(1)
+  assert set(np.flatnonzero(starts)) == set(range(0, 30, 3))  # unrolls start every 3
+  unrolls = counts[::3]
+  np.testing.assert_array_equal(unrolls, unrolls[:, :1] * np.ones((1, 4)))  # whole items
+  # 1,000 item draws over 10 items: 100 each, sd ~9.5.
+  np.testing.assert_allclose(unrolls[:, 0] / unrolls[:, 0].sum(), 0.1, rtol=0.45)
+
+
+_MIRRORED_SCRIPT = textwrap.dedent('''
+    import itertools
+    import json
+    import sys
+    from tfrl import distribute
+    devices = distribute.split_cpu(2)
+    import numpy as np
+    import tensorflow as tf
+    sys.path.insert(0, {tests!r})
+    import test_independent_replay as t
+    from learners.experiment import Experiment
+    from tfrl import replay
+
+    strategy = tf.distribute.MirroredStrategy(devices)
+    result = {{}}
+    for table in ('uniform', 'prioritized'):
+      exp = Experiment(env_name='CartPole-v1', num_envs=16, batch_size=64,
+                       replay_table=table)
+      _, agent = exp.build_agent(strategy)
+      server = replay.ReplayServer(exp.layout.tables(agent))
+      t.write_steps(exp.layout.make_writer(server.client), 16, 200)
+      dataset = strategy.distribute_datasets_from_function(
+          exp.layout.dataset_fn(server.address, agent))
+      train_inputs = exp.layout.train_inputs_fn(agent)
+      rows = []
+      for experience, info in itertools.islice(iter(dataset), 5):
+        weights = strategy.run(lambda e, i: train_inputs(e, i)['weights'], (experience, info))
+        for obs, w in zip(strategy.experimental_local_results(experience.observation),
+                          strategy.experimental_local_results(weights)):
+          obs = obs.numpy()[:, 0]
+          rows.append([len(obs), len(set(obs[:, 1].tolist())), len(set(obs[:, 0].tolist())),
+                       float(w.numpy().min())])
+      result[table] = rows
+      server.stop()
+    print('RESULT ' + json.dumps(result))
+''')
+
+
+def test_transition_layouts_under_mirrored_strategy_on_two_cpus():
+  """Each replica gets half the batch, mixed from many vector steps (uniform) or of
+  single transitions with their weights (prioritized)."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
+  script = _MIRRORED_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-5000:]
+  out = json.loads(result.stdout.split('RESULT ', 1)[1])
+  for rows, steps, envs, weight in out['uniform']:
+    # 32 rows from a buffer of 1,024 (~64 items): ~25 distinct steps expected.
+    assert rows == 32 and steps >= 12 and envs >= 10 and weight == 1.0
+  for rows, steps, envs, weight in out['prioritized']:
+    # All at the initial priority: P = 1/N, weight 1 (no boundary rows).
+    assert rows == 32 and steps >= 12 and weight == pytest.approx(1.0)
