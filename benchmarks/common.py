@@ -155,3 +155,32 @@ def time_round_robin(measurements: List[Measurement], rounds: int, seconds: floa
     for m in measurements:
       m.time(seconds)
       print(f'  round {r + 1}: {describe(m)} (load {load_1min():.2f})', flush=True)
+
+
+def drain_call(dataset, chunk: int) -> Callable[[], int]:
+  """A call that draws `chunk` batches from `dataset` in-graph, one tf.function call per
+  chunk, as a Learner's train loop does; it is called once here (traces, fills the
+  buffers).
+
+  Returns:
+    The call, which returns the batches it drew.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top (benchmarks that need it)
+  iterator = iter(dataset)
+
+  @tf.function(autograph=False)
+  def drain(n):
+    def body(i, total):
+      leaf = tf.nest.flatten(next(iterator))[0]  # depend on the batch: it is produced
+      return i + 1, total + tf.cast(tf.size(leaf), tf.int64)
+    return tf.while_loop(lambda i, _: i < n, body,
+                         (tf.constant(0), tf.constant(0, tf.int64)))[1]
+
+  n = tf.constant(chunk)
+
+  def call():
+    drain(n)
+    return chunk
+
+  call()
+  return call

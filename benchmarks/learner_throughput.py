@@ -145,23 +145,7 @@ def learner_measurement(name, learner, train_step, iterations, note) -> common.M
 
 def input_measurement(name, dataset, note) -> common.Measurement:
   """Batches drawn in-graph, `INPUT_CHUNK` per tf.function call, as a Learner does."""
-  iterator = iter(dataset)
-
-  @tf.function(autograph=False)
-  def drain(n):
-    def body(i, total):
-      leaf = tf.nest.flatten(next(iterator))[0]  # depend on the batch: it is produced
-      return i + 1, total + tf.cast(tf.size(leaf), tf.int64)
-    return tf.while_loop(lambda i, _: i < n, body,
-                         (tf.constant(0), tf.constant(0, tf.int64)))[1]
-
-  chunk = tf.constant(INPUT_CHUNK)
-
-  def call():
-    drain(chunk)
-    return INPUT_CHUNK
-
-  call()
+  call = common.drain_call(dataset, INPUT_CHUNK)
   return common.Measurement(name, call, note, unit='batches')
 
 

@@ -92,24 +92,7 @@ def fill(server, table, envs_per_item, steps) -> float:
 
 
 def drain_call(dataset):
-  iterator = iter(dataset)
-
-  @tf.function(autograph=False)
-  def drain(n):
-    def body(i, total):
-      leaf = tf.nest.flatten(next(iterator))[0]
-      return i + 1, total + tf.cast(tf.size(leaf), tf.int64)
-    return tf.while_loop(lambda i, _: i < n, body,
-                         (tf.constant(0), tf.constant(0, tf.int64)))[1]
-
-  chunk = tf.constant(CHUNK)
-
-  def call():
-    drain(chunk)
-    return CHUNK
-
-  call()  # traces and fills the buffers
-  return call
+  return common.drain_call(dataset, CHUNK)
 
 
 def tf_data_shuffle(dataset, buffer_rows):
