@@ -62,17 +62,23 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
   beat.set_activity('serve')
   start = next_checkpoint = time.monotonic()
   next_checkpoint += checkpoint_interval_s if checkpoint_interval_s > 0 else float('inf')
+
+  def summarize():
+    with writer.as_default():
+      for name, table in server.table_info().items():
+        tf.summary.scalar(f'replay/{name}/size', table.current_size,
+                          step=int(time.monotonic() - start))
+    writer.flush()
+
   try:
     while not stop_event.wait(max(0.0, min(summary_interval_s,
                                            next_checkpoint - time.monotonic()))):
-      with writer.as_default():
-        for name, table in server.table_info().items():
-          tf.summary.scalar(f'replay/{name}/size', table.current_size,
-                            step=int(time.monotonic() - start))
+      summarize()
       if time.monotonic() >= next_checkpoint:
         next_checkpoint += checkpoint_interval_s
         logs.progress('Reverb checkpoint: %s', server.checkpoint())
   finally:
+    summarize()  # the sizes at the end, also of a job shorter than one interval
     logs.progress('Stopping: final Reverb checkpoint %s', server.checkpoint())
     server.stop()
     beat.stop()
