@@ -444,7 +444,10 @@ def _ray_backend_from_flags() -> 'ray_backend.RayBackend':
 
 
 def _raise_keyboard_interrupt(signum, unused_frame):
-  """Signal handler: SIGTERM, SIGINT and SIGHUP take Ctrl-C's path (the ordered stop)."""
+  """Signal handler: SIGTERM, SIGINT and SIGHUP take Ctrl-C's path (the ordered stop).
+  Further signals are ignored from here: one arriving before the ordered stop begins
+  would otherwise escape it (PR_SET_PDEATHSIG under a dying parent sends several)."""
+  process.ignore_stop_signals()
   raise KeyboardInterrupt(f'signal {signum}')
 
 

@@ -40,6 +40,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 def on_stop_signals(handler: Callable[[int, Any], None]) -> None:
   """Calls `handler(signum, frame)` on SIGTERM, SIGINT and SIGHUP.
 
+  The handler runs in the main thread between two bytecodes, possibly again while it
+  runs: it must take no lock (to set an event, use `set_on_stop_signals`).
+
   SIGTERM (what timeout, Slurm, Kubernetes and systemd send) is always handled. SIGINT
   or SIGHUP already ignored stays ignored: a shell's background job ignores Ctrl-C,
   and `nohup` asks to outlive the terminal.
@@ -50,6 +53,57 @@ def on_stop_signals(handler: Callable[[int, Any], None]) -> None:
   for sig in STOP_SIGNALS:
     if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:
       signal.signal(sig, handler)
+
+
+class _SignalToEvent:
+  """Sets a threading.Event on a signal without taking a lock in the signal handler.
+
+  A Python signal handler runs in the main thread between two bytecodes, possibly while
+  that thread holds the very lock `Event.set` needs (inside `Event.wait` or an earlier
+  `Event.set`): calling `stop_event.set()` there deadlocks. Repeated signals make that
+  likely: the kernel sends PR_SET_PDEATHSIG's SIGTERM once per thread of the dying
+  parent (each thread's exit reparents the child to the next), and the launcher runs
+  several. So the handler only writes a byte to a pipe, and a watcher thread sets the
+  event. One pipe and one thread per process; each `watch` replaces the event.
+  """
+
+  def __init__(self):
+    self._read_fd, self._write_fd = os.pipe()
+    os.set_blocking(self._write_fd, False)  # a flood of signals must not block the handler
+    self._event: Optional[threading.Event] = None
+    threading.Thread(target=self._run, name='stop-signal-watcher', daemon=True).start()
+
+  def watch(self, event: threading.Event) -> None:
+    self._event = event
+
+  def handler(self, unused_signum, unused_frame) -> None:
+    try:
+      os.write(self._write_fd, b'\0')
+    except BlockingIOError:
+      pass  # the pipe is full of earlier signals: the event is being set anyway
+
+  def _run(self) -> None:
+    while os.read(self._read_fd, 4096):
+      event = self._event
+      if event is not None:
+        event.set()
+
+
+_signal_to_event: Optional[_SignalToEvent] = None
+
+
+def set_on_stop_signals(stop_event: threading.Event) -> None:
+  """Sets `stop_event` on SIGTERM, SIGINT and SIGHUP (as `on_stop_signals` chooses them),
+  safely under repeated signals: the handler takes no lock (see _SignalToEvent).
+
+  Args:
+    stop_event: the event to set.
+  """
+  global _signal_to_event
+  if _signal_to_event is None:
+    _signal_to_event = _SignalToEvent()
+  _signal_to_event.watch(stop_event)
+  on_stop_signals(_signal_to_event.handler)
 
 
 def ignore_stop_signals() -> None:
@@ -94,7 +148,7 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
 
   if grace_s is None:
     grace_s = stop_plan.program_grace_s()
-  on_stop_signals(lambda *unused: stop_event.set())
+  set_on_stop_signals(stop_event)
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
     if stop_event.is_set() and not done.wait(grace_s):

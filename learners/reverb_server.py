@@ -93,7 +93,7 @@ def main(argv):
     config.fail(e.message)
   config.parse_from_flags()
   stop_event = threading.Event()
-  process.on_stop_signals(lambda *unused: stop_event.set())
+  process.set_on_stop_signals(stop_event)
   try:
     serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
           FLAGS.summary_interval_s)

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -83,6 +84,23 @@ def test_run_until_signal_stops_on_sighup():
 
   # run_until_signal leaves the signals ignored; conftest puts pytest's handlers back.
   assert process.run_until_signal(work, 'work', grace_s=60) == 'saved'
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_signal_sets_the_event_even_while_the_main_thread_holds_its_lock():
+  # What deadlocked a launched server and trainer after kill -9 of the launcher: the
+  # kernel sent one SIGTERM per launcher thread, and a handler calling Event.set() ran
+  # inside another Event.set() (the same holds inside Event.wait after its timeout).
+  from learners import process  # pylint: disable=import-outside-toplevel
+  stop_event = threading.Event()
+  process.set_on_stop_signals(stop_event)
+  with stop_event._cond:  # pylint: disable=protected-access  # as Event.set/wait hold it
+    for _ in range(5):
+      os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, on this thread
+      time.sleep(0.05)
+    assert not stop_event.is_set()  # the lock is still held: nothing could set it yet
+  assert stop_event.wait(30), 'SIGTERM did not set the stop event'
+  # (conftest puts pytest's own handlers back.)
 
 
 def test_stop_signals_are_handled_but_an_inherited_ignore_of_sigint_or_sighup_stays():
