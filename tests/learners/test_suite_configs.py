@@ -33,6 +33,12 @@ BRIEF = {
     'dqn_atari.gin': ['Experiment.initial_collect_steps = 256'],
 }
 TRAIN_STEPS = 4
+# Under launch, one Atari config: dqn_atari carries stacked uint8 frames through the
+# transition layout, the path no other launched test takes. ppo_atari's and
+# impala_atari's sequence layout with pixels runs under launch in test_learning.py
+# (ppo_pixel_catch_dict), and both run above in train_eval with the same Atari env
+# options; each launched Atari job cost 50-65 s of the suite.
+LAUNCHED = [name for name in BRIEF if name not in ('ppo_atari.gin', 'impala_atari.gin')]
 
 _SCRIPT = textwrap.dedent('''
     import json, os, sys
@@ -83,7 +89,7 @@ def test_config_trains_briefly_and_its_export_plays_an_episode(runs, gin_file):
   assert row['played_length'] >= 1 and np.isfinite(row['played_return']), row
 
 
-@pytest.mark.parametrize('gin_file', list(BRIEF))
+@pytest.mark.parametrize('gin_file', LAUNCHED)
 def test_config_runs_under_launch_and_its_export_plays(tmp_path, gin_file):
   """The same config as separate programs: one collector feeds the trainer through the
   server, the evaluator follows, and the launcher's ordered stop leaves a final
