@@ -3,6 +3,7 @@ damaged root_dir and bad input, each run as a user would run it, with its exit s
 how long it took and what it left behind.
 
     python benchmarks/reliability.py --trials=3
+    python benchmarks/reliability.py --only='kill -9' --trials=10
 
 Prints one line per trial and a summary per scenario (the figures in
 benchmarks/RESULTS.md § Reliability). The job is DQN on CartPole with the test suite's
@@ -206,6 +207,9 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--trials', type=int, default=3, help='trials per timed scenario')
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--only', default=None,
+                      help='run only the scenarios whose name contains this text '
+                           "('bad input' for the bad-input rows)")
   args = parser.parse_args()
   random.seed(args.seed)
   scenarios = [
@@ -221,6 +225,8 @@ def main():
       ('second train_eval on a held root_dir', second_job_on_a_held_root_dir, 1),
       ('truncated newest checkpoint', truncated_newest_checkpoint, 1),
   ]
+  if args.only:
+    scenarios = [s for s in scenarios if args.only in s[0]]
   for name, run, trials in scenarios:
     times, statuses = [], []
     for _ in range(trials):
@@ -231,6 +237,8 @@ def main():
       print(f'  {name}: exit {status} in {took:.1f} s; {what}', flush=True)
     print(f'{name}: exit statuses {statuses}; {min(times):.1f}-{max(times):.1f} s '
           f'(median {statistics.median(times):.1f})', flush=True)
+  if args.only and args.only not in 'bad input':
+    return
   for label, status, took, said in bad_input(tempfile.mkdtemp(prefix='tfrl_bad_')):
     print(f'bad input | {label} | exit {status} | {took:.1f} s | {said}', flush=True)
 
