@@ -91,9 +91,11 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   assert played >= threshold, (played, state, last)
 
 
-# The capabilities' own configs on every seed they claim (seed 0 runs above).
+# The recurrent config on every seed it claims (seed 0 runs above): memory is the
+# capability most sensitive to the seed. ppo_pendulum's seeds 1-2 left the suite for its
+# time (65 s); benchmarks/solve_time.py --algos=ppo_pendulum measures them.
 OTHER_SEEDS = (1, 2)
-SEEDED_CASES = [('ppo_pendulum.gin', -200.0), ('ppo_lstm_cartpole_masked.gin', 475.0)]
+SEEDED_CASES = [('ppo_lstm_cartpole_masked.gin', 475.0)]
 
 
 @pytest.mark.slow
