@@ -225,8 +225,10 @@ def main():
       ('second train_eval on a held root_dir', second_job_on_a_held_root_dir, 1),
       ('truncated newest checkpoint', truncated_newest_checkpoint, 1),
   ]
-  if args.only:
-    scenarios = [s for s in scenarios if args.only in s[0]]
+  def chosen(name: str) -> bool:
+    return not args.only or args.only in name
+
+  scenarios = [s for s in scenarios if chosen(s[0])]
   for name, run, trials in scenarios:
     times, statuses = [], []
     for _ in range(trials):
@@ -237,7 +239,7 @@ def main():
       print(f'  {name}: exit {status} in {took:.1f} s; {what}', flush=True)
     print(f'{name}: exit statuses {statuses}; {min(times):.1f}-{max(times):.1f} s '
           f'(median {statistics.median(times):.1f})', flush=True)
-  if args.only and args.only not in 'bad input':
+  if not chosen('bad input'):
     return
   for label, status, took, said in bad_input(tempfile.mkdtemp(prefix='tfrl_bad_')):
     print(f'bad input | {label} | exit {status} | {took:.1f} s | {said}', flush=True)
