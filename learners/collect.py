@@ -3,11 +3,16 @@ r"""The collect program: a batched actor writing experience into a Reverb server
     python -m learners.collect --root_dir=runs/job --reverb_address=host:8000 \
       --gin_file=dqn_cartpole.gin --task_id=0
 
-Every --variable_update_period vector steps it pulls the newest policy variables (and
-train step, which tags each item as its policy version) from the server's variables
-table. It waits for the trainer's first push (logging that it does, up to
---variables_timeout_s) rather than act with untrained weights; task 0 first collects
-Experiment.initial_collect_steps random env steps. If the server goes away it logs,
+It pulls the newest policy variables (and train step, which tags each item as its
+policy version) from the server's variables table before every unroll of the sequence
+layouts and every 50 vector steps of the replay layouts (--variable_update_period
+overrides both). It waits for the trainer's first push (logging that it does, up to
+--variables_timeout_s) rather than act with untrained weights, then warms up as the
+layout says (`Layout.warm_up`): task 0 of a replay layout collects
+Experiment.initial_collect_steps random env steps; each collector of a sequence layout
+one step, which aligns its unrolls with its pulls. A collector of an on-policy agent
+(PPO) starts each unroll only once the trainer has pushed the version that will train
+on it (learners/pacing.py). If the server goes away it logs,
 retries with backoff for up to --reconnect_timeout_s, and carries on when it returns;
 any other error (from the environment or the policy) ends it with that error and a
 non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
@@ -26,6 +31,7 @@ from tf_agents.policies import random_tf_policy
 
 from learners import config
 from learners import heartbeat
+from learners import pacing
 from learners import stop_plan
 from learners import process
 from learners.experiment import Experiment
@@ -46,7 +52,8 @@ class Options:
     num_collectors: how many collectors the job runs.
     num_envs: envs in this collector (None: Experiment.num_envs); a multiple of the
       envs per item.
-    variable_update_period: vector steps between pulls of the policy variables.
+    variable_update_period: vector steps between pulls of the policy variables (None:
+      the layout's `vector_steps_per_pull`, one unroll or 50 steps).
     variables_timeout_s: how long to wait for the trainer to push variables.
     write_timeout_s: how long a write may wait for the server to take items.
     reconnect_timeout_s: how long to keep retrying an unreachable server.
@@ -56,7 +63,7 @@ class Options:
   task_id: int = 0
   num_collectors: int = 1
   num_envs: Optional[int] = None
-  variable_update_period: int = 50
+  variable_update_period: Optional[int] = None
   variables_timeout_s: float = 600.0
   write_timeout_s: float = 600.0
   reconnect_timeout_s: float = 600.0
@@ -74,7 +81,9 @@ flags.DEFINE_integer('num_collectors', Options.num_collectors,
                      'How many collectors the job runs; with DQN, collector i explores with '
                      'epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X style spread).')
 flags.DEFINE_integer('variable_update_period', Options.variable_update_period,
-                     'Vector steps between pulls of the policy variables.')
+                     'Vector steps between pulls of the policy variables (default: '
+                     'before every unroll of a sequence layout, every 50 vector steps '
+                     'of a replay layout).')
 flags.DEFINE_float('variables_timeout_s', Options.variables_timeout_s,
                    'How long to wait for the trainer to push variables.')
 flags.DEFINE_float('write_timeout_s', Options.write_timeout_s,
@@ -122,38 +131,59 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
   policy = interface.collect_policy(agent, task_id, options.num_collectors)
-  # Summaries after every run of variable_update_period vector steps.
+  pull_period = options.variable_update_period or layout.vector_steps_per_pull
+  # Summaries after every run of pull_period vector steps.
   actor = actors.Actor(env, policy, [writer], policy_version=train_step,
                        summary_dir=os.path.join(root_dir, 'collect', f'task_{task_id}'),
                        summary_interval=1)
-  random_steps = 0
-  if task_id == 0 and experiment.initial_collect_steps > 0:
-    random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
-        env.time_step_spec(), env.action_spec()), [writer], policy_version=-1)
-    random_actor.run(max(1, experiment.initial_collect_steps // num_envs))
-    random_steps = random_actor.env_steps
-    actor.reset()
+  random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
+      env.time_step_spec(), env.action_spec()), [writer], policy_version=-1)
   logs.progress('Collector %d waiting for the trainer\'s first variables push '
                '(up to %.0f s).', task_id, options.variables_timeout_s)
   try:
     variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
   except replay.VariablesNotPushedError:
     if stop_event.is_set():  # Stopped while waiting: not an error.
-      return random_steps
+      return 0
     raise
   logs.progress('Collector %d acting with policy version %d.', task_id, int(train_step))
+  # One random warm-up per job (task 0's) for replay; each collector's for sequences.
+  warm_up_steps = experiment.initial_collect_steps if task_id == 0 else 0
+  if warm_up_steps or layout.trains_on_collected_items:
+    layout.warm_up(actor, random_actor, warm_up_steps)
+  random_steps = random_actor.env_steps
 
+  def new_pacing() -> Optional[pacing.UnrollPacing]:
+    """PPO's unrolls each wait for the push that trains on them (learners/pacing.py)."""
+    if not (layout.trains_on_collected_items and interface.on_policy(agent)):
+      return None
+    return pacing.UnrollPacing(
+        task_id, options.num_collectors, items_per_unroll=num_envs // layout.envs_per_item,
+        items_per_push=experiment.train_steps_per_iteration * layout.items_per_train_step)
+
+  paced = new_pacing()
   beat = heartbeat.Heartbeat(root_dir, f'collect_{task_id}').start()
   last_log = time.monotonic()
   while not stop_event.is_set():
     if options.max_env_steps and actor.env_steps + random_steps >= options.max_env_steps:
       break
     try:
+      if paced is not None:
+        with beat.doing('wait for the policy'):
+          if not paced.wait_for_turn(variables.pushes, stop_event,
+                                     options.variables_timeout_s):
+            break
+        variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
       with beat.doing('env step'):
-        metrics = actor.run(options.variable_update_period)
+        metrics = actor.run(pull_period)
       beat.progress(env_steps=actor.env_steps + random_steps)
-      variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
-    except (replay.WriterStoppedError, replay.VariablesNotPushedError):
+      if paced is None:
+        variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
+      else:
+        with beat.doing('wait for the queue'):  # the trainer's to empty, not a stall
+          writer.send_all()  # the unroll the trainer waits for, before this one waits
+    except (replay.WriterStoppedError, replay.VariablesNotPushedError,
+            pacing.PolicyVersionTimeoutError):
       if stop_event.is_set():  # a write or pull that waited saw the stop signal
         break
       raise
@@ -171,6 +201,7 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
       if not process.wait_for_server_with_backoff(address, options.reconnect_timeout_s,
                                                   stop_event):
         break
+      paced = new_pacing()  # a restarted server counts pushes from 0
       logs.progress('Reverb server %s is back; collecting again.', address)
       continue
     if time.monotonic() - last_log >= options.log_interval_s:

@@ -51,6 +51,17 @@ def new_train_step() -> tf.Variable:
                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
 
+def _after_its_inputs(method: Callable) -> Callable:
+  """`method`, with every op it creates waiting for its tensor arguments."""
+
+  def wrapped(*args, **kwargs):
+    inputs = [x for x in tf.nest.flatten((args, kwargs)) if tf.is_tensor(x)]
+    with tf.control_dependencies(inputs):
+      return method(*args, **kwargs)
+
+  return wrapped
+
+
 class Learner(tf.Module):
   """Owns the training loop, checkpoints and summaries of one agent."""
 
@@ -256,7 +267,14 @@ class Learner(tf.Module):
     return experience, info
 
   def _run_agent(self, method: Callable, experience: Any, info: Any):
-    """Runs `agent.train` or `agent.loss` on every replica's share of a sample."""
+    """Runs `agent.train` or `agent.loss` on every replica's share of a sample.
+
+    Every op of the call waits for the sample: in a graph, stateful ops on different
+    resources run in any order, and agents advance their train step with a bare
+    `assign_add` (tf-agents' and tfrl's alike), which ran before a sample that then
+    timed out, so a starved trainer counted train steps it never took.
+    """
+    method = _after_its_inputs(method)
     if self._train_inputs_fn is not None:
       return self.strategy.run(
           lambda experience, info: method(**self._train_inputs_fn(experience, info)),

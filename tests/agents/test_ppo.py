@@ -14,6 +14,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import learner as learner_lib
+from tfrl.agents import impala
 from tfrl.agents import ppo
 from tfrl.networks import actor_critic
 
@@ -417,3 +418,28 @@ def test_trains_under_learner(specs, tmp_path, shuffle):
   assert np.all(np.isfinite([float(loss_info.loss)] + [float(x) for x in loss_info.extra]))
   assert all(np.abs(new.numpy() - old).max() > 0
              for old, new in zip(before, agent._network.trainable_variables))
+
+
+@pytest.mark.parametrize('create_agent', [ppo.create_ppo_agent, impala.create_impala_agent],
+                         ids=['ppo', 'impala'])
+def test_a_sample_that_never_comes_counts_no_train_step(specs, tmp_path, create_agent):
+  """A dataset that ends (a starved trainer's sample timeout) must not advance the step:
+  the agents' increment once ran before the sample was read (Learner._run_agent)."""
+  time_step_spec, action_spec = specs
+  train_step = learner_lib.new_train_step()
+  agent = create_agent(time_step_spec, action_spec, train_step, fc_layer_params=HIDDEN)
+  traj = tensors(make_unrolls())
+  learner = learner_lib.Learner(
+      str(tmp_path), train_step, agent,
+      experience_dataset_fn=lambda: tf.data.Dataset.from_tensors(
+          {'experience': traj}).map(lambda x: (x, ())).repeat(2),
+      use_kwargs_in_agent_train=True, checkpoint_interval=0, summary_interval=0)
+  for _ in range(5):  # the race showed on most calls
+    with pytest.raises(tf.errors.OutOfRangeError):
+      learner.run(iterations=3)
+    assert learner.train_step_numpy == 2
+    learner.reset_iterator()
+    learner.run(iterations=2)
+    assert learner.train_step_numpy == 4
+    train_step.assign(0)
+    learner.reset_iterator()

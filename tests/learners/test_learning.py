@@ -6,13 +6,15 @@ episodes, then 10 more on fresh seeds) reaches `Experiment.target_return`, the t
 reading the figures from its log; and as separate programs under `python -m
 learners.launch` (Reverb server, 2 collectors, trainer, evaluator), where the
 evaluator's last confirmed result must reach the threshold. The pixel configs run in
-one process only (see ONE_PROCESS_CASES).
+one process only (see ONE_PROCESS_CASES). The one-process jobs run two at a time
+(`TwoAtATime`), the launched ones alone.
 """
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -32,9 +34,9 @@ CASES = [
 ]
 # Pixels (uint8 images through Reverb to IMPALA's CNN) and a Dict observation (CNN +
 # MLP) on catch, where a random policy returns about -0.6 and the best 1: in one process
-# only. Under launch PPO learns them too, but more slowly and unevenly (targets reached
-# at train steps 121, 169 and 355, once not within 600): with --variable_update_period
-# 50 the collectors act up to several train steps behind, and these configs' 16
+# only. Under launch PPO learns them too, but more slowly and unevenly (when collectors
+# pulled every 50 vector steps: targets at train steps 121, 169 and 355, once not within
+# 600): separate collectors act a few train steps behind, and these configs' 16
 # gradient steps per train call move the policy far in that time.
 ONE_PROCESS_CASES = CASES + [
     ('ppo_pendulum.gin', -200.0),
@@ -45,28 +47,145 @@ ONE_PROCESS_CASES = CASES + [
 ]
 
 
-def train_eval(root_dir, gin_file, *bindings):
-  """Runs `python -m learners.train_eval` as a user would; returns the process."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
-       f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+def train_eval_args(root_dir, gin_file, *bindings):
+  """`python -m learners.train_eval` as a user runs it."""
+  return [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
+          f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings]
+
+
+# The recurrent config on every seed it claims (seed 0 runs with the other configs):
+# memory is the capability most sensitive to the seed. ppo_pendulum's seeds 1-2 left the
+# suite for its time (65 s); benchmarks/solve_time.py --algos=ppo_pendulum measures them.
+OTHER_SEEDS = (1, 2)
+SEEDED_CASES = [('ppo_lstm_cartpole_masked.gin', 475.0)]
+# Without velocities a feed-forward policy cannot balance the pole: the LSTM config with
+# the LSTM removed must fail within 300 train steps (77k env steps), about three times the
+# most the LSTM needed on seeds 0-3 (24-104; half the config's budget, which covers the
+# LSTM's slow runs).
+FEED_FORWARD_MASKED = ['create_ppo_agent.lstm_size = None',
+                       'create_ppo_agent.shared_torso = False',
+                       'Experiment.num_train_steps = 300']
+
+
+def one_process_jobs():
+  """Every one-process job of this module: name -> (gin file, bindings)."""
+  jobs = {gin: (gin, ()) for gin, _ in ONE_PROCESS_CASES}
+  for gin, _ in SEEDED_CASES:
+    for seed in OTHER_SEEDS:
+      jobs[f'{gin}/seed{seed}'] = (gin, (f'Experiment.seed = {seed}',))
+  jobs['feed_forward_masked'] = ('ppo_lstm_cartpole_masked.gin', FEED_FORWARD_MASKED)
+  return jobs
+
+
+def jobs_of(item) -> list:
+  """The one-process jobs a collected test waits for, in the order it waits."""
+  gin = getattr(item, 'callspec', None) and item.callspec.params.get('gin_file')
+  name = item.originalname
+  if name == 'test_config_reaches_threshold':
+    return [gin]
+  if name == 'test_config_reaches_threshold_on_other_seeds':
+    return [f'{gin}/seed{seed}' for seed in OTHER_SEEDS]
+  if name == 'test_masked_cartpole_needs_the_lstm':
+    return ['feed_forward_masked']
+  return []
+
+
+class TwoAtATime:
+  """Runs the one-process jobs two at a time, in the order the selected tests wait.
+
+  A one-process job's learning does not depend on its speed (no config here has a time
+  cap), so sharing the two cores changes only the seconds: waiting for a job starts the
+  next one beside it. Jobs of tests not selected never start.
+  """
+
+  def __init__(self, root, order):
+    self._root, self._order, self._jobs = root, order, one_process_jobs()
+    self._running, self._done = {}, {}
+
+  def _start(self, name):
+    gin, bindings = self._jobs[name]
+    root_dir = os.path.join(self._root, name.replace('/', '_'))
+    log = open(root_dir + '.log', 'w')
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+    process = subprocess.Popen(train_eval_args(root_dir, gin, *bindings), cwd=REPO, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, text=True)
+    self._running[name] = (process, log, root_dir, time.monotonic())
+
+  def result(self, name):
+    """Waits for job `name` (at most 900 s from its start); returns (returncode, log,
+    root_dir)."""
+    if name not in self._done:
+      if name not in self._running:
+        self._start(name)
+      for later in self._order[self._order.index(name) + 1:]:
+        if sum(p.poll() is None for p, *_ in self._running.values()) >= 2:
+          break
+        if later not in self._running and later not in self._done:
+          self._start(later)
+      process, log, root_dir, started = self._running.pop(name)
+      try:
+        process.wait(timeout=max(1.0, 900 - (time.monotonic() - started)))
+      finally:
+        if process.poll() is None:
+          process.kill()
+          process.wait()
+        log.close()
+      with open(log.name) as f:
+        self._done[name] = (process.returncode, f.read(), root_dir)
+    return self._done[name]
+
+  def close(self):
+    for process, log, _, _ in self._running.values():
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+      log.close()
+
+
+@pytest.fixture(scope='module')
+def jobs(request, tmp_path_factory):
+  """The module's TwoAtATime, ordered as the selected tests run."""
+  order = [job for item in request.session.items
+           if item.module is request.module for job in jobs_of(item)]
+  pool = TwoAtATime(str(tmp_path_factory.mktemp('learning')), order)
+  yield pool
+  pool.close()
+
+
+NUMBER = r'(-?\d+(?:\.\d+)?)'
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('gin_file,threshold', ONE_PROCESS_CASES,
                          ids=[c[0] for c in ONE_PROCESS_CASES])
-def test_config_reaches_threshold(tmp_path, gin_file, threshold):
-  result = train_eval(tmp_path, gin_file)
-  log = result.stdout + result.stderr
-  assert result.returncode == 0, log[-4000:]
-  number = r'(-?\d+(?:\.\d+)?)'
-  returns = [float(r) for r in re.findall(r'\| eval return\s+' + number, log)]
-  confirmation = [float(r) for r in re.findall(r'Confirmation evaluation: ' + number, log)]
+def test_config_reaches_threshold(jobs, gin_file, threshold):
+  returncode, log, root_dir = jobs.result(gin_file)
+  assert returncode == 0, log[-4000:]
+  returns = [float(r) for r in re.findall(r'\| eval return\s+' + NUMBER, log)]
+  confirmation = [float(r) for r in re.findall(r'Confirmation evaluation: ' + NUMBER, log)]
   assert returns[-1] >= threshold, returns
   assert confirmation and confirmation[-1] >= threshold, confirmation
-  assert os.path.isfile(os.path.join(tmp_path, 'policies', 'greedy_policy', 'saved_model.pb'))
+  assert os.path.isfile(os.path.join(root_dir, 'policies', 'greedy_policy', 'saved_model.pb'))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('gin_file,threshold', SEEDED_CASES, ids=[c[0] for c in SEEDED_CASES])
+def test_config_reaches_threshold_on_other_seeds(jobs, gin_file, threshold):
+  for seed in OTHER_SEEDS:
+    returncode, log, _ = jobs.result(f'{gin_file}/seed{seed}')
+    assert returncode == 0, (seed, log[-4000:])
+    confirmation = re.findall(r'Confirmation evaluation: ' + NUMBER, log)
+    assert confirmation and float(confirmation[-1]) >= threshold, (seed, confirmation)
+
+
+@pytest.mark.slow
+def test_masked_cartpole_needs_the_lstm(jobs):
+  """The feed-forward control (FEED_FORWARD_MASKED) never reaches the target."""
+  returncode, log, _ = jobs.result('feed_forward_masked')
+  assert returncode == 1, log[-4000:]
+  assert 'never reached the target 475.0' in log, log[-4000:]
+  returns = [float(r) for r in re.findall(r'\| eval return\s+' + NUMBER, log)]
+  assert returns and max(returns) < 300.0, returns
 
 
 @pytest.mark.slow
@@ -89,56 +208,6 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'),
                            last['confirmation_seed'])  # the confirmation's episodes
   assert played >= threshold, (played, state, last)
-
-
-# The recurrent config on every seed it claims (seed 0 runs above): memory is the
-# capability most sensitive to the seed. ppo_pendulum's seeds 1-2 left the suite for its
-# time (65 s); benchmarks/solve_time.py --algos=ppo_pendulum measures them.
-OTHER_SEEDS = (1, 2)
-SEEDED_CASES = [('ppo_lstm_cartpole_masked.gin', 475.0)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('gin_file,threshold', SEEDED_CASES, ids=[c[0] for c in SEEDED_CASES])
-def test_config_reaches_threshold_on_other_seeds(tmp_path, gin_file, threshold):
-  """Seeds 1 and 2 side by side (one process each; a one-process job's learning does
-  not depend on its speed, so sharing the cores changes only the seconds)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  runs = {seed: subprocess.Popen(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={tmp_path}/seed{seed}',
-       f'--gin_file={gin_file}', f'--gin_bindings=Experiment.seed = {seed}'],
-      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-          for seed in OTHER_SEEDS}
-  logs = {}
-  try:
-    for seed, process in runs.items():
-      logs[seed] = process.communicate(timeout=900)[0]
-  finally:
-    for process in runs.values():
-      if process.poll() is None:
-        process.kill()
-        process.communicate()
-  for seed, process in runs.items():
-    assert process.returncode == 0, (seed, logs[seed][-4000:])
-    confirmation = re.findall(r'Confirmation evaluation: (-?\d+(?:\.\d+)?)', logs[seed])
-    assert confirmation and float(confirmation[-1]) >= threshold, (seed, confirmation)
-
-
-@pytest.mark.slow
-def test_masked_cartpole_needs_the_lstm(tmp_path):
-  """Without velocities a feed-forward policy cannot balance the pole: the LSTM config
-  with the LSTM removed fails within 300 train steps (77k env steps), about three times
-  the most the LSTM needed on seeds 0-3 (24-104; half the config's budget, which
-  covers the LSTM's slow runs)."""
-  result = train_eval(tmp_path, 'ppo_lstm_cartpole_masked.gin',
-                      'create_ppo_agent.lstm_size = None',
-                      'create_ppo_agent.shared_torso = False',
-                      'Experiment.num_train_steps = 300')
-  log = result.stdout + result.stderr
-  assert result.returncode == 1, log[-4000:]
-  assert 'never reached the target 475.0' in log, log[-4000:]
-  returns = [float(r) for r in re.findall(r'\| eval return\s+(-?\d+(?:\.\d+)?)', log)]
-  assert returns and max(returns) < 300.0, returns
 
 
 LAUNCH_SMOKE_CASES = ['ppo_lstm_cartpole_masked.gin', 'impala_pendulum.gin',

@@ -8,11 +8,15 @@ An agent may declare:
 - `priorities(loss_info)`: per-row priorities for prioritized replay (DQN: |TD error|).
 - `collect_policy_for_task(task_id, num_tasks)`: the collect policy of one of several
   collectors, e.g. a spread of exploration rates (Ape-X).
+- `on_policy = True`: its loss assumes the data was acted by the policy it trains
+  (PPO), so separate collectors are paced to the trainer (`learners.pacing`).
+  tf-agents' PPOAgent counts as on-policy without saying so.
 """
 from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
+from tf_agents.agents.ppo import ppo_agent
 from tf_agents.policies import tf_policy
 
 
@@ -39,3 +43,8 @@ def collect_policy(agent: tf_agent.TFAgent, task_id: int = 0,
   if for_task is None or num_tasks < 2:
     return agent.collect_policy
   return for_task(task_id, num_tasks)
+
+
+def on_policy(agent: tf_agent.TFAgent) -> bool:
+  """Whether `agent` must train on data of the policy it trains (see the module doc)."""
+  return isinstance(agent, ppo_agent.PPOAgent) or bool(getattr(agent, 'on_policy', False))

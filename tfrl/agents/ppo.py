@@ -51,6 +51,10 @@ def _steps_as_rows(x):
 class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
   """PPO-clip over an `ActorCriticNetwork`."""
 
+  # Its clipped ratio corrects a little drift, not a queue's worth of stale unrolls:
+  # separate collectors are paced to the trainer (tfrl.agents.interface.on_policy).
+  on_policy = True
+
   def __init__(self, time_step_spec, action_spec, network, optimizer,
                train_step_counter: tf.Variable, gamma: float = 0.99,
                lambda_: float = 0.95, clip_ratio: float = 0.2,

@@ -30,6 +30,8 @@ from tfrl.replay import batched_writer
 
 REPLAY_TABLE = 'replay'
 QUEUE_TABLE = 'queue'
+# Vector steps between a replay collector's pulls of the policy variables.
+REPLAY_PULL_PERIOD = 50
 
 # (experience, info) -> agent.train's keyword arguments, per replica.
 TrainInputsFn = Callable[[Any, Dict[str, tf.Tensor]], Dict[str, Any]]
@@ -103,10 +105,16 @@ class Layout(abc.ABC):
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
       rows = self.rows_per_replica(self.batch_size, context.num_replicas_in_sync)
+      ahead = {}
+      if self.trains_on_collected_items:
+        # A queue's items are taken once: each batch fetched ahead is one more policy
+        # version between acting and training: one batch in flight, one prepared.
+        ahead = dict(max_in_flight_samples_per_worker=self.items_per_batch(rows),
+                     prefetch=1)
       return replay.make_dataset(server_address, self.experience_table, signature, rows,
                                  experience_spec=agent.collect_data_spec,
                                  rate_limiter_timeout_ms=sample_timeout_ms,
-                                 shuffle_rows=self.shuffle_rows(rows))
+                                 shuffle_rows=self.shuffle_rows(rows), **ahead)
 
     return dataset_fn
 
@@ -198,10 +206,20 @@ class Layout(abc.ABC):
     """Layout state the learner pushes to collectors with the policy (default none)."""
     return {}
 
+  @property
+  def vector_steps_per_pull(self) -> int:
+    """How often a separate collector pulls the policy variables, in vector steps.
+
+    Replay layouts mix experience of many policy versions anyway: a pull every
+    `REPLAY_PULL_PERIOD` vector steps keeps the collector's time on acting.
+    """
+    return REPLAY_PULL_PERIOD
+
   @abc.abstractmethod
   def warm_up(self, collect_actor: actors.Actor, random_actor: actors.Actor,
               initial_collect_steps: int) -> None:
-    """One process's collection before its first train step."""
+    """A collector's first collection, before its first train step (one process) or
+    its regular loop (a separate collector, after the trainer's first push)."""
 
   @abc.abstractmethod
   def train_steps_available(self, untrained_items: int, limit: int) -> int:

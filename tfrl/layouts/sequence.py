@@ -71,6 +71,13 @@ class SequenceQueue(base.Layout):
               "replay_burn_in_steps to 0.")
     return super()._missing_input_hint(missing)
 
+  @property
+  def vector_steps_per_pull(self) -> int:
+    """Before every unroll, as IMPALA's actors do: each unroll is acted by the newest
+    policy its collector could see (after `warm_up`'s one step, every
+    `unroll_length` vector steps completes an unroll)."""
+    return self.unroll_length
+
   def warm_up(self, collect_actor: actors.Actor, random_actor: actors.Actor,
               initial_collect_steps: int) -> None:
     """Collects one step with the policy, and no random-action data.

@@ -159,8 +159,9 @@ class BatchedWriter(abc.ABC):
       self._writer.create_item(table, priority, item)
     self._items_created += 1
 
-  def _throttle(self) -> None:
-    """Waits while more than `max_in_flight_items` items are unconfirmed.
+  def _throttle(self, max_unconfirmed: Optional[int] = None) -> None:
+    """Waits while more than `max_unconfirmed` (default `max_in_flight_items`) items
+    are unconfirmed.
 
     Raises:
       reverb.errors.DeadlineExceededError: still waiting after `flush_timeout_ms`.
@@ -173,7 +174,9 @@ class BatchedWriter(abc.ABC):
     while True:
       wait_ms = max(1, min(slice_ms, self._flush_timeout_ms - waited_ms))
       try:
-        self._writer.flush(block_until_num_items=self._max_in_flight_items,
+        self._writer.flush(block_until_num_items=(self._max_in_flight_items
+                                                  if max_unconfirmed is None
+                                                  else max_unconfirmed),
                            timeout_ms=wait_ms)
         return
       except reverb.errors.DeadlineExceededError:
@@ -222,6 +225,19 @@ class BatchedWriter(abc.ABC):
     if self._writer is not None:
       self._writer.flush(
           timeout_ms=self._flush_timeout_ms if timeout_ms is None else timeout_ms)
+
+  def send_all(self) -> None:
+    """Blocks until every created item has reached the server, as `flush`, but gives
+    up when the `stop_event` is set. Reverb sends an item once its chunks are
+    complete, which may take later appends: a writer that pauses between items calls
+    this first.
+
+    Raises:
+      reverb.errors.DeadlineExceededError: not all taken within `flush_timeout_ms`.
+      WriterStoppedError: the `stop_event` was set while waiting.
+    """
+    if self._writer is not None:
+      self._throttle(max_unconfirmed=0)
 
   def abandon(self) -> None:
     """Drops the Reverb writer and partial state without flushing (the server is gone).

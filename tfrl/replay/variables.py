@@ -45,6 +45,18 @@ class VariableContainer:
     """The variables table signature for `variables` (for `tables.variables_table`)."""
     return tables.spec_of_variables(variables)
 
+  def pushes(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S) -> int:
+    """How many pushes the server's table has taken since the server started.
+
+    One small RPC (the table's insert count), far cheaper than a pull: what a
+    collector polls while it waits for a policy version (`learners.pacing`).
+
+    Raises:
+      ReplayServerUnreachableError: the server did not answer within `timeout_s`.
+    """
+    info = server_lib.wait_for_server(self._address, timeout_s)[self._table]
+    return int(info.rate_limiter_info.insert_stats.completed)
+
   def push(self, timeout_s: float = DEFAULT_PUSH_TIMEOUT_S) -> None:
     """Inserts the current values, replacing what the table held.
 
