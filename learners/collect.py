@@ -7,10 +7,11 @@ It pulls the newest policy variables (and train step, which tags each item as it
 policy version) from the server's variables table before every unroll of the sequence
 layouts and every 50 vector steps of the replay layouts (--variable_update_period
 overrides both). It waits for the trainer's first push (logging that it does, up to
---variables_timeout_s) rather than act with untrained weights, then warms up as the
-layout says (`Layout.warm_up`): task 0 of a replay layout collects
-Experiment.initial_collect_steps random env steps; each collector of a sequence layout
-one step, which aligns its unrolls with its pulls. A collector of an on-policy agent
+--variables_timeout_s) rather than act with untrained weights. It warms up as the layout
+says (`Layout.warm_up`): task 0 of a replay layout collects
+Experiment.initial_collect_steps random env steps first, while the trainer starts; each
+collector of a sequence layout acts one step after the push, which aligns its unrolls
+with its pulls. A collector of an on-policy agent
 (PPO) starts each unroll only once the trainer has pushed the version that will train
 on it (learners/pacing.py). If the server goes away it logs,
 retries with backoff for up to --reconnect_timeout_s, and carries on when it returns;
@@ -138,19 +139,22 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
                        summary_interval=1)
   random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
       env.time_step_spec(), env.action_spec()), [writer], policy_version=-1)
+  # Replay's warm-up (task 0's random actions) needs no policy: it runs while the
+  # trainer starts. A sequence layout's warm-up acts with the policy: after its push.
+  replay_warm_up = task_id == 0 and not layout.trains_on_collected_items
+  if replay_warm_up and experiment.initial_collect_steps:
+    layout.warm_up(actor, random_actor, experiment.initial_collect_steps)
   logs.progress('Collector %d waiting for the trainer\'s first variables push '
                '(up to %.0f s).', task_id, options.variables_timeout_s)
   try:
     variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
   except replay.VariablesNotPushedError:
     if stop_event.is_set():  # Stopped while waiting: not an error.
-      return 0
+      return random_actor.env_steps
     raise
   logs.progress('Collector %d acting with policy version %d.', task_id, int(train_step))
-  # One random warm-up per job (task 0's) for replay; each collector's for sequences.
-  warm_up_steps = experiment.initial_collect_steps if task_id == 0 else 0
-  if warm_up_steps or layout.trains_on_collected_items:
-    layout.warm_up(actor, random_actor, warm_up_steps)
+  if layout.trains_on_collected_items:
+    layout.warm_up(actor, random_actor, experiment.initial_collect_steps)
   random_steps = random_actor.env_steps
 
   def new_pacing() -> Optional[pacing.UnrollPacing]:

@@ -64,3 +64,23 @@ def module_reverb_server_factory():
   """Like `reverb_server_factory`, but servers live until the module's tests are done."""
   with _server_factory() as start:
     yield start
+
+
+# Seconds per test file (setup, call and teardown), printed after the run: where the
+# suite's 30-minute budget goes (BUILD_NOTES.md, "The test suite").
+_SECONDS_PER_FILE = {}
+
+
+def pytest_runtest_logreport(report):
+  path = report.nodeid.split('::', 1)[0]
+  _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+  if not _SECONDS_PER_FILE:
+    return
+  terminalreporter.section('seconds per test file (slowest 20)')
+  ranked = sorted(_SECONDS_PER_FILE.items(), key=lambda kv: -kv[1])
+  for path, seconds in ranked[:20]:
+    terminalreporter.write_line(f'{seconds:8.1f} s  {path}')
+  terminalreporter.write_line(f'{sum(_SECONDS_PER_FILE.values()):8.1f} s  in all')
