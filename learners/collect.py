@@ -11,12 +11,11 @@ overrides both). It waits for the trainer's first push (logging that it does, up
 says (`Layout.warm_up`): task 0 of a replay layout collects
 Experiment.initial_collect_steps random env steps first, while the trainer starts; each
 collector of a sequence layout acts one step after the push, which aligns its unrolls
-with its pulls. A collector of an on-policy agent
-(PPO) starts each unroll only once the trainer has pushed the version that will train
-on it (learners/pacing.py). If the server goes away it logs,
-retries with backoff for up to --reconnect_timeout_s, and carries on when it returns;
-any other error (from the environment or the policy) ends it with that error and a
-non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
+with its pulls. A collector of an on-policy agent (PPO) starts each unroll only once
+the trainer has pushed the version that will train on it (learners/pacing.py). If the
+server goes away it logs, retries with backoff for up to --reconnect_timeout_s, and
+carries on when it returns; any other error (from the environment or the policy) ends
+it with that error and a non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
 writes (what is still unsent after 5 s is dropped and logged).
 """
 import dataclasses

@@ -107,8 +107,8 @@ class Layout(abc.ABC):
       rows = self.rows_per_replica(self.batch_size, context.num_replicas_in_sync)
       ahead = {}
       if self.trains_on_collected_items:
-        # A queue's items are taken once: each batch fetched ahead is one more policy
-        # version between acting and training: one batch in flight, one prepared.
+        # A queue's items are taken once, and each batch fetched ahead is one more
+        # policy version between acting and training: one batch in flight, one ready.
         ahead = dict(max_in_flight_samples_per_worker=self.items_per_batch(rows),
                      prefetch=1)
       return replay.make_dataset(server_address, self.experience_table, signature, rows,

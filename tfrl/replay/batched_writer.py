@@ -167,6 +167,8 @@ class BatchedWriter(abc.ABC):
       reverb.errors.DeadlineExceededError: still waiting after `flush_timeout_ms`.
       WriterStoppedError: the `stop_event` was set while waiting.
     """
+    if max_unconfirmed is None:
+      max_unconfirmed = self._max_in_flight_items
     slice_ms = (_THROTTLE_SLICE_MS if self._stop_event is None
                 else _STOPPABLE_THROTTLE_SLICE_MS)
     waited_ms = 0
@@ -174,10 +176,7 @@ class BatchedWriter(abc.ABC):
     while True:
       wait_ms = max(1, min(slice_ms, self._flush_timeout_ms - waited_ms))
       try:
-        self._writer.flush(block_until_num_items=(self._max_in_flight_items
-                                                  if max_unconfirmed is None
-                                                  else max_unconfirmed),
-                           timeout_ms=wait_ms)
+        self._writer.flush(block_until_num_items=max_unconfirmed, timeout_ms=wait_ms)
         return
       except reverb.errors.DeadlineExceededError:
         waited_ms += wait_ms

@@ -129,7 +129,7 @@ def make_dataset(server_address: str,
       (default: 2 batches' worth of items).
     rate_limiter_timeout_ms: how long a sample may wait on the table's rate limiter
       before the dataset ends (-1: wait forever, as a learner fed by actors does).
-    prefetch: batches prepared ahead of the learner (0: none).
+    prefetch: batches prepared ahead of the learner.
     check_signature: compare the server's table signature with `item_signature`
       first, so a mismatch fails here with a clear message.
     shuffle_rows: with more rows than `batch_size`, the sampled items' rows pass
@@ -192,7 +192,7 @@ def make_dataset(server_address: str,
   if experience_spec is not None:
     dataset = dataset.map(lambda exp, info: (
         tf.nest.pack_sequence_as(experience_spec, tf.nest.flatten(exp)), info))
-  return dataset.prefetch(prefetch) if prefetch else dataset
+  return dataset.prefetch(prefetch)
 
 
 TABLE_INDEX = 'table_index'
