@@ -1,22 +1,25 @@
 """`Experiment`: the settings every program of one job shares, and its data layout.
 
 `train_eval` (one process) and the separate `reverb_server`, `collect`, `train` and
-`eval` programs read the same .gin file, which binds `Experiment.*` and the agent
-builder. `Experiment.layout` is the job's data-layout builder (`tfrl.layouts`): the
-tables, writer, dataset and train hooks every program builds from the same calls, which
-keeps a collector's items and the server's tables in agreement.
+`eval` programs read the same .gin file, which binds `Experiment.*`, the agent builder
+and the layout's own settings. `Experiment.layout` is the job's data-layout builder
+(`tfrl.layouts`): the tables, writer, dataset and train hooks every program builds from
+the same calls, which keeps a collector's items and the server's tables in agreement.
 
-data_layout picks it:
-- 'transition' (DQN, SAC): `TransitionReplay`, n-step transitions in a uniform or
-  prioritized replay table.
-- 'sequence' (PPO, IMPALA, APPO): `SequenceQueue`, unrolls of unroll_length + 1 steps
-  in a FIFO queue, each sampled once.
-- 'sequence_replay' (CLEAR): `SequenceQueueAndReplay`, the queue plus a replay table
-  that `replay_fraction` of each batch comes from.
+The agent builder names the layout (`tfrl.agents.interface.trains_from`):
+- `TransitionReplay` (DQN, SAC): n-step transitions in a uniform or prioritized
+  replay table (`TransitionReplay.n_step = 3`, `TransitionReplay.prioritized = True`).
+- `SequenceQueue` (PPO, IMPALA, APPO): unrolls in a FIFO queue, each sampled once
+  (`SequenceQueue.unroll_length = 128`).
+- `SequenceQueueAndReplay` (CLEAR, `create_clear_agent`): the queue plus a replay table
+  that `replay_fraction` of each batch comes from
+  (`SequenceQueueAndReplay.replay_fraction = 0.5`; it also takes `SequenceQueue.*`).
+The job's shared settings (`num_envs`, `batch_size`, `gamma`, `num_train_steps`) stay
+here; Python callers without gin give the layout's own in `layout_settings`.
 """
 import dataclasses
 import functools
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -28,6 +31,7 @@ from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl import triggers as triggers_lib
 from tfrl.agents import dqn
+from tfrl.agents import interface
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
 from tfrl.agents import ppo  # pylint: disable=unused-import
 from tfrl.agents import sac  # pylint: disable=unused-import
@@ -55,18 +59,11 @@ class Experiment:
       the returns reported (training episodes, evaluations) are whole games' raw
       scores; evaluation envs take the same options, as RL-Zoo's.
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
-    agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=).
+    agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=);
+      it names the data layout (`tfrl.agents.interface.trains_from`).
     gamma: the discount, shared by the agent and the n-step writer.
-    data_layout: 'transition', 'sequence' or 'sequence_replay' (see the module
-      docstring).
-    n_step: steps per transition ('transition').
-    steps_per_item: consecutive vector steps whose transitions share one Reverb item
-      ('transition'); raise it when num_envs is small so items stay large.
-    shuffle_buffer_batches: ('transition', uniform replay) the rows of sampled items
-      pass through a shuffle buffer of this many batches, so a batch draws from dozens
-      of vector steps and most envs (`tfrl.replay.mixing`; rows reach the learner about
-      this many train steps after they are sampled); 0: batches of whole items.
-    unroll_length: transitions per unroll ('sequence'; items hold one more step).
+    layout_settings: the layout's own settings as keyword arguments, for Python
+      callers (gin configs bind them on the layout class instead); they win over gin.
     num_envs: parallel envs per collector.
     env_workers: step a collector's envs in this many worker processes, so its policy
       and Reverb writer run while they step (`tfrl.envs.make(num_workers=)`); 0 steps
@@ -75,18 +72,6 @@ class Experiment:
     env_step_timeout_s: the longest one env step may take before the program ends
       with EnvStepTimeoutError naming the env (a hung simulator; status 5 where the
       env steps in the program's own process); 0 disables.
-    replay_capacity: replay size in rows (transitions or unrolls).
-    replay_remover: ('sequence_replay') 'reservoir' keeps a uniform sample of all
-      unrolls ever written (CLEAR's choice), 'fifo' the most recent ones.
-    replay_table: 'uniform' or 'prioritized' (prioritized: importance weights go to
-      `agent.train(weights=)` and |TD errors| come back as priorities).
-    priority_exponent: alpha of prioritized replay.
-    importance_sampling_exponent: beta of prioritized replay at the first train step;
-      it anneals linearly to 1 at num_train_steps (Schaul et al.).
-    queue_capacity: the on-policy queue's size in rows ('sequence').
-    replay_fraction: ('sequence_replay') CLEAR's share of each batch sampled from the
-      replay table, in (0, 1); rounded to whole items, it must leave fresh unrolls in
-      every batch.
     batch_size: rows per train step (a multiple or a divisor of num_envs).
     samples_per_insert: with separate programs, the replay table's target ratio of
       sampled to inserted rows (None: no limiter). One process fixes the ratio with
@@ -121,21 +106,10 @@ class Experiment:
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
-  data_layout: str = 'transition'
-  n_step: int = 1
-  steps_per_item: int = 1
-  shuffle_buffer_batches: int = 32
-  unroll_length: int = 16
+  layout_settings: Optional[Dict[str, Any]] = None
   num_envs: int = 16
   env_workers: int = 0
   env_step_timeout_s: float = 60.0
-  replay_capacity: int = 100_000
-  replay_table: str = 'uniform'
-  replay_remover: str = 'reservoir'
-  priority_exponent: float = 0.6
-  importance_sampling_exponent: float = 0.4
-  queue_capacity: int = 4096
-  replay_fraction: float = 0.0
   batch_size: int = 64
   samples_per_insert: Optional[float] = None
   initial_collect_steps: int = 1_000
@@ -162,36 +136,34 @@ class Experiment:
     if (self.terminal_on_life_loss or self.fire_reset) and not self.atari:
       raise ValueError('terminal_on_life_loss and fire_reset are Atari options: they '
                        'need atari=True.')
-    if self.replay_fraction and self.data_layout != 'sequence_replay':
-      raise ValueError(f'replay_fraction={self.replay_fraction} needs '
-                       f"data_layout='sequence_replay' (got {self.data_layout!r}).")
-    if self.replay_table == 'prioritized' and self.data_layout != 'transition':
-      raise ValueError("replay_table='prioritized' needs a priority per row, which only "
-                       "the 'transition' layout's agents (DQN) report: use "
-                       f"replay_table='uniform' with data_layout={self.data_layout!r}.")
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement
 
   @functools.cached_property
   def layout(self) -> layouts.Layout:
-    """The data-layout builder (one per Experiment: it holds the layout's variables)."""
-    if self.data_layout == 'transition':
-      return layouts.TransitionReplay(
-          self.num_envs, self.batch_size, n_step=self.n_step, gamma=self.gamma,
-          steps_per_item=self.steps_per_item, capacity=self.replay_capacity,
-          shuffle_buffer_batches=self.shuffle_buffer_batches,
-          prioritized=self.replay_table == 'prioritized',
-          priority_exponent=self.priority_exponent,
-          importance_sampling_exponent=self.importance_sampling_exponent,
-          beta_anneal_steps=self.num_train_steps)
-    sequence = dict(unroll_length=self.unroll_length, queue_capacity=self.queue_capacity)
-    if self.data_layout == 'sequence':
-      return layouts.SequenceQueue(self.num_envs, self.batch_size, **sequence)
-    return layouts.SequenceQueueAndReplay(
-        self.num_envs, self.batch_size, replay_capacity=self.replay_capacity,
-        replay_fraction=self.replay_fraction, replay_remover=self.replay_remover,
-        **sequence)
+    """The data-layout builder the agent names (one per Experiment: it holds the
+    layout's variables), with its gin-bound settings and `layout_settings`.
+
+    Raises:
+      tfrl.agents.interface.AgentProtocolError: agent_fn names no layout.
+      learners.validation.ValidationError: a layout setting outside what it accepts,
+        or one this layout does not have.
+      ValueError: gin bindings on a layout the agent does not train from, or layout
+        settings that do not fit together.
+    """
+    layout_class = interface.layout_of(self.agent_fn)
+    for other in layouts.ALL:
+      if not issubclass(layout_class, other) and gin.get_bindings(other):
+        bound = ', '.join(f'{other.__name__}.{name}' for name in gin.get_bindings(other))
+        raise ValueError(f'{bound} bound, but the agent trains from {layout_class.__name__}'
+                         ' (its builder names it): bind the settings on that layout.')
+    settings = dict(self.layout_settings or {})
+    validation.validate_layout_settings(
+        layout_class, {**layouts.bound_settings(layout_class), **settings})
+    if issubclass(layout_class, layouts.TransitionReplay):
+      settings.update(gamma=self.gamma, beta_anneal_steps=self.num_train_steps)
+    return layouts.build(layout_class, self.num_envs, self.batch_size, **settings)
 
   # -- Builders -------------------------------------------------------------------
 

@@ -75,9 +75,6 @@ def sequence_of(item_check: Callable[[Any], bool], what: str) -> Rule:
               f'must be None or a non-empty tuple of {what}')
 
 
-LAYOUTS = ('transition', 'sequence', 'sequence_replay')  # see learners.experiment
-TABLE_KINDS = ('uniform', 'prioritized')
-
 BOOLEAN = Rule(lambda v: isinstance(v, bool), 'must be True or False')
 NONEMPTY_STRING = Rule(lambda v: isinstance(v, str) and bool(v.strip()),
                        'must be a non-empty string')
@@ -95,21 +92,11 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'clip_reward': BOOLEAN,
     'seed': integer(0),
     'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),
+    'layout_settings': Rule(lambda v: v is None or isinstance(v, dict),
+                            'must be None or a dict of the layout\'s settings'),
     'gamma': number(0.0, 1.0),
-    'data_layout': choice(LAYOUTS),
-    'n_step': integer(1),
-    'steps_per_item': integer(1),
-    'shuffle_buffer_batches': integer(0),
-    'unroll_length': integer(1),
     'num_envs': integer(1),
     'env_workers': integer(0),
-    'replay_capacity': integer(1),
-    'replay_table': choice(TABLE_KINDS),
-    'replay_remover': choice(('reservoir', 'fifo')),
-    'priority_exponent': number(0.0),
-    'importance_sampling_exponent': number(0.0, 1.0),
-    'queue_capacity': integer(1),
-    'replay_fraction': number(0.0, 1.0, high_open=True),
     'batch_size': integer(1),
     'samples_per_insert': optional(number(0.0, low_open=True)),
     'initial_collect_steps': integer(0),
@@ -128,6 +115,25 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'env_step_timeout_s': number(0.0),  # 0 disables the env step timeout
 }
 
+
+# Every data layout's own setting (`tfrl.layouts`), by name; the same name means the same
+# thing in every layout that has it.
+LAYOUT_RULES: Dict[str, Rule] = {
+    'n_step': integer(1),
+    'steps_per_item': integer(1),
+    'capacity': integer(1),
+    'prioritized': BOOLEAN,
+    'priority_exponent': number(0.0),
+    'importance_sampling_exponent': number(0.0, 1.0),
+    'shuffle_buffer_batches': integer(0),
+    'unroll_length': integer(1),
+    'queue_capacity': integer(1),
+    'replay_capacity': integer(1),
+    'replay_fraction': number(0.0, 1.0, low_open=True, high_open=True),
+    'replay_remover': choice(('reservoir', 'fifo')),
+}
+# Layout fields the job sets (Experiment's num_envs, batch_size, gamma, num_train_steps).
+JOB_LAYOUT_FIELDS = ('num_envs', 'batch_size', 'gamma', 'beta_anneal_steps')
 
 PORT = Rule(lambda v: _is_int(v) and 0 <= v <= 65535,
             'must be a port number in [0, 65535] (0: pick a free one)')
@@ -186,6 +192,29 @@ def validate_experiment(experiment) -> None:
         f'Experiment.env_workers = {experiment.env_workers}: must be at most '
         f'Experiment.num_envs ({experiment.num_envs}): each worker steps at least one env')
   check_env_id(experiment.env_name)
+
+
+def validate_layout_settings(layout_class: type, settings: Dict[str, Any]) -> None:
+  """Checks a layout's own settings (gin-bound and `Experiment.layout_settings`).
+
+  Args:
+    layout_class: the `tfrl.layouts` class the agent trains from.
+    settings: setting name -> value.
+
+  Raises:
+    ValidationError: '<Layout>.<name> = <value>: <allowed>' for the first bad value; a
+      name the layout does not have, or one the job sets, names the layout's settings.
+  """
+  owner = layout_class.__name__
+  own = [field.name for field in dataclasses.fields(layout_class)
+         if field.name not in JOB_LAYOUT_FIELDS]
+  for name, value in settings.items():
+    if name not in own:
+      where = ('the Experiment sets it' if name in JOB_LAYOUT_FIELDS
+               else f'{owner} has no such setting')
+      raise ValidationError(f'{owner}.{name} = {_describe(value)}: {where} (its settings: '
+                            f'{", ".join(own)})')
+    check_value(owner, name, value, LAYOUT_RULES[name])
 
 
 def check_env_id(env_id: str) -> None:

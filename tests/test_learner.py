@@ -643,6 +643,9 @@ def test_checkpoint_interval_not_positive_warns_and_writes_nothing(interval, tmp
 # Reverb.
 
 
+ROWS_PER_ITEM = 4  # one item per vector step of the 4 envs
+
+
 @pytest.fixture(scope='module')
 def cartpole_replay(module_reverb_server_factory):
   """A prioritized table that tfrl's Actor filled from 4 CartPole envs (2-step items)."""
@@ -651,7 +654,8 @@ def cartpole_replay(module_reverb_server_factory):
   train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
   agent = dqn_lib.create_dqn_agent(env.time_step_spec(), env.action_spec(), train_step,
                                    fc_layer_params=(16,), target_update_period=5)
-  signature = replay.NStepTransitionWriter.item_signature(agent.collect_data_spec, 4)
+  signature = replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
+                                                         ROWS_PER_ITEM)
   server = module_reverb_server_factory(
       [replay.prioritized_table('replay', max_size=1000, signature=signature)])
   writer = replay.NStepTransitionWriter(server.client, 'replay', n=2, discount=0.99)
@@ -686,6 +690,7 @@ def test_dqn_trains_from_actor_filled_reverb_table(cartpole_replay, tmp_path):
   learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
                     experience_dataset_fn=lambda: replay.make_dataset(
                         server.address, 'replay', signature, batch_size=16,
+                        rows_per_item=ROWS_PER_ITEM, time_major=False,
                         experience_spec=agent.collect_data_spec))
 
   loss_info = learner.run(iterations=5)
@@ -715,6 +720,7 @@ def test_after_step_fn_writes_priorities_back_to_the_table(cartpole_replay, tmp_
                     after_train_strategy_step_fn=update_priorities,
                     experience_dataset_fn=lambda: replay.make_dataset(
                         server.address, 'replay', signature, batch_size=16,
+                        rows_per_item=ROWS_PER_ITEM, time_major=False,
                         experience_spec=agent.collect_data_spec))
 
   learner.run(iterations=4)

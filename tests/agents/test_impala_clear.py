@@ -108,11 +108,11 @@ def test_max_policy_lag_drops_stale_fresh_rows_and_keeps_replayed_ones(specs):
 
 def test_sequence_replay_refuses_a_lag_that_cannot_see_the_replay_mask():
   def experiment(**kwargs):
-    return Experiment(env_name='CartPole-v1', data_layout='sequence_replay', num_envs=4,
-                      batch_size=8, replay_fraction=0.5, agent_fn=functools.partial(
-                          impala.create_impala_agent, fc_layer_params=(8,), **kwargs))
+    return Experiment(env_name='CartPole-v1', num_envs=4, batch_size=8,
+                      layout_settings=dict(replay_fraction=0.5), agent_fn=functools.partial(
+                          impala.create_clear_agent, fc_layer_params=(8,), **kwargs))
   with pytest.raises(ValueError, match="max_policy_lag would drop the replayed unrolls "
-                     r".*data_layout='sequence_replay'"):
+                     r"of the SequenceQueueAndReplay layout"):
     experiment(max_policy_lag=5).build_agent()
   _, agent = experiment(max_policy_lag=5, value_cloning_cost=0.1).build_agent()
   assert set(agent.train_inputs) == {'replay_mask', 'policy_version'}
@@ -191,8 +191,8 @@ def test_burn_in_settings_are_checked(specs, recurrent):
   with pytest.raises(ValueError, match='replay_burn_in_steps=6 leaves no step to train'):
     whole.loss(unrolls.tensors(traj), replay_mask=np.ones(3, np.float32),
                policy_state=state)
-  sequence = Experiment(env_name='CartPole-v1', data_layout='sequence', num_envs=4,
-                        batch_size=4, agent_fn=functools.partial(
+  sequence = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=4,
+                        agent_fn=functools.partial(
                             impala.create_impala_agent, fc_layer_params=(8,),
                             lstm_size=LSTM, replay_burn_in_steps=2))
   with pytest.raises(ValueError, match=r"\['replay_mask'\].*replay_burn_in_steps to 0"):

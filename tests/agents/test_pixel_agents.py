@@ -44,9 +44,12 @@ def agent_fn(builder):
   return functools.partial(builder, **kwargs)
 
 
+UNROLL = 4
+
+
 def sequence_experiment(env_name, builder, **overrides):
-  settings = dict(env_name=env_name, agent_fn=agent_fn(builder), data_layout='sequence',
-                  unroll_length=4, num_envs=4, batch_size=4, queue_capacity=64)
+  settings = dict(env_name=env_name, agent_fn=agent_fn(builder), num_envs=4, batch_size=4,
+                  layout_settings=dict(unroll_length=UNROLL, queue_capacity=64))
   settings.update(overrides)
   return Experiment(**settings)
 
@@ -89,7 +92,7 @@ def test_actor_critic_trains_on_uint8_unrolls_from_reverb(env_name, builder, tmp
   # The table's signature, what the dataset yields: the env's uint8, not float32.
   signature = server.client.server_info()[exp.layout.experience_table].signature
   assert observation_dtypes(signature['experience'].observation) == expected
-  assert fill(exp, server, agent, exp.unroll_length + 1) == 1
+  assert fill(exp, server, agent, UNROLL + 1) == 1
   dataset = exp.layout.dataset_fn(server.address, agent)(tf.distribute.InputContext())
   assert observation_dtypes(dataset.element_spec[0].observation) == expected
 
@@ -110,8 +113,7 @@ def test_actor_critic_trains_on_uint8_unrolls_from_reverb(env_name, builder, tmp
 def test_dqn_trains_on_uint8_transitions_from_reverb(env_name, tmp_path,
                                                      reverb_server_factory):
   exp = Experiment(env_name=env_name, agent_fn=agent_fn(dqn.create_dqn_agent),
-                   data_layout='transition', num_envs=4, batch_size=4,
-                   replay_capacity=1000)
+                   num_envs=4, batch_size=4, layout_settings=dict(capacity=1000))
   train_step, agent = exp.build_agent()
   # The target network is a copy with its own CNN (tf-agents copies the encoder layers).
   online = agent._q_network.trainable_variables  # pylint: disable=protected-access
@@ -133,8 +135,8 @@ def test_dqn_trains_on_uint8_transitions_from_reverb(env_name, tmp_path,
 
 
 def test_dqn_pixel_torso_is_tfrls_encoder():
-  exp = Experiment(env_name=toy.PIXEL_CATCH, data_layout='transition', num_envs=1,
-                   batch_size=1, agent_fn=functools.partial(
+  exp = Experiment(env_name=toy.PIXEL_CATCH, num_envs=1, batch_size=1,
+                   agent_fn=functools.partial(
                        dqn.create_dqn_agent, cnn='impala', fc_layer_params=()))
   _, agent = exp.build_agent()
   layers = agent._q_network._encoder._flat_preprocessing_layers  # pylint: disable=protected-access
@@ -146,7 +148,6 @@ def test_dqn_pixel_torso_is_tfrls_encoder():
                          ids=['ppo', 'dqn'])
 def test_export_serves_uint8_observations_in_plain_tensorflow(env_name, builder, tmp_path):
   exp = Experiment(env_name=env_name, num_envs=2, batch_size=2,
-                   data_layout='transition' if builder is dqn.create_dqn_agent else 'sequence',
                    agent_fn=functools.partial(builder, cnn='impala'))
   _, agent = exp.build_agent()
   path = export.export_policy(agent.policy, str(tmp_path / 'policy'))
@@ -193,8 +194,9 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 
     def experiment(env_name):
       return Experiment(
-          env_name=env_name, data_layout='sequence', unroll_length=4, num_envs=4,
-          batch_size=B, queue_capacity=64, agent_fn=functools.partial(
+          env_name=env_name, num_envs=4, batch_size=B,
+          layout_settings=dict(unroll_length=4, queue_capacity=64),
+          agent_fn=functools.partial(
               ppo.create_ppo_agent, cnn='impala', fc_layer_params=(16,), num_epochs=2,
               num_minibatches=1, gradient_clipping=0.5, entropy_cost=0.01))
 

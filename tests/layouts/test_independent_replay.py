@@ -62,7 +62,8 @@ def batches(exp, agent, server, count):
 def test_uniform_batches_draw_from_many_vector_steps_and_envs(reverb_server_factory,
                                                               buffer_batches):
   exp, agent, server = filled(reverb_server_factory, 200, num_envs=16, batch_size=64,
-                              replay_capacity=3200, shuffle_buffer_batches=buffer_batches)
+                              layout_settings=dict(
+                                  capacity=3200, shuffle_buffer_batches=buffer_batches))
   distinct_steps = []
   for env, step, _ in batches(exp, agent, server, 30):
     distinct_steps.append(len(set(step)))
@@ -76,7 +77,7 @@ def test_uniform_batches_draw_from_many_vector_steps_and_envs(reverb_server_fact
 
 def test_uniform_replay_samples_every_stored_transition_equally_often(reverb_server_factory):
   exp, agent, server = filled(reverb_server_factory, 20, num_envs=16, batch_size=64,
-                              replay_capacity=320)
+                              layout_settings=dict(capacity=320))
   counts = np.zeros((20, 16))
   for env, step, _ in batches(exp, agent, server, 300):
     np.add.at(counts, (step, env), 1)
@@ -99,8 +100,8 @@ def test_prioritized_replay_keeps_a_priority_and_a_weight_per_transition(
   alpha, beta, num_envs, num_steps = 0.6, 0.4, 4, 5
   exp, agent, server = filled(
       reverb_server_factory, num_steps, num_envs=num_envs, batch_size=8,
-      replay_table='prioritized', priority_exponent=alpha,
-      importance_sampling_exponent=beta, num_train_steps=10**9)
+      num_train_steps=10**9, layout_settings=dict(
+          prioritized=True, priority_exponent=alpha, importance_sampling_exponent=beta))
   assert server.client.server_info()['replay'].current_size == num_envs * num_steps
   # Learn every transition's key from the batches (all priorities equal so far).
   where = {}
@@ -135,8 +136,8 @@ def test_sequence_replay_draws_stored_unrolls_uniformly(reverb_server_factory):
   signature = replay.SequenceWriter.item_signature(spec, 3, 4)
   server = reverb_server_factory([replay.uniform_table('replay', 100, signature)])
   write_steps(replay.SequenceWriter(server.client, 'replay', length=3), 4, 30)  # 10 items
-  dataset = replay.make_dataset(server.address, 'replay', signature, 8,
-                                experience_spec=spec)
+  dataset = replay.make_dataset(server.address, 'replay', signature, 8, rows_per_item=4,
+                                time_major=True, experience_spec=spec)
   counts = np.zeros((30, 4))
   for experience, _ in dataset.take(500):
     first = experience.observation.numpy()[:, 0].astype(int)  # [rows, obs] at t = 0
@@ -166,7 +167,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     result = {{}}
     for table in ('uniform', 'prioritized'):
       exp = Experiment(env_name='CartPole-v1', num_envs=16, batch_size=64,
-                       replay_table=table)
+                       layout_settings=dict(prioritized=table == 'prioritized'))
       _, agent = exp.build_agent(strategy)
       server = replay.ReplayServer(exp.layout.tables(agent))
       t.write_steps(exp.layout.make_writer(server.client), 16, 200)

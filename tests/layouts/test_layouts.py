@@ -31,9 +31,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def per_experiment(**overrides):
-  settings = dict(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000,
-                  replay_table='prioritized', importance_sampling_exponent=0.4,
-                  num_train_steps=1000)
+  layout = dict(capacity=1000, prioritized=True, importance_sampling_exponent=0.4)
+  layout.update(overrides.pop('layout_settings', {}))
+  settings = dict(env_name='CartPole-v1', num_envs=2, batch_size=2, num_train_steps=1000,
+                  layout_settings=layout)
   settings.update(overrides)
   return Experiment(**settings)
 
@@ -82,8 +83,8 @@ def test_max_priority_travels_with_the_pushed_variables():
   train_step, agent = exp.build_agent()
   pushed = exp.pushed_variables(agent, train_step)
   assert pushed['max_priority'] is exp.layout.max_priority
-  assert 'max_priority' not in per_experiment(replay_table='uniform').pushed_variables(
-      agent, train_step)
+  uniform = per_experiment(layout_settings=dict(prioritized=False))
+  assert 'max_priority' not in uniform.pushed_variables(agent, train_step)
 
 
 def test_a_resumed_prioritized_job_restores_max_priority_and_pushes_it(
@@ -137,7 +138,8 @@ _MIRRORED_PER_SCRIPT = textwrap.dedent('''
     from tfrl import replay
 
     exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=4,
-                     replay_table='prioritized', importance_sampling_exponent=1.0)
+                     layout_settings=dict(prioritized=True,
+                                          importance_sampling_exponent=1.0))
     strategy = tf.distribute.MirroredStrategy(devices)
     _, agent = exp.build_agent(strategy)
     server = replay.ReplayServer(exp.layout.tables(agent))
@@ -218,9 +220,9 @@ def test_reservoir_replay_keeps_old_items_where_fifo_keeps_only_recent_ones(
 
 def test_clear_writes_reservoir_keys_and_uses_a_min_heap_remover(reverb_server_factory):
   exp = Experiment(env_name='CartPole-v1', agent_fn=functools.partial(
-      impala.create_impala_agent, policy_cloning_cost=0.01), data_layout='sequence_replay',
-                   unroll_length=4, num_envs=4, batch_size=8, replay_fraction=0.5,
-                   replay_capacity=64)
+      impala.create_clear_agent, policy_cloning_cost=0.01), num_envs=4, batch_size=8,
+                   layout_settings=dict(unroll_length=4, replay_fraction=0.5,
+                                        replay_capacity=64))
   _, agent = exp.build_agent()
   server = reverb_server_factory(exp.layout.tables(agent))
   info = server.client.server_info()[layouts.REPLAY_TABLE]
@@ -236,7 +238,8 @@ def test_clear_writes_reservoir_keys_and_uses_a_min_heap_remover(reverb_server_f
 
 
 def test_mixed_dataset_concatenates_tables_in_order_and_tags_rows(reverb_server_factory):
-  exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=100)
+  exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2,
+                   layout_settings=dict(capacity=100))
   _, agent = exp.build_agent()
   spec = agent.collect_data_spec
   signature = exp.layout.item_signature(agent)
@@ -249,29 +252,30 @@ def test_mixed_dataset_concatenates_tables_in_order_and_tags_rows(reverb_server_
     writer.close()
   env.close()
   dataset = replay.make_mixed_dataset(server.address, [('a', 2), ('b', 4)], signature,
+                                      rows_per_item=2, time_major=False,
                                       experience_spec=spec)
   _, info = next(iter(dataset))
   np.testing.assert_array_equal(info[replay.TABLE_INDEX], [0, 0, 1, 1, 1, 1])
   np.testing.assert_array_equal(info['policy_version'],
                                 [ord('a')] * 2 + [ord('b')] * 4)
   with pytest.raises(ValueError, match="Table 'b' is asked for 0 rows"):
-    replay.make_mixed_dataset(server.address, [('a', 2), ('b', 0)], signature)
+    replay.make_mixed_dataset(server.address, [('a', 2), ('b', 0)], signature,
+                              rows_per_item=2, time_major=False)
 
 
 def test_cloning_costs_without_replay_are_refused_naming_the_layout():
   """Leaving CLEAR's replay out used to turn cloning off silently."""
-  exp = Experiment(env_name='CartPole-v1', data_layout='sequence', num_envs=4,
-                   batch_size=4, agent_fn=functools.partial(
-                       impala.create_impala_agent, value_cloning_cost=0.01))
+  exp = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=4,
+                   agent_fn=functools.partial(impala.create_impala_agent,
+                                              value_cloning_cost=0.01))
   with pytest.raises(ValueError, match=(
       r"ImpalaAgent trains on \['replay_mask'\], which the SequenceQueue layout does not "
-      r".*data_layout='sequence_replay'")):
+      r".*create_clear_agent")):
     exp.build_agent()
 
 
 def test_agents_declare_their_train_inputs():
-  exp = Experiment(env_name='CartPole-v1', data_layout='sequence', num_envs=4,
-                   batch_size=4)
+  exp = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=4)
   env = exp.make_env()
   step = tf.Variable(0, dtype=tf.int64)
 

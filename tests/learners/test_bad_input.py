@@ -2,6 +2,7 @@
 item 6); the Reverb exposure warning prints once; a mid-episode observation shape change
 names its env; a full disk is one line and exit status 6; train_steps_per_sec is written
 for DQN-like runs (item 9)."""
+import dataclasses
 import errno
 import os
 import socket
@@ -22,6 +23,7 @@ from learners import train_eval
 from learners import validation
 from learners.experiment import Experiment
 from tfrl import export
+from tfrl import layouts
 from tfrl import replay
 from tfrl.replay import network
 
@@ -55,8 +57,10 @@ def busy_port():
     ('batch_size', -1, 'Experiment.batch_size = -1: must be an integer >= 1'),
     ('num_envs', 'four', "Experiment.num_envs = 'four': must be an integer >= 1"),
     ('gamma', 1.5, 'Experiment.gamma = 1.5: must be a number in [0, 1]'),
-    ('data_layout', 'episodes', "Experiment.data_layout = 'episodes': must be one of "
-     "'transition', 'sequence', 'sequence_replay'"),
+    ('layout_settings', {'n_step': 0}, 'TransitionReplay.n_step = 0: must be an integer '
+     '>= 1'),
+    ('layout_settings', {'replay_fraction': 0.5}, 'TransitionReplay.replay_fraction = 0.5: '
+     'TransitionReplay has no such setting (its settings: n_step, steps_per_item, '),
     ('log_interval', 0, 'Experiment.log_interval = 0: must be an integer >= 1, or None'),
     ('env_name', 'CartPol-v1', "Experiment.env_name = 'CartPol-v1': Unknown environment "
      "id 'CartPol-v1'. Close registered ids: CartPole-v1"),
@@ -85,6 +89,13 @@ def test_every_field_has_a_rule_and_a_later_field_is_ready():
   assert names <= set(validation.EXPERIMENT_RULES)
   rule = validation.EXPERIMENT_RULES['env_step_timeout_s']
   assert rule.check(0) and rule.check(2.5) and not rule.check(-1) and not rule.check('x')
+
+
+def test_every_layout_setting_has_a_rule():
+  for layout_class in layouts.ALL:
+    own = {f.name for f in dataclasses.fields(layout_class)} - set(
+        validation.JOB_LAYOUT_FIELDS)
+    assert own <= set(validation.LAYOUT_RULES), layout_class.__name__
 
 
 def test_program_flags_out_of_range():

@@ -24,8 +24,10 @@ from tf_agents.agents.dqn import dqn_agent
 from tfrl import actors
 from tfrl import replay
 from tfrl.agents import impala
+from tfrl.agents import ppo
 from tfrl.agents import sac
 from tfrl.layouts import QUEUE_TABLE, REPLAY_TABLE
+from learners import config
 from learners.experiment import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,38 +73,60 @@ def sizes(server):
   return {name: info.current_size for name, info in server.client.server_info().items()}
 
 
+CLEAR_AGENT = functools.partial(impala.create_clear_agent, policy_cloning_cost=0.01)
+
+
 @pytest.mark.parametrize('kwargs,message', [
-    (dict(data_layout='episodes'), "Experiment.data_layout = 'episodes': must be one of"),
-    (dict(replay_table='rank'), "Experiment.replay_table = 'rank': must be one of"),
-    (dict(data_layout='sequence', replay_fraction=0.5),
-     "replay_fraction=0.5 needs data_layout='sequence_replay'"),
-    (dict(data_layout='sequence_replay', replay_fraction=1.0),
-     'Experiment.replay_fraction = 1.0: must be a number in [0, 1)'),
-    (dict(data_layout='sequence_replay'), 'replay_fraction must be in (0, 1)'),
-    (dict(data_layout='sequence_replay', replay_fraction=0.5, replay_remover='lifo'),
-     "Experiment.replay_remover = 'lifo': must be one of"),
-    (dict(data_layout='sequence', replay_table='prioritized'),
-     "replay_table='prioritized' needs a priority per row"),
+    (dict(layout_settings=dict(n_step=0)),
+     'TransitionReplay.n_step = 0: must be an integer >= 1'),
+    (dict(layout_settings=dict(unroll_length=8)),
+     'TransitionReplay.unroll_length = 8: TransitionReplay has no such setting'),
+    (dict(layout_settings=dict(num_envs=8)),
+     'TransitionReplay.num_envs = 8: the Experiment sets it'),
+    (dict(agent_fn=ppo.create_ppo_agent, layout_settings=dict(prioritized=True)),
+     'SequenceQueue.prioritized = True: SequenceQueue has no such setting'),
+    (dict(agent_fn=lambda *args, **kwargs: None), 'names no data layout'),
+    (dict(agent_fn=CLEAR_AGENT, layout_settings=dict(replay_fraction=1.0)),
+     'SequenceQueueAndReplay.replay_fraction = 1.0: must be a number in (0, 1)'),
+    (dict(agent_fn=CLEAR_AGENT, layout_settings=dict(replay_remover='lifo')),
+     "SequenceQueueAndReplay.replay_remover = 'lifo': must be one of"),
     (dict(num_envs=16, batch_size=24), 'batch_size=24 must be a multiple or a divisor'),
-    (dict(num_envs=4, steps_per_item=3, batch_size=8),
+    (dict(num_envs=4, batch_size=8, layout_settings=dict(steps_per_item=3)),
      'batch_size=8 must be a multiple of the 12 rows per item'),
-    (dict(data_layout='sequence_replay', num_envs=4, batch_size=8, replay_fraction=0.8),
-     'leaves no fresh unrolls'),
-    (dict(data_layout='sequence_replay', num_envs=8, batch_size=8, replay_fraction=0.3),
-     'rounds to no replayed unrolls'),
+    (dict(agent_fn=CLEAR_AGENT, num_envs=4, batch_size=8,
+          layout_settings=dict(replay_fraction=0.8)), 'leaves no fresh unrolls'),
+    (dict(agent_fn=CLEAR_AGENT, num_envs=8, batch_size=8,
+          layout_settings=dict(replay_fraction=0.3)), 'rounds to no replayed unrolls'),
 ])
 def test_bad_settings_fail_at_construction_naming_the_setting(kwargs, message):
   with pytest.raises(ValueError, match=re.escape(message)):
     Experiment(**kwargs)
 
 
-CLEAR_AGENT = functools.partial(impala.create_impala_agent, policy_cloning_cost=0.01)
+def test_bindings_on_a_layout_the_agent_does_not_train_from_are_refused():
+  """A gin config binding another layout's settings would otherwise go unused."""
+  with pytest.raises(config.ConfigError,
+                     match=re.escape('TransitionReplay.n_step bound, but the agent trains '
+                                     'from SequenceQueue')):
+    config.parse(['ppo_cartpole.gin'], ['TransitionReplay.n_step = 3'])
+
+
+def test_a_layout_takes_its_base_layouts_bindings_and_its_own():
+  config.parse(['clear_cartpole.gin'], ['SequenceQueue.unroll_length = 8',
+                                         'SequenceQueueAndReplay.replay_capacity = 32'])
+  layout = Experiment().layout
+  assert (type(layout).__name__, layout.unroll_length, layout.replay_capacity) == (
+      'SequenceQueueAndReplay', 8, 32)
+
+
+UNROLL = 4
+CLEAR_LAYOUT = dict(unroll_length=UNROLL, replay_fraction=0.5, replay_capacity=64,
+                    queue_capacity=64)
 
 
 def clear_experiment(**overrides):
-  settings = dict(env_name='CartPole-v1', agent_fn=CLEAR_AGENT,
-                  data_layout='sequence_replay', unroll_length=4, num_envs=4, batch_size=8,
-                  replay_fraction=0.5, replay_capacity=64, queue_capacity=64)
+  settings = dict(env_name='CartPole-v1', agent_fn=CLEAR_AGENT, num_envs=4, batch_size=8,
+                  layout_settings=CLEAR_LAYOUT)
   settings.update(overrides)
   return Experiment(**settings)
 
@@ -120,7 +144,7 @@ def test_clear_batch_is_fresh_unrolls_then_replayed_ones(reverb_server_factory):
 
   assert set(kwargs) == {'experience', 'replay_mask'}
   np.testing.assert_array_equal(kwargs['replay_mask'], [0.0] * 4 + [1.0] * 4)
-  assert kwargs['experience'].observation.shape == (8, exp.unroll_length + 1, 4)
+  assert kwargs['experience'].observation.shape == (8, UNROLL + 1, 4)
   # The fresh half is the oldest unroll of the queue (FIFO), taken out of it; the
   # replayed half is one of the three unrolls, left in the replay table.
   keys = info['key'].numpy()
@@ -150,20 +174,20 @@ def test_clear_cloning_targets_are_the_stored_behaviour_outputs(reverb_server_fa
 def test_policy_version_of_the_acting_policy_reaches_train_kwargs(reverb_server_factory):
   """An agent with a maximum policy lag declares 'policy_version'; the queue gives it."""
   exp = clear_experiment(
-      data_layout='sequence', replay_fraction=0.0, batch_size=4,
+      batch_size=4, layout_settings=dict(unroll_length=UNROLL, queue_capacity=64),
       agent_fn=functools.partial(impala.create_impala_agent, max_policy_lag=5))
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 5, policy_version=37)
   kwargs, _ = first_batch(exp, server, agent)
   assert set(kwargs) == {'experience', 'policy_version'}
   np.testing.assert_array_equal(kwargs['policy_version'],
-                                np.full((4, exp.unroll_length + 1), 37))
+                                np.full((4, UNROLL + 1), 37))
 
 
 def per_experiment():
-  return Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, n_step=1,
-                    replay_table='prioritized', priority_exponent=0.6,
-                    importance_sampling_exponent=0.4, replay_capacity=1000)
+  return Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2,
+                    layout_settings=dict(n_step=1, prioritized=True, priority_exponent=0.6,
+                                         importance_sampling_exponent=0.4, capacity=1000))
 
 
 def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_server_factory):
@@ -209,13 +233,14 @@ def test_prioritized_replay_after_step_writes_back_abs_td_error(reverb_server_fa
 
 def test_prioritized_replay_with_an_agent_without_priorities_is_rejected():
   exp = Experiment(env_name='Pendulum-v1', agent_fn=sac.create_sac_agent,
-                   replay_table='prioritized')
+                   layout_settings=dict(prioritized=True))
   with pytest.raises(ValueError, match="needs per-row priorities, which SacAgent does not"):
     exp.build_agent()
 
 
 def test_uniform_replay_weights_only_mask_boundary_rows(reverb_server_factory):
-  exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2, replay_capacity=1000)
+  exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=2,
+                   layout_settings=dict(capacity=1000))
   agent, server = start(exp, reverb_server_factory)
   fill(exp, server, agent, 40)
   assert exp.layout.after_train_step_fn(server.address, agent) is None
@@ -242,7 +267,7 @@ _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
     env = exp.make_env()
     writer = exp.layout.make_writer(server.client)
     # Enough unrolls for both replicas' pipelines, which take queue items ahead.
-    actors.Actor(env, agent.collect_policy, [writer]).run(10 * exp.unroll_length + 1)
+    actors.Actor(env, agent.collect_policy, [writer]).run(10 * exp.layout.unroll_length + 1)
     writer.flush()
     dataset = strategy.distribute_datasets_from_function(
         exp.layout.dataset_fn(server.address, agent))

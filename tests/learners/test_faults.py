@@ -382,7 +382,7 @@ def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_differenc
   programs.start_server('reverb_server', port, SMALL)
   assert programs.stop('reverb_server') == 0  # a final checkpoint at the first capacity
   programs.start('reverb_server_2', 'reverb_server', f'--root_dir={root}',
-                 f'--port={port}', *gin_args(SMALL + ['Experiment.replay_capacity=3200']))
+                 f'--port={port}', *gin_args(SMALL + ['TransitionReplay.capacity=3200']))
   assert programs.wait('reverb_server_2', timeout_s=120) == 2
   log = programs.log('reverb_server_2')
   errors = [line for line in log.splitlines() if line.startswith('error: ')]

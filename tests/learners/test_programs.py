@@ -118,7 +118,7 @@ def _reverb_checkpoints(root: str) -> List[str]:
 
 def test_collector_survives_server_restart_and_data_is_restored(programs):
   root = programs.root_dir
-  bindings = SMALL + ['Experiment.num_train_steps=32', 'Experiment.replay_capacity=16000']
+  bindings = SMALL + ['Experiment.num_train_steps=32', 'TransitionReplay.capacity=16000']
   port = portpicker.pick_unused_port()
   address = programs.start_server('reverb_server', port, bindings,
                                   '--checkpoint_interval_s=2')
@@ -224,8 +224,8 @@ BAD_INPUTS = {  # case -> (command-line argument, what its error line names)
     'malformed binding': ('--gin_bindings=Experiment.seed = (', 'Experiment.seed = ('),
     'failing import': ('--gin_bindings=import no_such_module_for_tfrl',
                        'no_such_module_for_tfrl'),
-    'invalid Experiment value': ("--gin_bindings=Experiment.data_layout = 'bogus'",
-                                 'data_layout'),
+    'invalid Experiment value': ('--gin_bindings=TransitionReplay.n_step = 0',
+                                 'TransitionReplay.n_step = 0: must be an integer >= 1'),
 }
 # Each case in at least one program: the four TF programs share config.parse_from_flags;
 # the launcher parses on its own path, so it meets two cases. (Every case in every

@@ -92,7 +92,8 @@ def test_on_policy_trains_on_the_unrolls_the_current_policy_collected(tmp_path):
   # dataset's prefetch) shows up as a lag >= 1 everywhere.
   root = str(tmp_path / 'appo')
   result = train_eval.run(
-      root, ['appo_cartpole.gin'], num_envs=4, batch_size=4, unroll_length=8,
+      root, ['appo_cartpole.gin'], num_envs=4, batch_size=4,
+      layout_settings=dict(unroll_length=8),
       collect_steps_per_iteration=8, train_steps_per_iteration=1, num_train_steps=30,
       summary_interval=1, eval_interval=30, num_eval_episodes=1, target_return=None,
       checkpoint_interval=30, policy_checkpoint_interval=30)
@@ -234,8 +235,8 @@ def test_exported_demo_policy_replays_10_episodes_in_a_fresh_process(demo_run):
     # train call used to wait for ever on MinSize(4) with 1 item in the table.
     ('sac_pendulum.gin', dict(initial_collect_steps=0)),
     # n-step transitions written n - 1 steps late, 3 steps per item, one env per item.
-    ('dqn_cartpole.gin', dict(TINY, initial_collect_steps=0, n_step=5, steps_per_item=3,
-                              num_envs=4, batch_size=24)),
+    ('dqn_cartpole.gin', dict(TINY, initial_collect_steps=0, num_envs=4, batch_size=24,
+                              layout_settings=dict(n_step=5, steps_per_item=3))),
 ])
 def test_warm_up_fills_the_first_batch_whatever_the_item_layout(tmp_path, gin_file,
                                                                overrides):

@@ -326,6 +326,7 @@ def test_make_dataset_batches_transition_rows(reverb_server_factory):
   feed(replay.NStepTransitionWriter(server.client, 'queue', n=1), mid_steps(2, 4))
 
   dataset = replay.make_dataset(server.address, 'queue', signature, batch_size=8,
+                                rows_per_item=4, time_major=False,
                                 experience_spec=spec, rate_limiter_timeout_ms=100)
   experience, info = next(iter(dataset))
 
@@ -349,7 +350,8 @@ def test_make_dataset_turns_sequences_batch_major(reverb_server_factory):
   feed(replay.SequenceWriter(server.client, 'queue', length=3), mid_steps(6, 2))
 
   experience, info = next(iter(replay.make_dataset(
-      server.address, 'queue', signature, batch_size=4, rate_limiter_timeout_ms=100)))
+      server.address, 'queue', signature, batch_size=4, rows_per_item=2, time_major=True,
+      rate_limiter_timeout_ms=100)))
 
   # Rows: (item 0, env 0), (item 0, env 1), (item 1, env 0), (item 1, env 1).
   np.testing.assert_array_equal(experience.observation,
@@ -359,64 +361,22 @@ def test_make_dataset_turns_sequences_batch_major(reverb_server_factory):
   assert info['key'].shape == (4,)
 
 
-def test_make_dataset_pads_episodes_of_different_lengths(reverb_server_factory):
-  signature = replay.EpisodeWriter.item_signature(collect_data_spec())
-  server = reverb_server_factory([replay.queue_table('queue', 10, signature)])
-  # Env 1's episode ends first (2 rows), then env 0's (3 rows).
-  feed(replay.EpisodeWriter(server.client, 'queue', max_length=10),
-       [[F, F], [M, L], [L, F], [F, M]])
-
-  experience, info = next(iter(replay.make_dataset(
-      server.address, 'queue', signature, batch_size=2, rate_limiter_timeout_ms=100)))
-
-  np.testing.assert_array_equal(experience.observation, [[100, 101, 0], [0, 1, 2]])
-  np.testing.assert_array_equal(experience.step_type, [[F, L, F], [F, M, L]])
-  np.testing.assert_array_equal(info['policy_version'], [[0, 1, 0], [0, 1, 2]])
-  assert info['key'].shape == (2,)
-  # The padding step reads as FIRST: only the mask tells it from a real step.
-  assert info[replay.STEP_MASK].dtype == tf.float32
-  np.testing.assert_array_equal(info['step_mask'], [[1, 1, 0], [1, 1, 1]])
-
-
-def test_episode_step_mask_with_several_readers(reverb_server_factory):
-  signature = replay.EpisodeWriter.item_signature(collect_data_spec())
-  server = reverb_server_factory([replay.uniform_table('replay', 10, signature)])
-  # Episodes of 2 (env 2), 3 (env 1), 4 (env 0) and 3 (env 2 again) rows.
-  feed(replay.EpisodeWriter(server.client, 'replay', max_length=10),
-       [[F, F, F], [M, M, L], [M, L, F], [L, F, M], [F, M, L], [M, M, F]])
-  dataset = replay.make_dataset(server.address, 'replay', signature, batch_size=4,
-                                num_parallel_readers=2, rate_limiter_timeout_ms=100)
-
-  for experience, info in dataset.take(3):
-    mask = info['step_mask'].numpy()
-    assert mask.shape == experience.step_type.shape
-    lengths = mask.sum(axis=1).astype(int)
-    assert set(lengths) <= {2, 3, 4}
-    # Real steps come first, then padding; an episode ends on its LAST step.
-    np.testing.assert_array_equal(mask, np.arange(mask.shape[1])[None, :] <
-                                  lengths[:, None])
-    np.testing.assert_array_equal(
-        experience.step_type.numpy()[np.arange(4), lengths - 1], [L] * 4)
-    assert mask.shape[1] == lengths.max()
-
-
-def test_non_episode_datasets_have_no_step_mask(reverb_server_factory):
-  signature = replay.SequenceWriter.item_signature(collect_data_spec(), 2, 1)
-  server = reverb_server_factory([replay.queue_table('queue', 10, signature)])
-  feed(replay.SequenceWriter(server.client, 'queue', length=2), mid_steps(2, 1))
-
-  _, info = next(iter(replay.make_dataset(
-      server.address, 'queue', signature, batch_size=1, rate_limiter_timeout_ms=100)))
-
-  assert 'step_mask' not in info
-
-
 def test_make_dataset_rejects_batch_not_multiple_of_rows_per_item(reverb_server_factory):
   signature = replay.NStepTransitionWriter.item_signature(collect_data_spec(), 4)
   server = reverb_server_factory([replay.queue_table('queue', 10, signature)])
 
   with pytest.raises(ValueError, match='batch_size=6'):
-    replay.make_dataset(server.address, 'queue', signature, batch_size=6)
+    replay.make_dataset(server.address, 'queue', signature, batch_size=6, rows_per_item=4,
+                        time_major=False)
+
+
+def test_make_dataset_rejects_rows_per_item_the_items_do_not_hold(reverb_server_factory):
+  signature = replay.NStepTransitionWriter.item_signature(collect_data_spec(), 4)
+  server = reverb_server_factory([replay.queue_table('queue', 10, signature)])
+
+  with pytest.raises(ValueError, match='hold 4 rows by their signature, not rows_per_item=2'):
+    replay.make_dataset(server.address, 'queue', signature, batch_size=8, rows_per_item=2,
+                        time_major=False)
 
 
 def test_check_table_signature_names_the_differing_field(reverb_server_factory):
@@ -428,7 +388,8 @@ def test_check_table_signature_names_the_differing_field(reverb_server_factory):
   with pytest.raises(replay.SpecMismatchError) as error:
     replay.check_table_signature(server.address, 'replay', expected)
   with pytest.raises(replay.SpecMismatchError, match='observation'):
-    replay.make_dataset(server.address, 'replay', expected, batch_size=2)
+    replay.make_dataset(server.address, 'replay', expected, batch_size=2, rows_per_item=2,
+                        time_major=False)
 
   message = str(error.value)
   assert 'observation' in message and "'replay'" in message

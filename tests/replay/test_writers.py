@@ -122,11 +122,6 @@ def sequence_items(times_per_item, groups):
           for times in times_per_item for group in groups]
 
 
-def episode_items(pieces):
-  """[T] items of one-step rows, from (env, first t, last t) in creation order."""
-  return [[STEPS[env][t] for t in range(first, last + 1)] for env, first, last in pieces]
-
-
 COLLECT_DATA_SPEC = trajectory_lib.Trajectory(
     step_type=tf.TensorSpec((), tf.int32),
     observation=tf.TensorSpec((), tf.float32),
@@ -142,7 +137,7 @@ class Case:
   """A stream of `envs` fed to `make_writer(client, table)`, and the items it must make.
 
   `expected` holds transition items (lists of `Row`s) when `layout` is 'transition', and
-  nested lists of `Step`s ([T][G] for 'sequence', [T] for 'episode') otherwise.
+  nested lists of `Step`s ([T][G], 'sequence') otherwise.
   """
   id: str
   envs: Tuple[int, ...]
@@ -186,18 +181,6 @@ CASES = [
          lambda c, t: replay.SequenceWriter(c, t, length=2, stride=3, envs_per_item=1),
          replay.SequenceWriter.item_signature(COLLECT_DATA_SPEC, 2, 1), 'sequence',
          sequence_items([(0, 1), (3, 4)], [(0,), (1,)])),
-    # Whole episodes, FIRST to LAST (the boundary row) inclusive; env 2's never-ending
-    # episode is cut at max_length; unfinished episodes are not written.
-    Case('episode_max_length5', ALL4,
-         lambda c, t: replay.EpisodeWriter(c, t, max_length=5),
-         replay.EpisodeWriter.item_signature(COLLECT_DATA_SPEC), 'episode',
-         episode_items([(3, 0, 1), (0, 0, 3), (1, 0, 4), (2, 0, 4), (3, 2, 4)])),
-    # Episodes longer than max_length are split into consecutive items.
-    Case('episode_max_length3_splits', ALL4,
-         lambda c, t: replay.EpisodeWriter(c, t, max_length=3),
-         replay.EpisodeWriter.item_signature(COLLECT_DATA_SPEC), 'episode',
-         episode_items([(3, 0, 1), (0, 0, 2), (1, 0, 2), (2, 0, 2), (0, 3, 3),
-                        (1, 3, 4), (3, 2, 4), (2, 3, 5)])),
 ]
 
 
@@ -256,7 +239,7 @@ def check_transition_item(item, rows):
 
 
 def check_step_item(item, steps):
-  """Compares a [T, G] (sequence) or [T] (episode) item with one-step rows."""
+  """Compares a [T, G] (sequence) item with one-step rows."""
   steps = np.array(steps, dtype=np.float64)  # [..., 6] with Step's fields last.
   experience = item['experience']
   fields = {'observation': 0, 'action': 0, 'step_type': 1, 'next_step_type': 2,
@@ -330,9 +313,8 @@ def test_reset_drops_the_partial_window(reverb_server_factory):
     lambda: replay.NStepTransitionWriter(None, 'table', n=0),
     lambda: replay.SequenceWriter(None, 'table', length=0),
     lambda: replay.SequenceWriter(None, 'table', length=2, stride=-1),
-    lambda: replay.EpisodeWriter(None, 'table', max_length=0),
     lambda: replay.NStepTransitionWriter(None, [], n=1),
-], ids=['n0', 'length0', 'negative_stride', 'max_length0', 'no_tables'])
+], ids=['n0', 'length0', 'negative_stride', 'no_tables'])
 def test_invalid_writer_arguments_raise(make_writer):
   with pytest.raises(ValueError):
     make_writer()

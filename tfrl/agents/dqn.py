@@ -23,6 +23,8 @@ from tf_agents.policies import epsilon_greedy_policy
 from tf_agents.policies import tf_policy
 from tf_agents.utils import common
 
+from tfrl import layouts
+from tfrl.agents import interface
 from tfrl.networks import encoders
 
 
@@ -82,6 +84,7 @@ def _per_entry(nest, make_layer):
 
 
 @gin.configurable
+@interface.trains_from(layouts.TransitionReplay)
 def create_dqn_agent(time_step_spec,
                      action_spec,
                      train_step: tf.Variable,

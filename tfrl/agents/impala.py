@@ -33,9 +33,11 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.trajectories import time_step as ts
 
+from tfrl import layouts
 from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
+from tfrl.agents import interface
 from tfrl.losses import cloning
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
@@ -292,7 +294,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       return params, values
     if replayed_rows is None:
       raise ValueError(f'replay_burn_in_steps={k} applies to replayed rows: train with '
-                       "the 'replay_mask' input (data_layout='sequence_replay').")
+                       "the 'replay_mask' input (CLEAR: create_clear_agent).")
     steps = step_type.shape[0]
     if steps is not None and k >= steps - 1:
       raise ValueError(f'replay_burn_in_steps={k} leaves no step to train of unrolls of '
@@ -340,6 +342,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
 
 @gin.configurable
+@interface.trains_from(layouts.SequenceQueue)
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                         learning_rate: float = 1e-3, shared_torso: bool = True,
@@ -382,3 +385,24 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
   return ImpalaAgent(time_step_spec, action_spec, network,
                      tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
                      **kwargs)
+
+
+@gin.configurable
+@interface.trains_from(layouts.SequenceQueueAndReplay)
+def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
+                       **kwargs) -> ImpalaAgent:
+  """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the
+  queue plus a replay table (`tfrl.layouts.SequenceQueueAndReplay`).
+
+  Its settings, cloning costs included, bind on `create_impala_agent` (so a CLEAR
+  config includes its IMPALA config and adds to it); the layout's on
+  `SequenceQueueAndReplay` (and `SequenceQueue` for the fields it inherits).
+
+  Args:
+    time_step_spec, action_spec, train_step: see `create_impala_agent`.
+    **kwargs: any `create_impala_agent` argument.
+
+  Returns:
+    The agent.
+  """
+  return create_impala_agent(time_step_spec, action_spec, train_step, **kwargs)

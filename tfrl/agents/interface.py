@@ -1,23 +1,89 @@
-"""What a trainer asks of an agent beyond tf-agents' `TFAgent`, with the defaults for
-agents that say nothing (any tf-agents agent trains with them).
+"""What a trainer asks of an agent beyond tf-agents' `TFAgent`, and the check of it.
 
-An agent may declare:
+An agent builder names the data layout its agents train from (`trains_from`), so a
+config names the agent and nothing else about where its data comes from.
+
+An agent may declare (each optional; any tf-agents agent trains without them):
 - `train_inputs`: names of the sample fields its `train` takes besides `experience`
-  and `weights` (e.g. 'replay_mask' for CLEAR's cloning, 'policy_version' for a
-  maximum policy lag). The data layout supplies them or refuses the agent by name.
+  and `weights`, from `KNOWN_INPUTS` (e.g. 'replay_mask' for CLEAR's cloning,
+  'policy_version' for a maximum policy lag). The data layout supplies them or refuses
+  the agent by name.
 - `priorities(loss_info)`: per-row priorities for prioritized replay (DQN: |TD error|).
 - `collect_policy_for_task(task_id, num_tasks)`: the collect policy of one of several
   collectors, e.g. a spread of exploration rates (Ape-X).
 - `on_policy = True`: its loss assumes the data was acted by the policy it trains
   (PPO), so separate collectors are paced to the trainer (`learners.pacing`).
   tf-agents' PPOAgent counts as on-policy without saying so.
+
+`check_agent` runs when a job builds its agent: a declaration with a misspelt name
+(`train_input`), an unknown input, or an input its `train` does not accept is an
+error that names it, not a feature silently switched off.
 """
-from typing import Callable, Optional, Tuple
+import difflib
+import functools
+import inspect
+from typing import Any, Callable, Optional, Tuple
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.agents.ppo import ppo_agent
 from tf_agents.policies import tf_policy
+
+# The declarations `check_agent` knows.
+PROTOCOL = ('train_inputs', 'priorities', 'collect_policy_for_task', 'on_policy')
+# Sample fields a layout can supply (`tfrl.layouts`): each unroll's policy version per
+# step, a recurrent policy's state at the first step, 1.0 on replayed rows (CLEAR).
+KNOWN_INPUTS = ('policy_version', 'policy_state', 'replay_mask')
+# How close (difflib's ratio) an attribute name must be to a protocol name to be taken
+# for a misspelling of it.
+_MISSPELLING_RATIO = 0.85
+# Where a builder's layout is recorded.
+_LAYOUT_ATTRIBUTE = 'tfrl_data_layout'
+
+
+class AgentProtocolError(ValueError):
+  """An agent's declaration that tfrl cannot honour (the message names it)."""
+
+
+def trains_from(layout_class: type) -> Callable[[Callable], Callable]:
+  """Marks an agent builder with the data layout its agents train from.
+
+  Put it under `@gin.configurable`:
+
+      @gin.configurable
+      @interface.trains_from(tfrl.layouts.TransitionReplay)
+      def create_my_agent(time_step_spec, action_spec, train_step, gamma=0.99): ...
+
+  Args:
+    layout_class: a `tfrl.layouts.Layout` subclass.
+
+  Returns:
+    A decorator that returns the builder itself, marked.
+  """
+  def mark(builder: Callable) -> Callable:
+    setattr(builder, _LAYOUT_ATTRIBUTE, layout_class)
+    return builder
+  return mark
+
+
+def layout_of(builder: Callable) -> type:
+  """The layout class `builder` (or the builder a `functools.partial` wraps) names.
+
+  Raises:
+    AgentProtocolError: the builder names no layout.
+  """
+  target = builder
+  layout_class = getattr(target, _LAYOUT_ATTRIBUTE, None)
+  while layout_class is None and isinstance(target, functools.partial):
+    target = target.func
+    layout_class = getattr(target, _LAYOUT_ATTRIBUTE, None)
+  if layout_class is None:
+    name = getattr(target, '__qualname__', repr(target))
+    raise AgentProtocolError(
+        f'The agent builder {name} names no data layout: decorate it with '
+        '@tfrl.agents.interface.trains_from(<layout>), e.g. tfrl.layouts.TransitionReplay '
+        '(DQN, SAC), SequenceQueue (PPO, IMPALA) or SequenceQueueAndReplay (CLEAR).')
+  return layout_class
 
 
 def train_inputs(agent: tf_agent.TFAgent) -> Tuple[str, ...]:
@@ -48,3 +114,55 @@ def collect_policy(agent: tf_agent.TFAgent, task_id: int = 0,
 def on_policy(agent: tf_agent.TFAgent) -> bool:
   """Whether `agent` must train on data of the policy it trains (see the module doc)."""
   return isinstance(agent, ppo_agent.PPOAgent) or bool(getattr(agent, 'on_policy', False))
+
+
+def check_agent(agent: Any) -> None:
+  """Checks `agent`'s declarations (see the module docstring).
+
+  Raises:
+    AgentProtocolError: an attribute whose name is a near miss of a declaration's, a
+      train input outside `KNOWN_INPUTS` or not a parameter of the agent's `_train`,
+      `priorities` or `collect_policy_for_task` that is not callable, or an `on_policy`
+      that is not a bool.
+  """
+  kind = type(agent).__name__
+  for name in _public_names(agent):
+    close = difflib.get_close_matches(name, PROTOCOL, n=1, cutoff=_MISSPELLING_RATIO)
+    if close and close[0] != name:
+      raise AgentProtocolError(
+          f'{kind} defines {name!r}, which tfrl does not read; did you mean '
+          f'{close[0]!r}? (the declarations: {", ".join(PROTOCOL)})')
+  for name in train_inputs(agent):
+    if name not in KNOWN_INPUTS:
+      raise AgentProtocolError(
+          f'{kind}.train_inputs names {name!r}, which no data layout supplies '
+          f'(they supply: {", ".join(KNOWN_INPUTS)}).')
+    if not _train_accepts(agent, name):
+      raise AgentProtocolError(
+          f"{kind}.train_inputs names {name!r}, but {kind}._train has no parameter "
+          f'{name!r} to take it.')
+  for name in ('priorities', 'collect_policy_for_task'):
+    value = getattr(agent, name, None)
+    if value is not None and not callable(value):
+      raise AgentProtocolError(f'{kind}.{name} must be a method, got {value!r}.')
+  value = getattr(agent, 'on_policy', False)
+  if not isinstance(value, bool):
+    raise AgentProtocolError(f'{kind}.on_policy must be True or False, got {value!r}.')
+
+
+def _public_names(agent: Any) -> set:
+  """Names on the agent's class hierarchy and instance, without private ones."""
+  names = set(vars(agent)) if hasattr(agent, '__dict__') else set()
+  for cls in type(agent).__mro__:
+    names.update(vars(cls))
+  return {name for name in names if not name.startswith('_')}
+
+
+def _train_accepts(agent: Any, name: str) -> bool:
+  """Whether `agent._train` (where tf-agents sends train's keywords) takes `name`."""
+  train = getattr(agent, '_train', None)
+  if train is None:
+    return False
+  parameters = inspect.signature(train).parameters
+  return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                   for p in parameters.values())

@@ -23,9 +23,11 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.trajectories import time_step as ts
 
+from tfrl import layouts
 from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
+from tfrl.agents import interface
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
@@ -274,6 +276,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 
 
 @gin.configurable
+@interface.trains_from(layouts.SequenceQueue)
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
                      learning_rate: float = 3e-4, shared_torso: bool = True,

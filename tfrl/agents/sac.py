@@ -13,8 +13,12 @@ from tf_agents.agents.sac import sac_agent
 from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.networks import actor_distribution_network
 
+from tfrl import layouts
+from tfrl.agents import interface
+
 
 @gin.configurable
+@interface.trains_from(layouts.TransitionReplay)
 def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99,
                      actor_fc_layer_params: Sequence[int] = (256, 256),

@@ -6,6 +6,12 @@ unchanged: the Reverb server calls `tables`, a collector `make_writer`, the trai
 them plus `warm_up` and `train_steps_available`. A job's settings (env, seed, budgets,
 intervals) live in `learners.experiment.Experiment`, which picks the layout.
 
+An agent builder names its layout (`tfrl.agents.interface.trains_from`); the layout's
+own settings bind in gin on its class (`SequenceQueue.unroll_length = 32`), and a
+subclass also takes its bases' bindings for the fields it inherits (`build`). The job
+passes what it shares with the envs and the agent (`JOB_SETTINGS`, and TransitionReplay's
+gamma and annealing horizon).
+
 The layouts:
 - `TransitionReplay` (DQN, SAC): n-step transitions in a uniform or prioritized table.
 - `SequenceQueue` (PPO, IMPALA, APPO): unrolls in a FIFO queue, each sampled once.
@@ -19,6 +25,7 @@ import abc
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
+import gin
 import reverb
 import tensorflow as tf
 from tf_agents.agents import tf_agent
@@ -32,6 +39,10 @@ REPLAY_TABLE = 'replay'
 QUEUE_TABLE = 'queue'
 # Vector steps between a replay collector's pulls of the policy variables.
 REPLAY_PULL_PERIOD = 50
+
+# Every layout's settings that the job, not the layout, decides (never bound in gin on
+# a layout class: `Experiment.num_envs`, `Experiment.batch_size`).
+JOB_SETTINGS = ('num_envs', 'batch_size')
 
 # (experience, info) -> agent.train's keyword arguments, per replica.
 TrainInputsFn = Callable[[Any, Dict[str, tf.Tensor]], Dict[str, Any]]
@@ -52,6 +63,8 @@ class Layout(abc.ABC):
   experience_table = REPLAY_TABLE
   # Sample fields (in `info`) an agent may declare as train inputs (a tuple).
   provided_inputs = ()
+  # Whether items hold unrolls time-major, [T, G, ...], rather than [G, ...] rows.
+  time_major_items = False
   # Whether one process's train steps must wait for the items it collected (a queue
   # serves each item once), which it then flushes before counting them.
   trains_on_collected_items = False
@@ -112,6 +125,8 @@ class Layout(abc.ABC):
         ahead = dict(max_in_flight_samples_per_worker=self.items_per_batch(rows),
                      prefetch=1)
       return replay.make_dataset(server_address, self.experience_table, signature, rows,
+                                 rows_per_item=self.rows_per_item,
+                                 time_major=self.time_major_items,
                                  experience_spec=agent.collect_data_spec,
                                  rate_limiter_timeout_ms=sample_timeout_ms,
                                  shuffle_rows=self.shuffle_rows(rows), **ahead)
@@ -154,11 +169,15 @@ class Layout(abc.ABC):
     return rows // num_replicas
 
   def check_agent(self, agent: tf_agent.TFAgent) -> None:
-    """Refuses an agent whose declared train inputs this layout cannot supply.
+    """Refuses an agent whose declarations are wrong (`interface.check_agent`) or
+    whose declared train inputs this layout cannot supply.
 
     Raises:
-      ValueError: naming the input and the layout.
+      interface.AgentProtocolError: a declaration that is misspelt, unknown or not
+        taken by the agent's `_train`.
+      ValueError: an input this layout does not supply, naming it and the layout.
     """
+    interface.check_agent(agent)
     missing = [name for name in interface.train_inputs(agent)
                if name not in self.provided_inputs]
     if missing:
@@ -169,7 +188,8 @@ class Layout(abc.ABC):
 
   def _missing_input_hint(self, missing: List[str]) -> str:
     del missing
-    return 'choose the data_layout that provides them.'
+    return "build the agent with a builder whose layout provides them (CLEAR's replay " \
+           'mask: tfrl.agents.impala.create_clear_agent).'
 
   def train_inputs_fn(self, agent: tf_agent.TFAgent) -> TrainInputsFn:
     """Per replica: `(experience, info)` -> `agent.train`'s keyword arguments.
@@ -230,3 +250,29 @@ class Layout(abc.ABC):
         its train steps consumed.
       limit: the configured train steps per iteration.
     """
+
+
+def bound_settings(layout_class: type) -> Dict[str, Any]:
+  """The layout settings bound in gin for `layout_class`: its bases' bindings first
+  (for the fields it inherits), then its own, which win."""
+  settings = {}
+  for cls in reversed(layout_class.__mro__):
+    if not issubclass(cls, Layout):
+      continue
+    try:
+      settings.update(gin.get_bindings(cls))
+    except ValueError:  # a class that is not a gin configurable (e.g. `Layout`)
+      continue
+  return settings
+
+
+def build(layout_class: type, num_envs: int, batch_size: int,
+          **settings: Any) -> 'Layout':
+  """Builds `layout_class` for a job: its gin-bound settings (`bound_settings`), then
+  `settings` (the job's shared ones, and a Python caller's), which win.
+
+  Raises:
+    ValueError: settings the layout rejects (the layout's message).
+  """
+  return layout_class(num_envs=num_envs, batch_size=batch_size,
+                      **{**bound_settings(layout_class), **settings})

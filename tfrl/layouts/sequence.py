@@ -10,6 +10,7 @@ its 'policy_state' input (the network unrolls from it).
 import dataclasses
 from typing import Any, List, Optional
 
+import gin
 import reverb
 from tf_agents.agents import tf_agent
 
@@ -18,6 +19,7 @@ from tfrl import replay
 from tfrl.layouts import base
 
 
+@gin.configurable(denylist=base.JOB_SETTINGS)
 @dataclasses.dataclass
 class SequenceQueue(base.Layout):
   """On-policy unrolls in a queue (see the module docstring).
@@ -33,6 +35,7 @@ class SequenceQueue(base.Layout):
   experience_table = base.QUEUE_TABLE
   provided_inputs = ('policy_version', 'policy_state')
   trains_on_collected_items = True
+  time_major_items = True
 
   @property
   def rows_per_item(self) -> int:
@@ -66,9 +69,9 @@ class SequenceQueue(base.Layout):
 
   def _missing_input_hint(self, missing: List[str]) -> str:
     if 'replay_mask' in missing:
-      return ("CLEAR's cloning costs and replay burn-in need replayed unrolls: set "
-              "data_layout='sequence_replay' and replay_fraction > 0, or the costs and "
-              "replay_burn_in_steps to 0.")
+      return ("CLEAR's cloning costs and replay burn-in need replayed unrolls: build the "
+              'agent with create_clear_agent (SequenceQueueAndReplay), or set the costs '
+              'and replay_burn_in_steps to 0.')
     return super()._missing_input_hint(missing)
 
   @property

@@ -10,6 +10,7 @@ or, with `replay_remover='fifo'`, the most recent ones.
 import dataclasses
 from typing import List, Optional
 
+import gin
 import reverb
 from tf_agents.agents import tf_agent
 import tensorflow as tf
@@ -23,6 +24,7 @@ REPLAY_REMOVERS = ('reservoir', 'fifo')
 REPLAY_MASK = 'replay_mask'
 
 
+@gin.configurable(denylist=base.JOB_SETTINGS)
 @dataclasses.dataclass
 class SequenceQueueAndReplay(sequence.SequenceQueue):
   """CLEAR's data (see the module docstring).
@@ -47,7 +49,7 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
       raise ValueError(f'replay_remover must be one of {REPLAY_REMOVERS}, got '
                        f'{self.replay_remover!r}.')
     if not 0.0 < self.replay_fraction < 1.0:
-      raise ValueError(f'replay_fraction must be in (0, 1) with the sequence_replay '
+      raise ValueError(f'replay_fraction must be in (0, 1) with the SequenceQueueAndReplay '
                        f'layout (a batch needs fresh and replayed rows), got '
                        f'{self.replay_fraction}.')
 
@@ -65,9 +67,9 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
     if 'policy_version' in inputs and REPLAY_MASK not in inputs:
       raise ValueError(
           f"{type(agent).__name__}'s max_policy_lag would drop the replayed unrolls of "
-          "data_layout='sequence_replay' as stale without their replay mask: set a CLEAR "
-          "cloning cost above 0 (the lag then applies to fresh rows only) or "
-          "max_policy_lag=None.")
+          'the SequenceQueueAndReplay layout as stale without their replay mask: set a '
+          'CLEAR cloning cost above 0 (the lag then applies to fresh rows only) or '
+          'max_policy_lag=None.')
 
   @property
   def replayed_rows(self) -> int:
@@ -135,6 +137,8 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
           (base.REPLAY_TABLE, self.rows_per_replica(self.replayed_rows, replicas,
                                                     'replayed part'))]
       dataset = replay.make_mixed_dataset(server_address, rows_per_table, signature,
+                                          rows_per_item=self.rows_per_item,
+                                          time_major=self.time_major_items,
                                           experience_spec=agent.collect_data_spec,
                                           rate_limiter_timeout_ms=sample_timeout_ms)
       return dataset.map(lambda experience, info: (experience, dict(info, **{

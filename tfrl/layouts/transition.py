@@ -23,6 +23,7 @@ from `importance_sampling_exponent` to 1 over `beta_anneal_steps` train steps.
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
+import gin
 import reverb
 import tensorflow as tf
 from tf_agents.agents import tf_agent
@@ -39,6 +40,7 @@ from tfrl.replay import tables as tables_lib
 PRIORITY_FLOOR = 1e-6
 
 
+@gin.configurable(denylist=base.JOB_SETTINGS + ('gamma', 'beta_anneal_steps'))
 @dataclasses.dataclass
 class TransitionReplay(base.Layout):
   """n-step transitions in a replay table (see the module docstring).

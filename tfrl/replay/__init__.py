@@ -1,7 +1,6 @@
 """Reverb replay: tables, server, batched writers, datasets, priorities, variables."""
-from tfrl.replay.dataset import (STEP_MASK, TABLE_INDEX, SpecMismatchError,
-                                 check_table_signature, infer_layout, make_dataset,
-                                 make_mixed_dataset, valid_mask)
+from tfrl.replay.dataset import (TABLE_INDEX, SpecMismatchError, check_table_signature,
+                                 make_dataset, make_mixed_dataset, valid_mask)
 from tfrl.replay.errors import (CheckpointMismatchError, ReplayServerUnreachableError,
                                 WriterStoppedError, call_with_timeout, is_server_lost)
 from tfrl.replay.network import PortInUseError, check_port_free, warn_exposed
@@ -12,4 +11,4 @@ from tfrl.replay.tables import (VARIABLES_TABLE, prioritized_table, queue_table,
                                 rate_limiter, reservoir_priority, reservoir_table,
                                 uniform_table, variables_table)
 from tfrl.replay.variables import VariableContainer, VariablesNotPushedError
-from tfrl.replay.writers import (EpisodeWriter, NStepTransitionWriter, SequenceWriter)
+from tfrl.replay.writers import NStepTransitionWriter, SequenceWriter

@@ -2,7 +2,7 @@
 
 Grouping envs into items, opening the Reverb writer with a bounded wait, creating items
 in every table, the in-flight throttle (which a stop event interrupts), flush, abandon
-and close. The layouts themselves (n-step transitions, sequences, episodes) live in
+and close. The item formats themselves (n-step transitions, sequences) live in
 `tfrl.replay.writers`.
 
 Rows travel as flat lists of arrays, in the order `tf.nest.flatten` gives the item
@@ -103,15 +103,11 @@ class BatchedWriter(abc.ABC):
       raise ValueError(f'This writer was fed {self._num_envs} envs and now {num_envs}.')
     return num_envs // self._envs_per_item
 
-  def _split(self, flat_row: List[np.ndarray], num_groups: int,
-             keep_group_dim: bool = True) -> List[List[np.ndarray]]:
-    """[N, ...] leaves -> num_groups flat rows of [G, ...] leaves ([...] with G = 1
-    and keep_group_dim=False: per-env columns)."""
-    if num_groups == 1 and keep_group_dim:
+  def _split(self, flat_row: List[np.ndarray], num_groups: int) -> List[List[np.ndarray]]:
+    """[N, ...] leaves -> num_groups flat rows of [G, ...] leaves."""
+    if num_groups == 1:
       return [flat_row]
-    shape = (lambda x: (num_groups, -1) + x.shape[1:]) if keep_group_dim else (
-        lambda x: x.shape)
-    split = [np.reshape(x, shape(x)) for x in flat_row]
+    split = [np.reshape(x, (num_groups, -1) + x.shape[1:]) for x in flat_row]
     return [[x[g] for x in split] for g in range(num_groups)]
 
   def _open_writer(self) -> reverb.TrajectoryWriter:

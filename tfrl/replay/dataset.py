@@ -1,11 +1,12 @@
 """`make_dataset`: batches of `(experience, info)` rows sampled from a Reverb table.
 
-A "row" is what a learner trains on: one transition, one unroll, one episode. Writers
-may pack G rows into one Reverb item (see `tfrl.replay.writers`); the dataset samples
-items and unpacks them, so `batch_size` is always counted in rows. `info` has one entry
-per row: the item's `key`, sampling `probability`, `table_size`, `priority`,
-`times_sampled`, and the `policy_version` that produced the row. Episode batches also
-carry `step_mask` (see `make_dataset`).
+A "row" is what a learner trains on: one transition or one unroll. Writers pack G rows
+into one Reverb item (see `tfrl.replay.writers`); the dataset samples items and unpacks
+them, so `batch_size` is always counted in rows. How an item holds its rows is the data
+layout's to say (`tfrl.layouts`: `rows_per_item`, `time_major`), never guessed from
+shapes. `info` has one entry per row: the item's `key`, sampling `probability`,
+`table_size`, `priority`, `times_sampled`, and the `policy_version` that produced the
+row.
 """
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -18,21 +19,8 @@ from tfrl.replay import mixing
 from tfrl.replay import server as server_lib
 from tfrl.replay import writers
 
-LAYOUTS = ('transition', 'sequence', 'episode')
-STEP_MASK = 'step_mask'
-
-
 class SpecMismatchError(ValueError):
   """The table on the server stores items of another structure than expected."""
-
-
-def infer_layout(item_signature: Dict[str, Any]) -> str:
-  """'transition' ([G, 2]), 'sequence' ([T, G]) or 'episode' ([T]) from a signature."""
-  version_rank = item_signature[writers.POLICY_VERSION].shape.rank
-  step_type_rank = item_signature[writers.EXPERIENCE].step_type.shape.rank
-  if version_rank == 2:
-    return 'sequence'
-  return 'transition' if step_type_rank == 2 else 'episode'
 
 
 def check_table_signature(server_address: str, table_name: str, item_signature: Any,
@@ -74,31 +62,28 @@ def valid_mask(experience: Any) -> tf.Tensor:
   return tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, tf.float32)
 
 
-def _unpack_rows(layout: str, rows_per_item: int):
-  """Returns a map fn turning a batch of items into a batch of rows."""
+def _unpack_rows(rows_per_item: int, time_major: bool):
+  """Returns a map fn turning a batch of items into a batch of rows.
 
-  def merge(x, time_major):
-    if layout == 'episode':  # [B, T, ...]: an item is already one row.
-      return x
+  Items are [G, ...] (G rows each) or, time-major, [T, G, ...] (G unrolls of T steps).
+  """
+
+  def merge(x):
     if time_major:  # [B, T, G, ...] -> [B, G, T, ...]
       perm = [0, 2, 1] + list(range(3, x.shape.rank))
       x = tf.transpose(x, perm)
     shape = tf.shape(x)
     return tf.reshape(x, tf.concat([[-1], shape[2:]], axis=0))
 
-  def unpack(sample: reverb.ReplaySample, step_mask: Optional[tf.Tensor] = None):
+  def unpack(sample: reverb.ReplaySample):
     data = sample.data
-    time_major = layout == 'sequence'
-    experience = tf.nest.map_structure(lambda x: merge(x, time_major),
-                                       data[writers.EXPERIENCE])
+    experience = tf.nest.map_structure(merge, data[writers.EXPERIENCE])
     info = {name: tf.repeat(getattr(sample.info, name), rows_per_item)
             for name in reverb.replay_sample.SampleInfo._fields}
-    info[writers.POLICY_VERSION] = merge(data[writers.POLICY_VERSION], time_major)
+    info[writers.POLICY_VERSION] = merge(data[writers.POLICY_VERSION])
     if writers.POLICY_STATE in data:  # [B, G, ...] -> [B * G, ...]: one per unroll
       info[writers.POLICY_STATE] = tf.nest.map_structure(
           lambda x: tf.reshape(x, [-1] + x.shape[2:].as_list()), data[writers.POLICY_STATE])
-    if step_mask is not None:
-      info[STEP_MASK] = step_mask
     return experience, info
 
   return unpack
@@ -108,6 +93,9 @@ def make_dataset(server_address: str,
                  table_name: str,
                  item_signature: Dict[str, Any],
                  batch_size: int,
+                 *,
+                 rows_per_item: int,
+                 time_major: bool,
                  experience_spec: Any = None,
                  num_parallel_readers: int = 1,
                  max_in_flight_samples_per_worker: Optional[int] = None,
@@ -121,7 +109,9 @@ def make_dataset(server_address: str,
     server_address: 'host:port' of the Reverb server.
     table_name: the table to sample.
     item_signature: the writer's `item_signature(...)` (what the table stores).
-    batch_size: rows per batch; must be a multiple of the rows per item (G).
+    batch_size: rows per batch; must be a multiple of `rows_per_item`.
+    rows_per_item: rows (transitions or unrolls) in one item (the layout's G).
+    time_major: items are [T, G, ...] unrolls (sequence layouts), not [G, ...] rows.
     experience_spec: when given (e.g. `agent.collect_data_spec`), experience is
       repacked into its structure (so it is a tf-agents `Trajectory` again).
     num_parallel_readers: Reverb sample streams interleaved into the dataset.
@@ -135,25 +125,19 @@ def make_dataset(server_address: str,
     shuffle_rows: with more rows than `batch_size`, the sampled items' rows pass
       through a shuffle buffer of this many rows before batching, so a batch draws
       from many items (`tfrl.replay.mixing`); 0 (the default): batches of whole items.
-      Not for episodes.
 
   Returns:
     A `tf.data.Dataset`, ready for `strategy.distribute_datasets_from_function`.
-    Episodes (the 'episode' layout) are padded to the longest one in the batch; the
-    padding is zeros, which reads as FIRST steps, so their `info['step_mask']`
-    (float32 [batch_size, T]) is 1.0 on real steps and 0.0 on padding: learners
-    must weigh per-step terms with it.
 
   Raises:
     SpecMismatchError: the table does not store `item_signature` items.
-    ValueError: `batch_size` is not a multiple of the rows per item, or
-      `shuffle_rows` with episodes.
+    ValueError: `batch_size` is not a multiple of `rows_per_item`, or the signature's
+      rows per item is not `rows_per_item`.
   """
-  layout = infer_layout(item_signature)
-  if shuffle_rows and layout == 'episode':
-    raise ValueError('shuffle_rows mixes rows of equal shape; episodes vary in length.')
-  version_shape = item_signature[writers.POLICY_VERSION].shape
-  rows_per_item = 1 if layout == 'episode' else int(version_shape[-1])
+  stored_rows = item_signature[writers.POLICY_VERSION].shape[-1]
+  if stored_rows != rows_per_item:
+    raise ValueError(f'Table {table_name!r} items hold {stored_rows} rows by their '
+                     f'signature, not rows_per_item={rows_per_item}.')
   if batch_size % rows_per_item:
     raise ValueError(
         f'batch_size={batch_size} must be a multiple of the {rows_per_item} rows each item '
@@ -179,14 +163,8 @@ def make_dataset(server_address: str,
         num_parallel_calls=num_parallel_readers, deterministic=False)
   else:
     dataset = reader(0)
-  if layout == 'episode':
-    # A ones column per episode, padded with zeros like the data, marks real steps.
-    dataset = dataset.map(lambda sample: (sample, tf.ones_like(
-        sample.data[writers.POLICY_VERSION], dtype=tf.float32)))
-    dataset = dataset.padded_batch(items_per_batch, drop_remainder=True)
-  else:
-    dataset = dataset.batch(items_per_batch, drop_remainder=True)
-  dataset = dataset.map(_unpack_rows(layout, rows_per_item),
+  dataset = dataset.batch(items_per_batch, drop_remainder=True)
+  dataset = dataset.map(_unpack_rows(rows_per_item, time_major),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
   dataset = mixing.mix_rows(dataset, batch_size, shuffle_rows)
   if experience_spec is not None:
@@ -201,6 +179,9 @@ TABLE_INDEX = 'table_index'
 def make_mixed_dataset(server_address: str,
                        rows_per_table: Sequence[Tuple[str, int]],
                        item_signature: Dict[str, Any],
+                       *,
+                       rows_per_item: int,
+                       time_major: bool,
                        experience_spec: Any = None,
                        rate_limiter_timeout_ms: int = -1) -> tf.data.Dataset:
   """Batches whose rows come from several tables, in a fixed share per table.
@@ -214,7 +195,8 @@ def make_mixed_dataset(server_address: str,
     server_address: 'host:port' of the Reverb server.
     rows_per_table: (table name, rows per batch) pairs; each `rows` a multiple of the
       rows per item.
-    item_signature, experience_spec, rate_limiter_timeout_ms: see `make_dataset`.
+    item_signature, rows_per_item, time_major, experience_spec,
+      rate_limiter_timeout_ms: see `make_dataset`.
 
   Returns:
     A `tf.data.Dataset` of `(experience, info)` batches of sum(rows) rows.
@@ -230,6 +212,7 @@ def make_mixed_dataset(server_address: str,
       raise ValueError(f'Table {table!r} is asked for {rows} rows per batch; a mixed '
                        'batch needs at least one row (one item) from each table.')
     dataset = make_dataset(server_address, table, item_signature, rows,
+                           rows_per_item=rows_per_item, time_major=time_major,
                            experience_spec=experience_spec,
                            rate_limiter_timeout_ms=rate_limiter_timeout_ms)
     parts.append(dataset.map(lambda exp, info, index=index, rows=rows: (

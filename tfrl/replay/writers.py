@@ -4,7 +4,7 @@ Every writer takes one batched environment step at a time from N parallel envs:
 
     writer.write(time_step, policy_step, next_time_step, policy_version)
 
-and turns the stream into Reverb items. All three share one item structure:
+and turns the stream into Reverb items. Both share one item structure:
 
     {'experience': tf-agents Trajectory nest, 'policy_version': int64}
 
@@ -14,7 +14,6 @@ with leading "row" dimensions that depend on the writer:
 | ------------------------- | ----------------- | ---------------------------------- |
 | NStepTransitionWriter     | [G, 2]            | an n-step transition as a 2-step Trajectory |
 | SequenceWriter            | [T, G]            | a fixed-length unroll (time-major)  |
-| EpisodeWriter             | [T (varies)]      | one whole episode                   |
 
 G (`envs_per_item`) groups envs into one item: G = N (the default) writes one item per
 vector step, the fastest layout; G = 1 gives one item per env (exact per-row priorities
@@ -251,56 +250,4 @@ class SequenceWriter(BatchedWriter):
         self._slicers = [unroll] * num_trajectory + [first] * num_state + [unroll]
       for g in range(num_groups):
         self._create_items(g, self._slicers)
-      self._throttle()
-
-
-class EpisodeWriter(BatchedWriter):
-  """Writes each env's whole episodes as items of varying length `[T]`.
-
-  An episode item runs from its FIRST step to its LAST step inclusive (the LAST row has
-  next_step_type FIRST and an ignored action, tf-agents' convention). An episode longer
-  than `max_length` is written as consecutive items of `max_length` rows.
-  """
-
-  def __init__(self, client: reverb.Client, table_names: Union[str, Sequence[str]],
-               max_length: int, **kwargs):
-    """Args:
-      client, table_names: see `BatchedWriter`.
-      max_length: the most rows in one item.
-      **kwargs: `priority`, `flush_timeout_ms`, `max_in_flight_items`,
-        `connect_timeout_s`, `stop_event` (see BatchedWriter; items always hold one
-        env).
-    """
-    if max_length < 1:
-      raise ValueError(f'max_length must be >= 1, got {max_length}.')
-    kwargs['envs_per_item'] = 1
-    super().__init__(client, table_names, num_keep_alive_refs=max_length, **kwargs)
-    self._max_length = max_length
-    self._lengths = None
-
-  @staticmethod
-  def item_signature(collect_data_spec: Any) -> dict:
-    """The table signature for episodes (time dimension of varying length)."""
-    return {
-        EXPERIENCE: tensor_spec.add_outer_dims_nest(_plain_spec(collect_data_spec), (None,)),
-        POLICY_VERSION: tf.TensorSpec((None,), tf.int64),
-    }
-
-  def reset(self) -> None:
-    self._lengths = None
-
-  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
-            policy_state: Any = ()) -> None:
-    num_envs = self._groups(np.shape(time_step.step_type)[0])
-    if self._lengths is None:
-      self._lengths = np.zeros(num_envs, dtype=np.int64)
-    row = _flat_row(time_step, policy_step, next_time_step, policy_version)
-    self._append(self._split(row, num_envs, keep_group_dim=False))  # per-env columns
-    self._lengths += 1
-    done = (time_step.step_type == _LAST) | (self._lengths >= self._max_length)
-    for env in np.flatnonzero(done):
-      length = int(self._lengths[env])
-      self._create_items(int(env), lambda column: column[-length:])
-      self._lengths[env] = 0
-    if done.any():
       self._throttle()
