@@ -269,3 +269,23 @@ def test_errors_of_a_stopped_server_count_as_lost(reverb_server_factory):
   writer.close()
 
   assert [replay.is_server_lost(e) for e in raised] == [True] * 3, raised
+
+
+def test_pushes_counts_the_tables_inserts_with_one_client(reverb_server_factory,
+                                                          monkeypatch):
+  variables = {'w': tf.Variable([1.0])}
+  server = reverb_server_factory([
+      replay.variables_table(replay.VariableContainer.signature(variables))])
+  container = replay.VariableContainer(server.address, variables)
+  assert container.pushes() == 0
+  container.push()
+  container.push()
+  address = unused_address()
+  error = raised_within(5, lambda: replay.VariableContainer(address, variables).pushes(
+      timeout_s=1))
+  assert isinstance(error, replay.ReplayServerUnreachableError) and address in str(error)
+  # A collector polls this every few ms while it waits: no new client (channel) each time.
+  made = []
+  monkeypatch.setattr(reverb, 'Client', lambda *args: made.append(args))
+  assert container.pushes() == 2
+  assert not made

@@ -24,13 +24,15 @@ _CHECKPOINT_DONE_FILE = 'DONE'
 _CHECKPOINT_TABLES_FILE = 'tables.tfrecord'
 
 
-def wait_for_server(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-                   ) -> Dict[str, Any]:
+def wait_for_server(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                    client: Optional[reverb.Client] = None) -> Dict[str, Any]:
   """Waits for the Reverb server at `address` to answer and returns its tables' info.
 
   Args:
     address: 'host:port'.
     timeout_s: how long to wait.
+    client: a client of `address` to ask with (a poller reuses its own; default: a new
+      one, which opens a new gRPC channel).
 
   Returns:
     Table name -> TableInfo (signature, size, ...).
@@ -38,7 +40,7 @@ def wait_for_server(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
   Raises:
     ReplayServerUnreachableError: nobody answered within `timeout_s`.
   """
-  client = reverb.Client(address)
+  client = client or reverb.Client(address)
   try:
     return client.server_info(timeout=max(1, int(round(timeout_s))))
   except (reverb.errors.DeadlineExceededError, ConnectionError) as e:

@@ -54,7 +54,8 @@ class VariableContainer:
     Raises:
       ReplayServerUnreachableError: the server did not answer within `timeout_s`.
     """
-    info = server_lib.wait_for_server(self._address, timeout_s)[self._table]
+    # Its own client: a new one per call opened a gRPC channel every poll (5 ms apart).
+    info = server_lib.wait_for_server(self._address, timeout_s, self._client)[self._table]
     return int(info.rate_limiter_info.insert_stats.completed)
 
   def push(self, timeout_s: float = DEFAULT_PUSH_TIMEOUT_S) -> None:
