@@ -314,7 +314,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     The lag of a step is train_step - policy_version; its min, mean and max over the
     fresh rows (every replica's; all rows without a replay mask) go to
     `policy_lag/version_diff_{min,avg,max}`. Replayed rows are always kept: the lag is
-    Sample Factory's bound on stale on-policy data, and replay is old by design.
+    Sample Factory's bound on stale on-policy data, and replay is old by design. Only
+    an agent with a max_policy_lag takes 'policy_version' (see `train_inputs`).
     """
     versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
     lag = tf.cast(self.train_step_counter - versions, tf.float32)
@@ -333,8 +334,6 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                         ('max', tf.reduce_max(per_replica[:, 1]))):
       tf.summary.scalar(f'policy_lag/version_diff_{name}',
                         tf.where(count > 0, value, 0.0), step=step)
-    if self._max_policy_lag is None:
-      return tf.ones_like(lag)
     within = tf.cast(lag <= float(self._max_policy_lag), tf.float32)
     return tf.maximum(within, 1.0 - fresh_row)
 
