@@ -26,7 +26,7 @@ the V-trace target at them is V itself and nothing crosses into the next episode
 zero loss weight.
 """
 import collections
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -42,7 +42,6 @@ from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
 from tfrl.losses import vtrace
 from tfrl.networks import action_heads
-from tfrl.networks import actor_critic
 
 ImpalaLossInfo = collections.namedtuple('ImpalaLossInfo', [
     'policy_loss', 'baseline_loss', 'entropy_loss', 'policy_cloning_loss',
@@ -340,11 +339,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
 @gin.configurable
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
-                        gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
-                        learning_rate: float = 1e-3, shared_torso: bool = True,
-                        lstm_size: Optional[int] = None, cnn: str = 'nature',
-                        normalize_observations: bool = False, activation: str = 'tanh',
-                        initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                        gamma: float = 0.99, learning_rate: float = 1e-3,
                         **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
@@ -352,32 +347,14 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     time_step_spec, action_spec: the environment's specs.
     train_step: the learner's step variable.
     gamma: the discount.
-    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
     learning_rate: Adam's learning rate.
-    shared_torso: see `ActorCriticNetwork`.
-    lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
-      `tfrl.networks.encoders.make_encoder`).
-    normalize_observations: normalize float observations by running statistics the
-      agent updates from each training batch (see `ActorCriticNetwork`).
-    activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
-    initial_log_scale: continuous actions' starting log standard deviation (SB3's
-      log_std_init; -2 makes the first policy nearly deterministic).
-    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
-      clips them (SB3's way; see `tfrl.networks.action_heads`).
-    **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
-      CLEAR, ...).
+    **kwargs: the network's settings (fc_layer_params, shared_torso, lstm_size, cnn,
+      normalize_observations, activation, initial_log_scale, continuous_head: see
+      `actor_critic_agent.create_agent`) and any `ImpalaAgent` argument
+      (policy_loss='ppo' for APPO, cloning costs for CLEAR, ...).
 
   Returns:
     The agent.
   """
-  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size, cnn=cnn,
-                                            normalize_observations=normalize_observations,
-                                            activation=activation,
-                                            initial_log_scale=initial_log_scale,
-                                            continuous_head=continuous_head)
-  return ImpalaAgent(time_step_spec, action_spec, network,
-                     tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
-                     **kwargs)
+  return actor_critic_agent.create_agent(ImpalaAgent, time_step_spec, action_spec,
+                                         train_step, gamma, learning_rate, **kwargs)
