@@ -193,21 +193,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     replayed_rows = (None if replay_mask is None
                      else tf.cast(replay_mask, tf.float32))  # [B]
     params, values = self._unroll(time_major, policy_state, replayed_rows)
-    step_type = time_major.step_type[:-1]
-    valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
-    if weights is not None:
-      valid *= tf.cast(weights, tf.float32)[None, :]
-    if self._replay_burn_in_steps:
-      # Replayed rows' burn-in steps only refreshed the state: no loss term at all.
-      burn_in = tf.cast(tf.range(tf.shape(valid)[0]) < self._replay_burn_in_steps,
-                        tf.float32)[:, None]  # [T, 1]
-      valid *= 1.0 - burn_in * replayed_rows[None, :]
-    fraction_dropped = tf.constant(0.0)
-    if policy_version is not None:
-      fresh = self._fresh_steps(policy_version, replayed_rows)
-      fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
-                          replicas.global_count(tf.reduce_sum(valid)))
-      valid *= fresh
+    valid, fraction_dropped = self._valid_steps(time_major.step_type[:-1], weights,
+                                                replayed_rows, policy_version)
     rewards = returns_lib.clip_rewards(self._reward_scale * time_major.reward[:-1],
                            self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
@@ -249,17 +236,9 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
-      # Summed over the replayed steps and divided by the count of all valid steps,
-      # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
-      # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
-      # grows with the replayed share of the batch. (Dividing by the replayed count
-      # made the costs act 1 / replay_fraction times larger.)
-      policy_cloning_loss = reductions.masked_mean(
-          head.kl(behaviour, target), replayed, count)
-      value_cloning_loss = reductions.masked_mean(
-          cloning.value_cloning_loss(
-              values[:-1], info[actor_critic_policy.VALUE]),
-          replayed, count)
+      policy_cloning_loss, value_cloning_loss = self._cloning_losses(
+          behaviour, target, values[:-1], info[actor_critic_policy.VALUE], replayed,
+          count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._entropy_cost * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +
@@ -273,6 +252,60 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     return tf_agent.LossInfo(total, ImpalaLossInfo(
         policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
         tf.constant(0.0), fraction_dropped))
+
+  def _valid_steps(self, step_type, weights, replayed_rows, policy_version):
+    """The [T, B] weight of each step in the loss, and the share a max lag dropped.
+
+    Args:
+      step_type: [T, B] step types of the unrolls' first T steps.
+      weights: optional [B] row weights.
+      replayed_rows: optional [B], 1.0 for replayed rows.
+      policy_version: optional [B, T+1] train step of the acting policy per step.
+
+    Returns:
+      (valid [T, B]: 0 at episode boundaries, replayed rows' burn-in steps and steps
+      past max_policy_lag, else the row's weight; the dropped fraction of the valid
+      steps of all replicas, a scalar).
+    """
+    valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
+    if weights is not None:
+      valid *= tf.cast(weights, tf.float32)[None, :]
+    if self._replay_burn_in_steps:
+      # Replayed rows' burn-in steps only refreshed the state: no loss term at all.
+      burn_in = tf.cast(tf.range(tf.shape(valid)[0]) < self._replay_burn_in_steps,
+                        tf.float32)[:, None]  # [T, 1]
+      valid *= 1.0 - burn_in * replayed_rows[None, :]
+    fraction_dropped = tf.constant(0.0)
+    if policy_version is not None:
+      fresh = self._fresh_steps(policy_version, replayed_rows)
+      fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
+                          replicas.global_count(tf.reduce_sum(valid)))
+      valid *= fresh
+    return valid, fraction_dropped
+
+  def _cloning_losses(self, behaviour, target, values, behaviour_values, replayed,
+                      count):
+    """CLEAR's (policy cloning, value cloning) losses over the replayed steps.
+
+    Args:
+      behaviour, target: the acting and the current policy's head parameters, [T, B].
+      values, behaviour_values: the current and the stored values, [T, B].
+      replayed: [T, B] the valid steps' weights on replayed rows, 0 elsewhere.
+      count: the count of all valid steps (of all replicas).
+
+    Returns:
+      The two scalar losses.
+    """
+    # Summed over the replayed steps and divided by the count of all valid steps,
+    # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
+    # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
+    # grows with the replayed share of the batch. (Dividing by the replayed count
+    # made the costs act 1 / replay_fraction times larger.)
+    policy_cloning_loss = reductions.masked_mean(
+        self._network.head.kl(behaviour, target), replayed, count)
+    value_cloning_loss = reductions.masked_mean(
+        cloning.value_cloning_loss(values, behaviour_values), replayed, count)
+    return policy_cloning_loss, value_cloning_loss
 
   def _unroll(self, time_major, policy_state, replayed_rows):
     """Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B].
