@@ -40,7 +40,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'reliability': ['--only=eval missing saved_model_dir'],
     'replay_independence': ['--steps=16', '--buffers=128', '--seconds=0.2', '--rounds=1',
                             '--sample_batches=2'],
-    'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=1', '--settle_s=0',
+    # The window must see two variable pushes (one per 128 train steps) on a loaded machine.
+    'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=4', '--settle_s=0',
                 '--grace_s=10', '--ready_timeout_s=240'],
     'solve_time': ['--skip_peer', '--algos=dqn', '--seeds=0',
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
