@@ -162,52 +162,65 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
   batch_steps = exp.batch_size * exp.unroll_length
 
   if 'ceiling' in FLAGS.paths:
-    ceiling_agent = exp.make_agent(env, tfrl.learner.new_train_step())
-    dataset = layout.dataset_fn(fill_server.address, ceiling_agent)(
-        tf.distribute.InputContext())
-    experience, info = next(iter(dataset))
-    kwargs = layout.train_inputs_fn(ceiling_agent)(experience, info)
-    kwargs = tf.nest.map_structure(tf.identity, kwargs)  # fixed, in memory
-
-    @tf.function(autograph=False)
-    def train_loop(iterations):
-      first = ceiling_agent.train(**kwargs).loss
-
-      def body(i, unused_loss):
-        return i + 1, ceiling_agent.train(**kwargs).loss
-
-      return tf.while_loop(lambda i, _: i < iterations, body, (tf.constant(1), first))[1]
-
-    k = tf.constant(FLAGS.iterations)
-
-    def ceiling():
-      train_loop(k)
-      return FLAGS.iterations * batch_steps
-
-    ceiling()
-    measurements.append(common.Measurement('ceiling', ceiling,
-                                    'agent.train on one fixed in-memory batch'))
-
+    measurements.append(_ceiling_measurement(exp, env, fill_server.address, batch_steps))
   if 'learner' in FLAGS.paths:
-    learner_agent = exp.make_agent(env, train_step)
-    root_dir = tempfile.mkdtemp(prefix='tfrl_atari_bench_')
-    stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
-    learner = tfrl.learner.Learner(
-        root_dir, train_step, learner_agent,
-        experience_dataset_fn=layout.dataset_fn(fill_server.address, learner_agent),
-        train_inputs_fn=layout.train_inputs_fn(learner_agent),
-        checkpoint_interval=0, summary_interval=0)
-
-    def learn():
-      before = int(train_step.numpy())
-      learner.run(iterations=FLAGS.iterations)
-      return (int(train_step.numpy()) - before) * batch_steps
-
-    learn()
-    measurements.append(common.Measurement(
-        'learner', learn, f'{FLAGS.fill_unrolls} unrolls in a uniform table, batches of '
-        f'{exp.batch_size} x {exp.unroll_length} steps'))
+    measurements.append(_learner_measurement(exp, env, train_step, fill_server.address,
+                                             batch_steps, stack))
   return measurements
+
+
+def _ceiling_measurement(exp: Experiment, env, address: str,
+                         batch_steps: int) -> common.Measurement:
+  """The 'ceiling' path: a fresh agent's train steps on one batch from `address`."""
+  layout = exp.layout
+  ceiling_agent = exp.make_agent(env, tfrl.learner.new_train_step())
+  dataset = layout.dataset_fn(address, ceiling_agent)(tf.distribute.InputContext())
+  experience, info = next(iter(dataset))
+  kwargs = layout.train_inputs_fn(ceiling_agent)(experience, info)
+  kwargs = tf.nest.map_structure(tf.identity, kwargs)  # fixed, in memory
+
+  @tf.function(autograph=False)
+  def train_loop(iterations):
+    first = ceiling_agent.train(**kwargs).loss
+
+    def body(i, unused_loss):
+      return i + 1, ceiling_agent.train(**kwargs).loss
+
+    return tf.while_loop(lambda i, _: i < iterations, body, (tf.constant(1), first))[1]
+
+  k = tf.constant(FLAGS.iterations)
+
+  def ceiling():
+    train_loop(k)
+    return FLAGS.iterations * batch_steps
+
+  ceiling()
+  return common.Measurement('ceiling', ceiling, 'agent.train on one fixed in-memory batch')
+
+
+def _learner_measurement(exp: Experiment, env, train_step: tf.Variable, address: str,
+                         batch_steps: int,
+                         stack: contextlib.ExitStack) -> common.Measurement:
+  """The 'learner' path: a Learner sampling the filled table at `address`."""
+  layout = exp.layout
+  learner_agent = exp.make_agent(env, train_step)
+  root_dir = tempfile.mkdtemp(prefix='tfrl_atari_bench_')
+  stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+  learner = tfrl.learner.Learner(
+      root_dir, train_step, learner_agent,
+      experience_dataset_fn=layout.dataset_fn(address, learner_agent),
+      train_inputs_fn=layout.train_inputs_fn(learner_agent),
+      checkpoint_interval=0, summary_interval=0)
+
+  def learn():
+    before = int(train_step.numpy())
+    learner.run(iterations=FLAGS.iterations)
+    return (int(train_step.numpy()) - before) * batch_steps
+
+  learn()
+  return common.Measurement(
+      'learner', learn, f'{FLAGS.fill_unrolls} unrolls in a uniform table, batches of '
+      f'{exp.batch_size} x {exp.unroll_length} steps')
 
 
 def _ratio(label: str, num, den, target: float) -> str:

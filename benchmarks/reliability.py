@@ -8,6 +8,10 @@ how long it took and what it left behind.
 Prints one line per trial and a summary per scenario (the figures in
 benchmarks/RESULTS.md § Reliability). The job is DQN on CartPole with the test suite's
 small settings (tests/learners/programs.py: SMALL), one collector.
+
+`--only` picks bad-input rows too, by their name after 'bad input ':
+`--only='eval missing saved_model_dir'` runs that row alone (the test suite's smoke
+run, tests/test_benchmarks_run.py).
 """
 import argparse
 import glob
@@ -172,8 +176,8 @@ def truncated_newest_checkpoint(root: str) -> tuple:
   return status, took, said.group(0).replace(root, 'R') if said else 'NO fallback line'
 
 
-def bad_input(root: str) -> list:
-  """(label, exit status, seconds, error line) per bad value."""
+def bad_input(root: str, chosen=lambda label: True) -> list:
+  """(label, exit status, seconds, error line) per bad value whose label is `chosen`."""
   holder = socket.socket()
   holder.bind(('0.0.0.0', 0))
   holder.listen()
@@ -194,6 +198,8 @@ def bad_input(root: str) -> list:
   ]
   rows = []
   for label, program, extra, *at in cases:
+    if not chosen(label):
+      continue
     job = _start(program, at[0] if at else os.path.join(root, 'job'),
                  '--gin_file=dqn_cartpole.gin', *extra)
     status, took, _, err = _end(job)
@@ -239,9 +245,11 @@ def main():
       print(f'  {name}: exit {status} in {took:.1f} s; {what}', flush=True)
     print(f'{name}: exit statuses {statuses}; {min(times):.1f}-{max(times):.1f} s '
           f'(median {statistics.median(times):.1f})', flush=True)
-  if not chosen('bad input'):
-    return
-  for label, status, took, said in bad_input(tempfile.mkdtemp(prefix='tfrl_bad_')):
+  def bad_input_chosen(label: str) -> bool:
+    return chosen(f'bad input {label}')
+
+  for label, status, took, said in bad_input(tempfile.mkdtemp(prefix='tfrl_bad_'),
+                                             bad_input_chosen):
     print(f'bad input | {label} | exit {status} | {took:.1f} s | {said}', flush=True)
 
 

@@ -110,8 +110,9 @@ SYSTEMS = ('tfrl', 'tf-agents')
 TFRL_BINDINGS = (
     'Experiment.samples_per_insert = None',
     'Experiment.num_train_steps = 1000000000',
-    'Experiment.checkpoint_interval = 0',
-    'Experiment.policy_checkpoint_interval = 0',
+    # Intervals must be >= 1 (learners/validation.py): past the run, so no saves.
+    'Experiment.checkpoint_interval = 1000000000',
+    'Experiment.policy_checkpoint_interval = 1000000000',
 )
 ENV_ID = 'CartPole-v1'
 VARIABLES_TABLE = 'variables'  # both systems' name for it

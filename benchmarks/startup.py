@@ -20,7 +20,10 @@ Run (from the repository root):
     .venv/bin/python benchmarks/startup.py --peer_torch_threads=1
     .venv/bin/python benchmarks/startup.py --algos=ppo --seeds=0,1,2,3,4
 
-It takes solve_time.py's flags (seeds, caps, venvs). Results: benchmarks/RESULTS.md.
+It takes solve_time.py's flags (seeds, caps, venvs). With `--skip_peer` it runs tfrl
+only: no peer venv is built, and the SB3 columns and the whole-process verdicts are
+left empty ('-', 'n/a'). The test suite's smoke run uses that with a few train steps
+(tests/test_benchmarks_run.py). Results: benchmarks/RESULTS.md.
 """
 import datetime
 import math
@@ -64,13 +67,15 @@ def _process_to_solve(run: solve_time.Run) -> float:
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, ALGOS)
-  solve_time.ensure_peer_venv()
+  if not FLAGS.skip_peer:
+    solve_time.ensure_peer_venv()
+  peer = 'no peer (--skip_peer)' if FLAGS.skip_peer else solve_time.peer_versions()
   git = subprocess.run(['git', 'describe', '--always', '--dirty'], cwd=common.REPO,
                        capture_output=True, text=True).stdout.strip()
   print(f'Start-up and whole-process time to solve: algos={",".join(FLAGS.algos)} '
         f'seeds={",".join(FLAGS.seeds) or "per task"}, {os.cpu_count()} CPUs', flush=True)
   print(f'  date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
-        f'tfrl at {git}; peer venv: {solve_time.peer_versions()}; torch threads: '
+        f'tfrl at {git}; peer venv: {peer}; torch threads: '
         f'{FLAGS.peer_torch_threads or "default"}', flush=True)
   print(common.load_line('start'), flush=True)
   runs = {algo: {'tfrl': [], 'SB3': []} for algo in FLAGS.algos}
@@ -78,6 +83,8 @@ def main(argv):
     for seed in solve_time.seeds_for(algo):
       # Alternate which side goes first, as solve_time.py does.
       for side in (('tfrl', 'SB3') if seed % 2 == 0 else ('SB3', 'tfrl')):
+        if side == 'SB3' and FLAGS.skip_peer:
+          continue
         solve_time.wait_while_paused()
         run = (solve_time.run_tfrl if side == 'tfrl' else solve_time.run_peer)(algo, seed)
         runs[algo][side].append(run)

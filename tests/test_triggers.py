@@ -1,4 +1,4 @@
-"""Tests for tfrl.triggers: interval semantics, policy exports, steps/sec, Reverb checkpoints."""
+"""Tests for tfrl.triggers: interval semantics, policy exports, steps/sec."""
 import glob
 import logging
 import os
@@ -14,7 +14,6 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import export
-from tfrl import replay
 from tfrl import triggers
 
 OBS_DIM, NUM_ACTIONS = 4, 3
@@ -286,38 +285,6 @@ def test_steps_per_second_trigger_measures_at_interval(tmp_path, caplog):
       event = tf.compat.v1.Event.FromString(record.numpy())
       tags.update((value.tag, event.step) for value in event.summary.value)
   assert tags == {('train_steps_per_sec', 110)}
-
-
-# ReverbCheckpointTrigger.
-
-
-def test_reverb_checkpoint_trigger_writes_checkpoints_that_restore(tmp_path,
-                                                                    reverb_server_factory):
-  checkpoint_dir = str(tmp_path / 'reverb')
-  table = lambda: replay.uniform_table('replay', max_size=10, signature=None)
-  server = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
-  for value in range(3):
-    server.client.insert(np.int64(value), priorities={'replay': 1.0})
-  train_step = tf.Variable(0, dtype=tf.int64)
-  trigger = triggers.ReverbCheckpointTrigger(train_step, interval=5,
-                                             reverb_client=server.client)
-
-  trigger(3)
-  assert trigger.last_path is None
-  trigger(5)
-  first = trigger.last_path
-  assert first is not None and os.path.isdir(first)
-  assert os.path.commonpath([first, checkpoint_dir]) == checkpoint_dir
-  trigger(9)
-  assert trigger.last_path == first
-  server.client.insert(np.int64(3), priorities={'replay': 1.0})
-  trigger(10)
-  assert trigger.last_path != first and os.path.isdir(trigger.last_path)
-  server.stop()
-
-  # A new server on the same directory starts from the newest checkpoint (4 items).
-  restored = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
-  assert restored.client.server_info()['replay'].current_size == 4
 
 
 # What a user keeps only moves forward.

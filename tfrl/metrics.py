@@ -3,7 +3,7 @@ the summary writers tfrl's components write them with."""
 import collections
 import contextlib
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 import weakref
 
 import numpy as np
@@ -90,10 +90,6 @@ class EpisodeStats:
     """
     self._returns[:] = 0.0
     self._lengths[:] = 0
-
-  @property
-  def finished_returns(self) -> List[float]:
-    return list(self._finished_returns)
 
   def average_return(self) -> float:
     """Mean return of the last finished episodes (NaN before the first ends)."""

@@ -4,7 +4,6 @@ import os
 from typing import Callable, Dict, Optional
 
 from absl import logging
-import reverb
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.policies import greedy_policy
@@ -231,16 +230,3 @@ class StepsPerSecondLogTrigger(IntervalTrigger):
     # (DQN's 128-step runs: only every 16,000 steps), so it records whenever it fires.
     with tf.summary.record_if(True):
       tf.summary.scalar('train_steps_per_sec', self.last_rate, step=step)
-
-
-class ReverbCheckpointTrigger(IntervalTrigger):
-  """Writes a Reverb checkpoint every `interval` train steps (needs a checkpoint dir)."""
-
-  def __init__(self, train_step: tf.Variable, interval: int, reverb_client: reverb.Client):
-    super().__init__(interval, self._checkpoint, start=int(train_step.numpy()))
-    self._client = reverb_client
-    self.last_path = None
-
-  def _checkpoint(self) -> None:
-    self.last_path = self._client.checkpoint()
-    logging.info('Reverb checkpoint written to %s.', self.last_path)

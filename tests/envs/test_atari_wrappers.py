@@ -80,8 +80,8 @@ def test_a_lost_life_is_terminal_but_the_game_goes_on_and_scores_are_whole_games
   with envs.make(BREAKOUT, num_envs=1, seed=0, **LIFE_OPTIONS) as env:
     actor = actors.Actor(env, noop_policy(env))
     metrics = actor.run(STEPS)
-  assert actor.stats.finished_returns == [g[0] for g in games]
   assert metrics['NumberOfEpisodes'] == len(games)
+  assert metrics['AverageReturn'] == np.mean([g[0] for g in games])
   assert metrics['AverageEpisodeLength'] == np.mean([g[1] for g in games])
 
 
@@ -144,15 +144,18 @@ def test_clip_reward_trains_on_signs_and_reports_raw_returns():
           pass
 
       actor = actors.Actor(env, noop_policy(env, [0.5]), [Recorder()])
-      actor.run(450)  # 2 episodes of 200 steps per env
-      runs[clip] = np.array(rewards), actor.stats.finished_returns
-  raw, raw_returns = runs[False]
+      metrics = actor.run(450)  # 2 episodes of 200 steps per env
+      runs[clip] = np.array(rewards), metrics
+  raw, raw_metrics = runs[False]
   clipped, reported = runs[True]
   assert set(np.unique(clipped)) <= {-1.0, 0.0, 1.0}
   np.testing.assert_array_equal(clipped, np.sign(raw))
-  assert len(reported) == 4
-  np.testing.assert_allclose(reported, raw_returns, rtol=1e-6)
-  assert min(reported) < -200  # raw scores, far from the clipped ones' -200 at most
+  assert reported['NumberOfEpisodes'] == 4
+  np.testing.assert_allclose(reported['AverageReturn'], raw_metrics['AverageReturn'],
+                             rtol=1e-6)
+  # Raw scores: every clipped episode's return is -200 at most, so a mean below that
+  # can only come from the raw rewards.
+  assert reported['AverageReturn'] < -200
 
 
 def test_game_scores_travel_through_env_workers():

@@ -198,9 +198,9 @@ def test_prioritized_replay_weights_are_normalized_importance_weights(reverb_ser
   assert len(keys) == sizes(server)[REPLAY_TABLE]
   # Distinct priorities, so the importance weights differ from item to item.
   priorities = {key: float(i + 1) for i, key in enumerate(keys)}
-  replay.update_priorities(server.address, REPLAY_TABLE,
-                           tf.constant(list(priorities), tf.uint64),
-                           tf.constant(list(priorities.values()), tf.float64))
+  replay.PriorityUpdater(server.address, REPLAY_TABLE)(
+      tf.constant(list(priorities), tf.uint64),
+      tf.constant(list(priorities.values()), tf.float64))
   total = sum(p ** 0.6 for p in priorities.values())
 
   for kwargs, info in itertools.islice(train_batches(exp, server, agent), 10):

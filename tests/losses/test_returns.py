@@ -1,4 +1,4 @@
-"""n-step returns and GAE against independent numpy loops and small hand cases.
+"""GAE against independent numpy loops (n-step returns among them) and small hand cases.
 
 Conventions (tfrl.losses.returns): time-major [T, B]; `discounts[t]` is the discount
 applied after step t (gamma, 0 after a terminal step, gamma again after a truncated
@@ -47,64 +47,49 @@ def _n_step_reference(rewards, discounts, values, bootstrap_value, n):
   return out
 
 
-@pytest.mark.parametrize('n', [1, 3, 10])
-def test_n_step_returns_matches_loop(n):
+@pytest.mark.parametrize('lambda_, n', [(0.0, 1), (1.0, T), (1.0, 10)])
+def test_gae_value_targets_at_lambda_0_and_1_are_n_step_returns(lambda_, n):
+  """GAE(0) bootstraps after one step, GAE(1) only at the sequence's end (any n >= T)."""
   rewards, discounts, values, bootstrap_value = _random_inputs(seed=n)
-  result = returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value, n)
+  _, value_targets = returns_lib.generalized_advantage_estimation(
+      rewards, discounts, values, bootstrap_value, lambda_=lambda_)
   expected = _n_step_reference(rewards, discounts, values, bootstrap_value, n)
-  assert result.shape == (T, B)
-  np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
+  assert value_targets.shape == (T, B)
+  np.testing.assert_allclose(value_targets.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_one_step_returns_are_td_targets():
-  rewards, discounts, values, bootstrap_value = _random_inputs(seed=3)
-  next_values = np.concatenate([values[1:], bootstrap_value[None]], axis=0)
-  result = returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value, 1)
-  np.testing.assert_allclose(result.numpy(), rewards + discounts * next_values,
-                             rtol=1e-5, atol=1e-6)
-
-
-def test_n_step_returns_hand_case():
-  """T=4, B=1, n=2, gamma=0.5, a terminal step at t=1 (discount 0).
+def test_gae_lambda_1_hand_case_stops_at_a_terminal():
+  """T=4, B=1, lambda=1, a terminal step at t=1 (discount 0).
 
   r = [1, 2, 3, 4], d = [0.5, 0, 0.5, 0.5], V = [10, 20, 30, 40], V(x_T) = 8:
-    G_0 = 1 + 0.5 * 2 + 0.5 * 0 * V(x_2)       = 2     (the terminal stops the sum)
+    G_0 = 1 + 0.5 * 2 + 0.5 * 0 * (...)         = 2     (the terminal stops the sum)
     G_1 = 2 + 0 * (...)                           = 2
-    G_2 = 3 + 0.5 * 4 + 0.25 * V(x_4 = x_T) = 5 + 2 = 7
-    G_3 = 4 + 0.5 * V(x_T)  (only one step left)  = 8
+    G_2 = 3 + 0.5 * 4 + 0.25 * V(x_T)       = 5 + 2 = 7
+    G_3 = 4 + 0.5 * V(x_T)                        = 8
   """
-  result = returns_lib.n_step_returns(
+  _, value_targets = returns_lib.generalized_advantage_estimation(
       rewards=np.array([[1.0], [2.0], [3.0], [4.0]], np.float32),
       discounts=np.array([[0.5], [0.0], [0.5], [0.5]], np.float32),
       values=np.array([[10.0], [20.0], [30.0], [40.0]], np.float32),
-      bootstrap_value=np.array([8.0], np.float32), n=2)
-  np.testing.assert_allclose(result.numpy(), [[2.0], [2.0], [7.0], [8.0]], rtol=1e-6)
+      bootstrap_value=np.array([8.0], np.float32), lambda_=1.0)
+  np.testing.assert_allclose(value_targets.numpy(), [[2.0], [2.0], [7.0], [8.0]],
+                             rtol=1e-6)
 
 
-@pytest.mark.parametrize('n', [3, 10])
-def test_zero_discount_stops_the_sum(n):
-  """Rewards, values and the bootstrap after a terminal step do not reach earlier G_t."""
+@pytest.mark.parametrize('lambda_', [0.95, 1.0])
+def test_zero_discount_stops_the_sum(lambda_):
+  """Rewards, values and the bootstrap after a terminal step do not reach earlier A_t."""
   rewards, discounts, values, bootstrap_value = _random_inputs(seed=5)
   discounts[2, :] = 0.0
-  base = returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value, n)
+  base, _ = returns_lib.generalized_advantage_estimation(
+      rewards, discounts, values, bootstrap_value, lambda_=lambda_)
   rewards2, values2 = rewards.copy(), values.copy()
   rewards2[3:] += 100.0
-  values2[3:] += 100.0
-  other = returns_lib.n_step_returns(rewards2, discounts, values2,
-                                     bootstrap_value + 100.0, n)
-  np.testing.assert_allclose(other.numpy()[:3], base.numpy()[:3], rtol=1e-6)
+  values2[3:] += 50.0
+  other, _ = returns_lib.generalized_advantage_estimation(
+      rewards2, discounts, values2, bootstrap_value + 100.0, lambda_=lambda_)
+  np.testing.assert_allclose(other.numpy()[:3], base.numpy()[:3], rtol=1e-5, atol=1e-5)
   assert not np.allclose(other.numpy()[3:], base.numpy()[3:])
-
-
-def test_n_step_returns_no_gradient_into_values():
-  rewards, discounts, values, bootstrap_value = _random_inputs(seed=6)
-  values = tf.Variable(values)
-  bootstrap_value = tf.Variable(bootstrap_value)
-  with tf.GradientTape(persistent=True) as tape:
-    result = tf.reduce_sum(returns_lib.n_step_returns(rewards, discounts, values,
-                                                      bootstrap_value, 3))
-  assert tape.gradient(result, values) is None
-  assert tape.gradient(result, bootstrap_value) is None
 
 
 def _deltas(rewards, discounts, values, bootstrap_value):
@@ -181,10 +166,6 @@ def test_gae_lambda_1_is_monte_carlo_with_bootstrap():
   mc = _discounted_return(rewards, discounts, bootstrap_value)
   np.testing.assert_allclose(advantages.numpy(), mc - values, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(value_targets.numpy(), mc, rtol=1e-5, atol=1e-5)
-  # ... which is also the n-step return with n >= T.
-  np.testing.assert_allclose(
-      returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value,
-                                 T).numpy(), mc, rtol=1e-5, atol=1e-5)
 
 
 def test_gae_lambda_0_is_one_step_td_error():
@@ -193,11 +174,10 @@ def test_gae_lambda_0_is_one_step_td_error():
       rewards, discounts, values, bootstrap_value, lambda_=0.0)
   deltas = _deltas(rewards, discounts, values, bootstrap_value)
   np.testing.assert_allclose(advantages.numpy(), deltas, rtol=1e-5, atol=1e-6)
-  # The matching value target is the one-step TD target = the 1-step return.
-  np.testing.assert_allclose(
-      value_targets.numpy(),
-      returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value,
-                                 1).numpy(), rtol=1e-5, atol=1e-5)
+  # The matching value target is the one-step TD target r_t + d_t V(x_{t+1}).
+  next_values = np.concatenate([values[1:], bootstrap_value[None]], axis=0)
+  np.testing.assert_allclose(value_targets.numpy(), rewards + discounts * next_values,
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_gae_returns_equal_advantages_plus_values():
@@ -247,8 +227,8 @@ def test_truncation_bootstraps_termination_does_not():
   - Truncated by a time limit (BatchedEnv: LAST with discount 1): the state at the
     cut-off is not terminal, so the return keeps going through V(x_T):
         G = [1 + 1 + 10, 1 + 10] = [12, 11].
-  Both n-step returns (n >= 2) and GAE with lambda = 1 give these; with lambda = 0 the
-  truncated step's TD error delta_1 = 1 + 1 * 10 - 0 still bootstraps.
+  GAE with lambda = 1 gives these (as n-step returns with n >= 2 would); with
+  lambda = 0 the truncated step's TD error delta_1 = 1 + 1 * 10 - 0 still bootstraps.
   """
   rewards = np.array([[1.0, 1.0], [1.0, 1.0]], np.float32)  # B=2: [terminated, truncated]
   discounts = np.array([[1.0, 1.0], [0.0, 1.0]], np.float32)
@@ -256,10 +236,6 @@ def test_truncation_bootstraps_termination_does_not():
   bootstrap_value = np.array([10.0, 10.0], np.float32)
   expected = np.array([[2.0, 12.0], [1.0, 11.0]])
 
-  for n in (2, 3):
-    np.testing.assert_allclose(
-        returns_lib.n_step_returns(rewards, discounts, values, bootstrap_value,
-                                   n).numpy(), expected, rtol=1e-6)
   _, gae_returns = returns_lib.generalized_advantage_estimation(
       rewards, discounts, values, bootstrap_value, lambda_=1.0)
   np.testing.assert_allclose(gae_returns.numpy(), expected, rtol=1e-6)

@@ -14,8 +14,10 @@ import itertools
 import numpy as np
 import pytest
 import tensorflow as tf
+from tf_agents.specs import tensor_spec
 
 from tfrl.losses import vtrace
+from tfrl.networks import action_heads
 
 
 def _vtrace_reference(log_rhos, discounts, rewards, values, bootstrap_value,
@@ -136,8 +138,27 @@ def _random_logits_inputs(rng, length=7, batch=5, num_actions=4):
           bootstrap_value)
 
 
+def _categorical_head(num_actions):
+  spec = tensor_spec.BoundedTensorSpec((), tf.int32, 0, num_actions - 1)
+  return action_heads.CategoricalHead(spec, lambda units, gain: tf.keras.layers.Dense(units))
+
+
+def _agent_log_rhos(head, behaviour_logits, target_logits, actions):
+  """log pi/mu of the taken actions as ImpalaAgent's loss takes them: from its head.
+
+  Returns:
+    (log_rhos, target log-probs, behaviour log-probs).
+  """
+  target = head.log_prob({action_heads.LOGITS: target_logits}, actions, {})
+  behaviour = head.log_prob({action_heads.LOGITS: behaviour_logits}, actions, {})
+  return target - behaviour, target, behaviour
+
+
 @pytest.mark.parametrize('clip_rho,lambda_', [(1.0, 1.0), (None, 0.9)])
-def test_from_logits_matches_from_importance_weights(clip_rho, lambda_):
+def test_vtrace_of_head_log_rhos_matches_sum_formula(clip_rho, lambda_):
+  """The agent's path from two policies' logits to V-trace targets: the categorical
+  head's log-probabilities of the taken actions, their difference as log-rhos, then
+  `from_importance_weights`, against numpy's log-softmax and the sum formula."""
   rng = np.random.default_rng(99)
   (behaviour_logits, target_logits, actions, discounts, rewards, values,
    bootstrap_value) = _random_logits_inputs(rng)
@@ -145,30 +166,25 @@ def test_from_logits_matches_from_importance_weights(clip_rho, lambda_):
   def taken(log_probs):
     return np.take_along_axis(log_probs, actions[..., None], axis=-1)[..., 0]
 
-  target_log_probs = taken(_np_log_softmax(target_logits))
-  behaviour_log_probs = taken(_np_log_softmax(behaviour_logits))
-  log_rhos = target_log_probs - behaviour_log_probs
+  expected_target = taken(_np_log_softmax(target_logits))
+  expected_behaviour = taken(_np_log_softmax(behaviour_logits))
+  expected_log_rhos = expected_target - expected_behaviour
 
-  result = vtrace.from_logits(
-      behaviour_logits, target_logits, actions, discounts, rewards, values,
-      bootstrap_value, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_rho,
-      lambda_=lambda_)
-  expected = vtrace.from_importance_weights(
-      log_rhos.astype(np.float32), discounts, rewards, values, bootstrap_value,
+  log_rhos, target_log_probs, behaviour_log_probs = _agent_log_rhos(
+      _categorical_head(target_logits.shape[-1]), behaviour_logits, target_logits,
+      actions)
+  result = vtrace.from_importance_weights(
+      log_rhos, discounts, rewards, values, bootstrap_value,
       clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_rho, lambda_=lambda_)
   expected_vs, expected_pg = _vtrace_reference(
-      log_rhos, discounts, rewards, values, bootstrap_value, clip_rho, clip_rho,
-      lambda_)
+      expected_log_rhos, discounts, rewards, values, bootstrap_value, clip_rho,
+      clip_rho, lambda_)
 
-  np.testing.assert_allclose(result.log_rhos.numpy(), log_rhos, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(result.target_action_log_probs.numpy(), target_log_probs,
-                             rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(result.behaviour_action_log_probs.numpy(),
-                             behaviour_log_probs, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(result.vs.numpy(), expected.vs.numpy(), rtol=1e-5,
-                             atol=1e-5)
-  np.testing.assert_allclose(result.pg_advantages.numpy(),
-                             expected.pg_advantages.numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(log_rhos.numpy(), expected_log_rhos, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(target_log_probs.numpy(), expected_target, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(behaviour_log_probs.numpy(), expected_behaviour, rtol=1e-5,
+                             atol=1e-6)
   np.testing.assert_allclose(result.vs.numpy(), expected_vs, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(result.pg_advantages.numpy(), expected_pg, rtol=1e-5,
                              atol=1e-5)
@@ -191,22 +207,25 @@ def test_outputs_have_stopped_gradients():
       assert tape.gradient(output, source) is None
 
 
-def test_from_logits_gradients():
-  """vs and pg_advantages are constants; the target action log-probs are not."""
+def test_vtrace_of_head_log_rhos_gradients():
+  """vs and pg_advantages are constants; the head's target action log-probs are not."""
   rng = np.random.default_rng(11)
   (behaviour_logits, target_logits, actions, discounts, rewards, values,
    bootstrap_value) = _random_logits_inputs(rng)
   behaviour_logits = tf.Variable(behaviour_logits)
   target_logits = tf.Variable(target_logits)
   values = tf.Variable(values)
+  head = _categorical_head(target_logits.shape[-1])
   with tf.GradientTape(persistent=True) as tape:
-    result = vtrace.from_logits(behaviour_logits, target_logits, actions, discounts,
-                                rewards, values, bootstrap_value)
+    log_rhos, target_log_probs, _ = _agent_log_rhos(head, behaviour_logits,
+                                                    target_logits, actions)
+    result = vtrace.from_importance_weights(log_rhos, discounts, rewards, values,
+                                            bootstrap_value)
     vs_sum = tf.reduce_sum(result.vs)
     pg_sum = tf.reduce_sum(result.pg_advantages)
-    target_sum = tf.reduce_sum(result.target_action_log_probs)
+    target_sum = tf.reduce_sum(target_log_probs)
     # The usual policy-gradient loss: the advantage is a constant weight.
-    pg_loss = -tf.reduce_sum(result.pg_advantages * result.target_action_log_probs)
+    pg_loss = -tf.reduce_sum(result.pg_advantages * target_log_probs)
 
   for source in (values, target_logits, behaviour_logits):
     assert tape.gradient(vs_sum, source) is None

@@ -1,4 +1,5 @@
 """Tests for Reverb tables, the server handle, datasets, priorities and variables."""
+import os
 import time
 
 import numpy as np
@@ -185,7 +186,6 @@ def test_connect_to_embedded_server_shares_its_tables(reverb_server_factory):
 
   remote.client.insert(np.int64(7), priorities={'queue': 1.0})
 
-  assert server.is_embedded and not remote.is_embedded
   assert remote.address == server.address == f'127.0.0.1:{server.port}'
   assert remote.port == server.port
   assert server.table_info()['queue'].current_size == 1
@@ -302,6 +302,25 @@ def test_restart_with_same_tables_restores_contents(reverb_server_factory, tmp_p
   # Client.insert writes one time step: a leading dimension of 1.
   np.testing.assert_array_equal(np.ravel(sample.data['observation']), [1.0, 2.0])
   assert np.ravel(sample.data['version']).tolist() == [7]
+
+
+def test_periodic_checkpoints_restore_the_newest(reverb_server_factory, tmp_path):
+  # As the reverb_server program checkpoints: every interval, then again at its stop.
+  checkpoint_dir = str(tmp_path / 'reverb')
+  table = lambda: replay.uniform_table('replay', max_size=10, signature=None)
+  server = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
+  for value in range(3):
+    server.client.insert(np.int64(value), priorities={'replay': 1.0})
+  first = server.checkpoint()
+  assert os.path.isdir(first)
+  assert os.path.commonpath([first, checkpoint_dir]) == checkpoint_dir
+  server.client.insert(np.int64(3), priorities={'replay': 1.0})
+  newest = server.checkpoint()
+  assert newest != first and os.path.isdir(newest)
+  server.stop()
+
+  restored = reverb_server_factory([table()], checkpoint_dir=checkpoint_dir)
+  assert restored.table_info()['replay'].current_size == 4
 
 
 def test_latest_checkpoint_is_the_newest_complete_one(tmp_path):
@@ -436,13 +455,13 @@ def test_priority_updater_in_tf_function_sets_max_priority_per_item(
   assert priorities_by_key(server.client, 'prioritized') == {key_a: 3.0, key_b: 2.0}
 
 
-def test_update_priorities_eagerly(reverb_server_factory):
+def test_priority_updater_eagerly(reverb_server_factory):
   server = reverb_server_factory([replay.prioritized_table('prioritized', 10, None)])
   server.client.insert(np.int64(0), priorities={'prioritized': 1.0})
   key = next(iter(priorities_by_key(server.client, 'prioritized', 1)))
 
-  replay.update_priorities(server.address, 'prioritized',
-                           tf.constant([key], tf.uint64), tf.constant([4.5]))
+  replay.PriorityUpdater(server.address, 'prioritized')(tf.constant([key], tf.uint64),
+                                                        tf.constant([4.5]))
 
   assert priorities_by_key(server.client, 'prioritized', 1) == {key: 4.5}
 

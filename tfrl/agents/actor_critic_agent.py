@@ -15,7 +15,7 @@ result to equal one replica training on the whole batch, three things must be gl
 With one replica (the default strategy) the all-reductions are skipped and nothing
 changes. Summaries are written from the global values.
 """
-from typing import Sequence
+from typing import Optional, Sequence, Type
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
@@ -126,3 +126,55 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
     self._optimizer.apply_gradients(zip(gradients, variables),
                                     experimental_aggregate_gradients=False)
     return norm
+
+
+def create_agent(agent_class: Type[ActorCriticAgentBase], time_step_spec, action_spec,
+                 train_step: tf.Variable, gamma: float, learning_rate: float,
+                 fc_layer_params: Sequence[int] = (64, 64), shared_torso: bool = True,
+                 lstm_size: Optional[int] = None, cnn: str = 'nature',
+                 normalize_observations: bool = False, activation: str = 'tanh',
+                 initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                 **agent_kwargs) -> ActorCriticAgentBase:
+  """Builds `agent_class` with an `ActorCriticNetwork` and Adam.
+
+  What `create_ppo_agent` and `create_impala_agent` share: they pass their keyword
+  arguments through, so a config binds these under the builder's own name
+  (`create_ppo_agent.lstm_size = 64`).
+
+  Args:
+    agent_class: `PpoAgent` or `ImpalaAgent`.
+    time_step_spec, action_spec: the environment's specs.
+    train_step: the learner's step variable.
+    gamma: the discount.
+    learning_rate: Adam's learning rate.
+    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
+    shared_torso: see `ActorCriticNetwork`.
+    lstm_size: units of an LSTM core (None: a feed-forward policy).
+    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
+      `tfrl.networks.encoders.make_encoder`).
+    normalize_observations: normalize float observations by running statistics the
+      agent updates from each training batch (see `ActorCriticNetwork`).
+    activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
+    initial_log_scale: continuous actions' starting log standard deviation (SB3's
+      log_std_init; -2 makes the first policy nearly deterministic).
+    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
+      clips them (SB3's way; see `tfrl.networks.action_heads`).
+    **agent_kwargs: any other `agent_class` argument.
+
+  Returns:
+    The agent.
+
+  Raises:
+    ValueError: an observation or action spec the network cannot serve, or bad agent
+      arguments.
+  """
+  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
+                                            fc_layer_params, shared_torso=shared_torso,
+                                            lstm_size=lstm_size, cnn=cnn,
+                                            normalize_observations=normalize_observations,
+                                            activation=activation,
+                                            initial_log_scale=initial_log_scale,
+                                            continuous_head=continuous_head)
+  return agent_class(time_step_spec, action_spec, network,
+                     tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
+                     **agent_kwargs)

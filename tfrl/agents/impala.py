@@ -26,7 +26,7 @@ the V-trace target at them is V itself and nothing crosses into the next episode
 zero loss weight.
 """
 import collections
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -44,7 +44,6 @@ from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
 from tfrl.losses import vtrace
 from tfrl.networks import action_heads
-from tfrl.networks import actor_critic
 
 ImpalaLossInfo = collections.namedtuple('ImpalaLossInfo', [
     'policy_loss', 'baseline_loss', 'entropy_loss', 'policy_cloning_loss',
@@ -196,21 +195,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     replayed_rows = (None if replay_mask is None
                      else tf.cast(replay_mask, tf.float32))  # [B]
     params, values = self._unroll(time_major, policy_state, replayed_rows)
-    step_type = time_major.step_type[:-1]
-    valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
-    if weights is not None:
-      valid *= tf.cast(weights, tf.float32)[None, :]
-    if self._replay_burn_in_steps:
-      # Replayed rows' burn-in steps only refreshed the state: no loss term at all.
-      burn_in = tf.cast(tf.range(tf.shape(valid)[0]) < self._replay_burn_in_steps,
-                        tf.float32)[:, None]  # [T, 1]
-      valid *= 1.0 - burn_in * replayed_rows[None, :]
-    fraction_dropped = tf.constant(0.0)
-    if policy_version is not None:
-      fresh = self._fresh_steps(policy_version, replayed_rows)
-      fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
-                          replicas.global_count(tf.reduce_sum(valid)))
-      valid *= fresh
+    valid, fraction_dropped = self._valid_steps(time_major.step_type[:-1], weights,
+                                                replayed_rows, policy_version)
     rewards = returns_lib.clip_rewards(self._reward_scale * time_major.reward[:-1],
                            self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
@@ -252,17 +238,9 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
-      # Summed over the replayed steps and divided by the count of all valid steps,
-      # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
-      # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
-      # grows with the replayed share of the batch. (Dividing by the replayed count
-      # made the costs act 1 / replay_fraction times larger.)
-      policy_cloning_loss = reductions.masked_mean(
-          head.kl(behaviour, target), replayed, count)
-      value_cloning_loss = reductions.masked_mean(
-          cloning.value_cloning_loss(
-              values[:-1], info[actor_critic_policy.VALUE]),
-          replayed, count)
+      policy_cloning_loss, value_cloning_loss = self._cloning_losses(
+          behaviour, target, values[:-1], info[actor_critic_policy.VALUE], replayed,
+          count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._entropy_cost * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +
@@ -276,6 +254,60 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     return tf_agent.LossInfo(total, ImpalaLossInfo(
         policy_loss, baseline_loss, entropy_loss, policy_cloning_loss, value_cloning_loss,
         tf.constant(0.0), fraction_dropped))
+
+  def _valid_steps(self, step_type, weights, replayed_rows, policy_version):
+    """The [T, B] weight of each step in the loss, and the share a max lag dropped.
+
+    Args:
+      step_type: [T, B] step types of the unrolls' first T steps.
+      weights: optional [B] row weights.
+      replayed_rows: optional [B], 1.0 for replayed rows.
+      policy_version: optional [B, T+1] train step of the acting policy per step.
+
+    Returns:
+      (valid [T, B]: 0 at episode boundaries, replayed rows' burn-in steps and steps
+      past max_policy_lag, else the row's weight; the dropped fraction of the valid
+      steps of all replicas, a scalar).
+    """
+    valid = tf.cast(step_type != ts.StepType.LAST, tf.float32)  # [T, B]
+    if weights is not None:
+      valid *= tf.cast(weights, tf.float32)[None, :]
+    if self._replay_burn_in_steps:
+      # Replayed rows' burn-in steps only refreshed the state: no loss term at all.
+      burn_in = tf.cast(tf.range(tf.shape(valid)[0]) < self._replay_burn_in_steps,
+                        tf.float32)[:, None]  # [T, 1]
+      valid *= 1.0 - burn_in * replayed_rows[None, :]
+    fraction_dropped = tf.constant(0.0)
+    if policy_version is not None:
+      fresh = self._fresh_steps(policy_version, replayed_rows)
+      fraction_dropped = (tf.reduce_sum(valid * (1.0 - fresh)) /
+                          replicas.global_count(tf.reduce_sum(valid)))
+      valid *= fresh
+    return valid, fraction_dropped
+
+  def _cloning_losses(self, behaviour, target, values, behaviour_values, replayed,
+                      count):
+    """CLEAR's (policy cloning, value cloning) losses over the replayed steps.
+
+    Args:
+      behaviour, target: the acting and the current policy's head parameters, [T, B].
+      values, behaviour_values: the current and the stored values, [T, B].
+      replayed: [T, B] the valid steps' weights on replayed rows, 0 elsewhere.
+      count: the count of all valid steps (of all replicas).
+
+    Returns:
+      The two scalar losses.
+    """
+    # Summed over the replayed steps and divided by the count of all valid steps,
+    # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
+    # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
+    # grows with the replayed share of the batch. (Dividing by the replayed count
+    # made the costs act 1 / replay_fraction times larger.)
+    policy_cloning_loss = reductions.masked_mean(
+        self._network.head.kl(behaviour, target), replayed, count)
+    value_cloning_loss = reductions.masked_mean(
+        cloning.value_cloning_loss(values, behaviour_values), replayed, count)
+    return policy_cloning_loss, value_cloning_loss
 
   def _unroll(self, time_major, policy_state, replayed_rows):
     """Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B].
@@ -316,7 +348,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     The lag of a step is train_step - policy_version; its min, mean and max over the
     fresh rows (every replica's; all rows without a replay mask) go to
     `policy_lag/version_diff_{min,avg,max}`. Replayed rows are always kept: the lag is
-    Sample Factory's bound on stale on-policy data, and replay is old by design.
+    Sample Factory's bound on stale on-policy data, and replay is old by design. Only
+    an agent with a max_policy_lag takes 'policy_version' (see `train_inputs`).
     """
     versions = tf.transpose(tf.cast(policy_version, tf.int64))[:-1]  # [T, B]
     lag = tf.cast(self.train_step_counter - versions, tf.float32)
@@ -335,8 +368,6 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                         ('max', tf.reduce_max(per_replica[:, 1]))):
       tf.summary.scalar(f'policy_lag/version_diff_{name}',
                         tf.where(count > 0, value, 0.0), step=step)
-    if self._max_policy_lag is None:
-      return tf.ones_like(lag)
     within = tf.cast(lag <= float(self._max_policy_lag), tf.float32)
     return tf.maximum(within, 1.0 - fresh_row)
 
@@ -344,11 +375,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
-                        gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
-                        learning_rate: float = 1e-3, shared_torso: bool = True,
-                        lstm_size: Optional[int] = None, cnn: str = 'nature',
-                        normalize_observations: bool = False, activation: str = 'tanh',
-                        initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                        gamma: float = 0.99, learning_rate: float = 1e-3,
                         **kwargs) -> ImpalaAgent:
   """Builds an ImpalaAgent with an ActorCriticNetwork and Adam.
 
@@ -356,35 +383,17 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     time_step_spec, action_spec: the environment's specs.
     train_step: the learner's step variable.
     gamma: the discount.
-    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
     learning_rate: Adam's learning rate.
-    shared_torso: see `ActorCriticNetwork`.
-    lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
-      `tfrl.networks.encoders.make_encoder`).
-    normalize_observations: normalize float observations by running statistics the
-      agent updates from each training batch (see `ActorCriticNetwork`).
-    activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
-    initial_log_scale: continuous actions' starting log standard deviation (SB3's
-      log_std_init; -2 makes the first policy nearly deterministic).
-    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
-      clips them (SB3's way; see `tfrl.networks.action_heads`).
-    **kwargs: any `ImpalaAgent` argument (policy_loss='ppo' for APPO, cloning costs for
-      CLEAR, ...).
+    **kwargs: the network's settings (fc_layer_params, shared_torso, lstm_size, cnn,
+      normalize_observations, activation, initial_log_scale, continuous_head: see
+      `actor_critic_agent.create_agent`) and any `ImpalaAgent` argument
+      (policy_loss='ppo' for APPO, cloning costs for CLEAR, ...).
 
   Returns:
     The agent.
   """
-  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size, cnn=cnn,
-                                            normalize_observations=normalize_observations,
-                                            activation=activation,
-                                            initial_log_scale=initial_log_scale,
-                                            continuous_head=continuous_head)
-  return ImpalaAgent(time_step_spec, action_spec, network,
-                     tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
-                     **kwargs)
+  return actor_critic_agent.create_agent(ImpalaAgent, time_step_spec, action_spec,
+                                         train_step, gamma, learning_rate, **kwargs)
 
 
 @gin.configurable

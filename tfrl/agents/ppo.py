@@ -16,7 +16,7 @@ shuffled is `shuffle`'s unit: 'rows' (whole unrolls per minibatch, the default) 
 'steps' (single (unroll, t) steps drawn from all unrolls, as Stable-Baselines3 does).
 """
 import collections
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -32,7 +32,6 @@ from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
 from tfrl.networks import action_heads
-from tfrl.networks import actor_critic
 
 PpoLossInfo = collections.namedtuple(
     'PpoLossInfo', ['policy_loss', 'value_loss', 'entropy', 'approx_kl', 'clip_fraction'])
@@ -278,11 +277,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
-                     gamma: float = 0.99, fc_layer_params: Sequence[int] = (64, 64),
-                     learning_rate: float = 3e-4, shared_torso: bool = True,
-                     lstm_size: Optional[int] = None, cnn: str = 'nature',
-                     normalize_observations: bool = False, activation: str = 'tanh',
-                     initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                     gamma: float = 0.99, learning_rate: float = 3e-4,
                      **kwargs) -> PpoAgent:
   """Builds a PpoAgent with an ActorCriticNetwork and Adam.
 
@@ -290,20 +285,10 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     time_step_spec, action_spec: the environment's specs.
     train_step: the learner's step variable.
     gamma: the discount.
-    fc_layer_params: hidden layers of the encoder's MLPs (see `ActorCriticNetwork`).
     learning_rate: Adam's learning rate.
-    shared_torso: see `ActorCriticNetwork`.
-    lstm_size: units of an LSTM core (None: a feed-forward policy).
-    cnn: the CNN for image observations: 'nature', 'impala', 'grid' or a callable (see
-      `tfrl.networks.encoders.make_encoder`).
-    normalize_observations: normalize float observations by running statistics the
-      agent updates from each training batch (see `ActorCriticNetwork`).
-    activation: the MLPs' hidden activation ('tanh'; RL-Zoo's MuJoCo PPO uses 'relu').
-    initial_log_scale: continuous actions' starting log standard deviation (SB3's
-      log_std_init; -2 makes the first policy nearly deterministic).
-    continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
-      clips them (SB3's way; see `tfrl.networks.action_heads`).
-    **kwargs: any `PpoAgent` argument.
+    **kwargs: the network's settings (fc_layer_params, shared_torso, lstm_size, cnn,
+      normalize_observations, activation, initial_log_scale, continuous_head: see
+      `actor_critic_agent.create_agent`) and any `PpoAgent` argument.
 
   Returns:
     The agent.
@@ -312,12 +297,5 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     ValueError: an observation or action spec the network cannot serve, or bad
       PpoAgent arguments.
   """
-  network = actor_critic.ActorCriticNetwork(time_step_spec.observation, action_spec,
-                                            fc_layer_params, shared_torso=shared_torso,
-                                            lstm_size=lstm_size, cnn=cnn,
-                                            normalize_observations=normalize_observations,
-                                            activation=activation,
-                                            initial_log_scale=initial_log_scale,
-                                            continuous_head=continuous_head)
-  return PpoAgent(time_step_spec, action_spec, network,
-                  tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma, **kwargs)
+  return actor_critic_agent.create_agent(PpoAgent, time_step_spec, action_spec,
+                                         train_step, gamma, learning_rate, **kwargs)

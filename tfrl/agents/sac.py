@@ -1,8 +1,9 @@
 """SAC from tf-agents, for continuous (Box) actions, configured for tfrl's transitions.
 
 Items are n-step transitions as 2-step Trajectories (see `tfrl.agents.dqn`); with
-n = 1 they are exactly what SacAgent trains on. Boundary rows get weight 0 from the
-dataset (`Experiment` passes `weights`), which SacAgent honours.
+n = 1 they are exactly what SacAgent trains on. Boundary rows get weight 0 (the
+transition layout's train inputs pass `weights`: tfrl/layouts/transition.py), which
+SacAgent honours.
 """
 from typing import Sequence
 

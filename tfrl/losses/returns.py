@@ -1,9 +1,9 @@
-"""n-step returns and generalized advantage estimation, time-major `[T, B]`.
+"""Generalized advantage estimation and reward clipping, time-major `[T, B]`.
 
 `discounts[t]` is the discount applied after step t: gamma on ordinary steps, 0 after a
 terminal step, gamma again after a truncated (time-limit) step, where the value of the
-final observation is the bootstrap. Both functions stop at episode ends through these
-discounts alone. `clip_rewards` is the reward clipping applied before either.
+final observation is the bootstrap. GAE stops at episode ends through these discounts
+alone. `clip_rewards` is the reward clipping applied before it (and before V-trace).
 """
 import tensorflow as tf
 
@@ -41,48 +41,6 @@ def clip_rewards(rewards, mode: str):
   return rewards
 
 
-def n_step_returns(rewards, discounts, values, bootstrap_value, n):
-  """G_t = sum_{k<n'} (prod_{j<k} d_{t+j}) r_{t+k} + (prod_{j<n'} d_{t+j}) V(x_{t+n'}).
-
-  n' = min(n, T - t): steps near the end of the sequence use what is left and bootstrap
-  from `bootstrap_value` (V(x_T)).
-
-  Args:
-    rewards: [T, B] rewards after each step.
-    discounts: [T, B] discounts after each step.
-    values: [T, B] V(x_t) (only V(x_{t+n}) for t + n < T is used).
-    bootstrap_value: [B] V(x_T).
-    n: the number of steps.
-
-  Returns:
-    [T, B] n-step returns (no gradient flows into the bootstrap values).
-  """
-  rewards = tf.convert_to_tensor(rewards, tf.float32)
-  discounts = tf.convert_to_tensor(discounts, tf.float32)
-  values = tf.stop_gradient(tf.convert_to_tensor(values, tf.float32))
-  bootstrap_value = tf.stop_gradient(tf.convert_to_tensor(bootstrap_value, tf.float32))
-  length = tf.shape(rewards)[0]
-  # Values of x_{t+n}, padded past the end with the bootstrap value.
-  all_values = tf.concat([values, bootstrap_value[None]], axis=0)  # [T+1, B]
-  padded_values = tf.concat(
-      [all_values, tf.repeat(bootstrap_value[None], n, axis=0)], axis=0)
-  # n rows of padding even when n > T (rewards[:n] would only have T rows).
-  padding = tf.repeat(tf.zeros_like(bootstrap_value)[None], n, axis=0)  # [n, B]
-  padded_rewards = tf.concat([rewards, padding], axis=0)
-  padded_discounts = tf.concat([discounts, padding + 1.0], axis=0)
-  returns = tf.gather(padded_values, tf.range(length) + n)  # V(x_{t+n}), clamped at T
-  # Fold from the n-th step back to the first: G = r_{t+k} + d_{t+k} G.
-  for k in reversed(range(n)):
-    index = tf.range(length) + k
-    in_range = index < length
-    reward = tf.gather(padded_rewards, index)
-    discount = tf.gather(padded_discounts, index)
-    # Past the end of the sequence the return is just the bootstrap value.
-    bootstrap = tf.gather(all_values, tf.minimum(index, length))
-    returns = tf.where(in_range[:, None], reward + discount * returns, bootstrap)
-  return returns
-
-
 def generalized_advantage_estimation(rewards, discounts, values, bootstrap_value,
                                      lambda_=0.95, valid=None):
   """GAE(lambda) advantages and the matching value targets (advantages + values).
@@ -91,7 +49,10 @@ def generalized_advantage_estimation(rewards, discounts, values, bootstrap_value
   delta_t = r_t + d_t V(x_{t+1}) - V(x_t).
 
   Args:
-    rewards, discounts, values, bootstrap_value: see `n_step_returns`.
+    rewards: [T, B] rewards after each step.
+    discounts: [T, B] discounts after each step.
+    values: [T, B] V(x_t).
+    bootstrap_value: [B] V(x_T).
     lambda_: the GAE lambda.
     valid: optional [T, B] 0/1 mask of steps that are experience. A step with 0 (an
       episode boundary LAST -> FIRST) gets delta 0, and its discount must be 0 too, so

@@ -15,13 +15,7 @@ import collections
 
 import tensorflow as tf
 
-from tfrl.losses import policy_gradient
-
 VTraceReturns = collections.namedtuple('VTraceReturns', ['vs', 'pg_advantages'])
-VTraceFromLogitsReturns = collections.namedtuple(
-    'VTraceFromLogitsReturns',
-    ['vs', 'pg_advantages', 'log_rhos', 'behaviour_action_log_probs',
-     'target_action_log_probs'])
 
 
 def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
@@ -73,33 +67,3 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     return VTraceReturns(vs=tf.stop_gradient(vs),
                          pg_advantages=tf.stop_gradient(pg_advantages))
 
-
-def from_logits(behaviour_policy_logits, target_policy_logits, actions, discounts,
-                rewards, values, bootstrap_value, clip_rho_threshold=1.0,
-                clip_pg_rho_threshold=1.0, lambda_=1.0, name='vtrace_from_logits'):
-  """V-trace for categorical policies given both policies' logits.
-
-  Args:
-    behaviour_policy_logits: [T, B, A] logits of the acting policy mu.
-    target_policy_logits: [T, B, A] logits of the learner's policy pi.
-    actions: [T, B] the actions taken.
-    discounts, rewards, values, bootstrap_value, clip_rho_threshold,
-    clip_pg_rho_threshold, lambda_: see `from_importance_weights`.
-    name: name scope.
-
-  Returns:
-    VTraceFromLogitsReturns: vs, pg_advantages, log_rhos and both policies' action
-    log-probabilities (the target's keeps its gradient, for the policy loss).
-  """
-  with tf.name_scope(name):
-    target_log_probs = policy_gradient.categorical_log_prob(target_policy_logits, actions)
-    behaviour_log_probs = policy_gradient.categorical_log_prob(behaviour_policy_logits,
-                                                               actions)
-    log_rhos = target_log_probs - behaviour_log_probs
-    returns = from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold,
-        clip_pg_rho_threshold, lambda_)
-    return VTraceFromLogitsReturns(
-        vs=returns.vs, pg_advantages=returns.pg_advantages, log_rhos=log_rhos,
-        behaviour_action_log_probs=behaviour_log_probs,
-        target_action_log_probs=target_log_probs)

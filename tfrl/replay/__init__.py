@@ -4,7 +4,7 @@ from tfrl.replay.dataset import (TABLE_INDEX, SpecMismatchError, check_table_sig
 from tfrl.replay.errors import (CheckpointMismatchError, ReplayServerUnreachableError,
                                 WriterStoppedError, call_with_timeout, is_server_lost)
 from tfrl.replay.network import PortInUseError, check_port_free, warn_exposed
-from tfrl.replay.priorities import PriorityUpdater, update_priorities
+from tfrl.replay.priorities import PriorityUpdater
 from tfrl.replay.server import (ReplayServer, check_checkpoint, inserted_items,
                                 latest_checkpoint, wait_for_server)
 from tfrl.replay.tables import (VARIABLES_TABLE, prioritized_table, queue_table,

@@ -33,8 +33,3 @@ class PriorityUpdater:
     return self._client.update_priorities(
         self._table, tf.bitcast(unique, tf.uint64), item_priorities)
 
-
-def update_priorities(server_address: str, table_name: str, keys: tf.Tensor,
-                      priorities: tf.Tensor) -> tf.Operation:
-  """One-off form of `PriorityUpdater(server_address, table_name)(keys, priorities)`."""
-  return PriorityUpdater(server_address, table_name)(keys, priorities)

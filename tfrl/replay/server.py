@@ -139,10 +139,6 @@ class ReplayServer:
   def client(self) -> reverb.Client:
     return self._client
 
-  @property
-  def is_embedded(self) -> bool:
-    return self._server is not None
-
   def table_info(self, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
                 ) -> Dict[str, Any]:
     """Table name -> TableInfo (size, signature, rate limiter state)."""

@@ -1,0 +1,138 @@
+"""Every script in benchmarks/ runs, for a second or so, with smoke-sized flags.
+
+The benchmarks are absl apps with module-level flags that nothing else imports, so a
+function that moved or was renamed under them (as `process.die_with_parent` once did)
+broke them only for the next person to run one. Here each runs as a subprocess, as a
+user starts it, two at a time (the machine's two cores), and must exit 0 and print its
+figure. The helper modules that the scripts import (common, curves, stats, summary) are
+imported together in one more subprocess; a new script in benchmarks/ must get a smoke
+run here (`test_every_script_has_a_smoke_run`).
+
+The peers' SB3 venv (benchmarks/peers) is never built: solve_time.py and startup.py
+run with --skip_peer, and scaling.py measures tfrl only.
+"""
+import concurrent.futures
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(REPO, 'benchmarks')
+HELPERS = ('common', 'curves', 'stats', 'summary')
+TIMEOUT_S = 300  # one script, on a loaded 2-core machine
+# train_eval runs of a few train steps, for solve_time.py and startup.py.
+TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
+    'Experiment.num_train_steps=64', 'Experiment.eval_interval=32',
+    'Experiment.num_eval_episodes=1', 'Experiment.initial_collect_steps=64')]
+SMOKE_ARGS: Dict[str, List[str]] = {
+    'atari_throughput': ['--paths=raw', '--seconds=0.5', '--rounds=1'],
+    'collect_throughput': ['--paths=tfrl,raw', '--seconds=0.5', '--num_envs=4'],
+    'learner_throughput': ['--paths=tfrl,ceiling', '--seconds=0.3', '--rounds=1',
+                           '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
+    'pixel_bytes': ['--env_steps=64', '--num_envs=4', '--unroll_length=4'],
+    'ppo_compile': ['--epochs=1'],
+    'reliability': ['--only=eval missing saved_model_dir'],
+    'replay_independence': ['--steps=16', '--buffers=128', '--seconds=0.2', '--rounds=1',
+                            '--sample_batches=2'],
+    # The window must see two variable pushes (one per 128 train steps) on a loaded machine.
+    'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=4', '--settle_s=0',
+                '--grace_s=10', '--ready_timeout_s=240'],
+    'solve_time': ['--skip_peer', '--algos=dqn', '--seeds=0',
+                   f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+    'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
+                f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+}
+NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
+# What each run must print: a regex whose groups are figures that must be > 0.
+EXPECTED = {
+    'atari_throughput': rf'(?m)^raw\s+({NUMBER})\s+({NUMBER})\s+random actions',
+    'collect_throughput': rf'measured tfrl: ({NUMBER}) env steps/s.*\n.*'
+                          rf'measured raw: ({NUMBER}) env steps/s',
+    'learner_throughput': rf'(?m)^tfrl K=4\s+({NUMBER})\s(?:.*\n)*?'
+                          rf'tfrl / ceiling \(K=4\)\s+({NUMBER})%',
+    'pixel_bytes': rf'(?m)^sequence \| ({NUMBER}) \| ({NUMBER}) \| .*\n(?:.*\n)*?'
+                   rf'transition \| ({NUMBER}) \| ({NUMBER}) \|',
+    'ppo_compile': rf'(?m)^while loop\s+(4)\s.*\n^unrolled\s+(4)\s.*\n.*compile time: '
+                   rf'({NUMBER})x',
+    'reliability': r'bad input \| eval missing saved_model_dir \| exit ([1-9]\d*) \| '
+                   rf'({NUMBER}) s \| error: --saved_model_dir: No SavedModel',
+    'replay_independence': rf'(?m)^whole\s+({NUMBER})\s.*\n(?:.*\n)*?'
+                           rf'^writer, vector steps/s: whole ({NUMBER})',
+    'scaling': rf'tfrl\s+\[1 collector \+ trainer\]: ({NUMBER}) env steps/s, '
+               rf'({NUMBER}) train steps/s',
+    'solve_time': rf'dqn seed 0 tfrl: solved=False seconds={NUMBER} '
+                  rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s',
+    'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
+               rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
+               rf'({NUMBER}) s',
+}
+
+
+@dataclasses.dataclass
+class Run:
+  returncode: int
+  output: str
+  seconds: float
+
+
+def _run(argv: List[str], cwd: str, tmp_dir: str) -> Run:
+  # TMPDIR: what a script leaves in tempfile's directory goes with the test's tmp_path.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1', TMPDIR=tmp_dir)
+  start = time.monotonic()
+  try:
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
+    returncode, output = done.returncode, done.stdout
+  except subprocess.TimeoutExpired as e:
+    returncode, output = -1, f'timed out after {TIMEOUT_S} s:\n{e.stdout or ""}'
+  return Run(returncode, output, time.monotonic() - start)
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory) -> Dict[str, Run]:
+  """Every script's smoke run and the helpers' import, two at a time."""
+  jobs = {name: ([sys.executable, os.path.join(BENCHMARKS, f'{name}.py'), *args], REPO)
+          for name, args in SMOKE_ARGS.items()}
+  # solve_time.py writes its summary under runs/ by default: into the tmp dir instead.
+  summary = tmp_path_factory.mktemp('solve_time') / 'summary.json'
+  jobs['solve_time'][0].append(f'--summary_json={summary}')
+  jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
+  tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
+  # The longest first, so that the two lanes end together.
+  order = ['scaling', 'startup', 'atari_throughput', 'ppo_compile', 'solve_time',
+           'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
+           'collect_throughput', 'helpers']
+  assert sorted(order) == sorted(jobs)
+  start = time.monotonic()
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    futures = {name: pool.submit(_run, *jobs[name], tmp_dir) for name in order}
+    results = {name: future.result() for name, future in futures.items()}
+  print(f'benchmark smoke runs: {time.monotonic() - start:.1f} s in all; ' + ', '.join(
+      f'{name} {run.seconds:.1f} s' for name, run in results.items()))
+  return results
+
+
+def test_every_script_has_a_smoke_run():
+  scripts = {name[:-3] for name in os.listdir(BENCHMARKS) if name.endswith('.py')}
+  assert scripts == set(SMOKE_ARGS) | set(HELPERS)
+  assert set(EXPECTED) == set(SMOKE_ARGS)
+
+
+def test_helpers_import(runs):
+  assert runs['helpers'].returncode == 0, runs['helpers'].output[-3000:]
+
+
+@pytest.mark.parametrize('name', sorted(SMOKE_ARGS))
+def test_benchmark_runs_and_prints_its_figures(runs, name):
+  run = runs[name]
+  assert run.returncode == 0, f'{name} exited {run.returncode}:\n{run.output[-3000:]}'
+  found = re.search(EXPECTED[name], run.output)
+  assert found, f'{name} printed no figure like {EXPECTED[name]!r}:\n{run.output[-3000:]}'
+  figures = [float(group.replace(',', '')) for group in found.groups()]
+  assert all(figure > 0 for figure in figures), (name, found.group(0))
