@@ -80,7 +80,7 @@ def gae_reference(traj, gamma=GAMMA, lambda_=LAMBDA):
   return advantages, advantages + values[:, :-1], valid
 
 
-def ppo_loss_reference(agent, traj, clip_ratio=0.2, value_clip=0.2, value_cost=0.5,
+def ppo_loss_reference(agent, traj, clip_ratio=0.2, value_clip=None, value_cost=0.5,
                        entropy_cost=0.0, normalize_advantages=True):
   advantages, targets, valid = gae_reference(traj)
   (params, values), _ = agent._network(tf.constant(traj.observation[:, :-1]))
@@ -188,10 +188,10 @@ def test_prepare_boundary_rule(specs):
 # -- Loss ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize('config', [
-    {},
+    {'value_clip': 0.2},
     {'normalize_advantages': False, 'value_clip': None, 'entropy_cost': 0.01,
      'clip_ratio': 0.1},
-], ids=['default', 'no_normalization_no_value_clip'])
+], ids=['value_clip', 'no_normalization_no_value_clip'])
 def test_loss_matches_numpy(specs, config):
   agent = make_agent(specs, **config)
   traj = make_unrolls()

@@ -59,7 +59,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
   def __init__(self, time_step_spec, action_spec, network, optimizer,
                train_step_counter: tf.Variable, gamma: float = 0.99,
                lambda_: float = 0.95, clip_ratio: float = 0.2,
-               value_clip: Optional[float] = 0.2, value_cost: float = 0.5,
+               value_clip: Optional[float] = None, value_cost: float = 0.5,
                entropy_cost: float = 0.0, num_epochs: int = 4,
                num_minibatches: int = 1, normalize_advantages: bool = True,
                gradient_clipping: Optional[float] = 0.5, shuffle: str = 'rows',
@@ -73,7 +73,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       gamma: the discount.
       lambda_: GAE's lambda.
       clip_ratio: epsilon of the clipped surrogate.
-      value_clip: clip the new value to old value +- this in the value loss (None: off).
+      value_clip: clip the new value to old value +- this in the value loss (None: off,
+        as in RL-Zoo's configs; Baselines' PPO2 clips it, SB3 with clip_range_vf).
       value_cost, entropy_cost: loss weights.
       num_epochs, num_minibatches: passes over the batch, and minibatches per pass.
         num_minibatches must divide the batch's rows (its unrolls, per replica under
