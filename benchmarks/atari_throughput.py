@@ -126,12 +126,12 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     collect_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 2), agent.collect_policy,
                                       [layout.make_writer(fill_server.client)])
     stack.callback(collect_actor.close)
-    collect_actor.run(exp.unroll_length)  # warm-up: traces the policy, opens the writer
+    collect_actor.run(exp.layout.unroll_length)  # warm-up: traces the policy, opens the writer
     if 'collect' in FLAGS.paths:
       measurements.append(common.Measurement(
           'collect', timed_collect(collect_actor),
           f'{exp.num_envs} envs, Nature CNN collect policy, unrolls of '
-          f'{exp.unroll_length + 1} into Reverb'))
+          f'{exp.layout.unroll_length + 1} into Reverb'))
   if 'collect-workers' in FLAGS.paths:
     table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
                            reverb.selectors.Uniform())
@@ -143,13 +143,13 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     workers_actor = tfrl.actors.Actor(worker_env, agent.collect_policy,
                                       [layout.make_writer(workers_server.client)])
     stack.callback(workers_actor.close)
-    workers_actor.run(exp.unroll_length)
+    workers_actor.run(exp.layout.unroll_length)
     measurements.append(common.Measurement(
         'collect-workers', timed_collect(workers_actor),
         f'the collect path, envs in {FLAGS.env_workers} worker processes'))
   if 'collect-nowrite' in FLAGS.paths:
     bare_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 3), agent.collect_policy)
-    bare_actor.run(exp.unroll_length)
+    bare_actor.run(exp.layout.unroll_length)
     measurements.append(common.Measurement('collect-nowrite', timed_collect(bare_actor),
                                     'the same Actor without a writer'))
 
@@ -157,9 +157,9 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     # Fill the learner's table with real unrolls of the collect policy.
     table_size = lambda: fill_server.table_info()[layout.experience_table].current_size
     while table_size() < FLAGS.fill_unrolls:
-      collect_actor.run(exp.unroll_length)
+      collect_actor.run(exp.layout.unroll_length)
       collect_actor.flush()
-  batch_steps = exp.batch_size * exp.unroll_length
+  batch_steps = exp.batch_size * exp.layout.unroll_length
 
   if 'ceiling' in FLAGS.paths:
     measurements.append(_ceiling_measurement(exp, env, fill_server.address, batch_steps))
@@ -220,7 +220,7 @@ def _learner_measurement(exp: Experiment, env, train_step: tf.Variable, address:
   learn()
   return common.Measurement(
       'learner', learn, f'{FLAGS.fill_unrolls} unrolls in a uniform table, batches of '
-      f'{exp.batch_size} x {exp.unroll_length} steps')
+      f'{exp.batch_size} x {exp.layout.unroll_length} steps')
 
 
 def _ratio(label: str, num, den, target: float) -> str:

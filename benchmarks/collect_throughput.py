@@ -4,8 +4,8 @@ Measures environment steps per second on CartPole-v1, in one run, for:
 
   tfrl        `tfrl.envs.make('CartPole-v1', num_envs=N)` + `tfrl.actors.Actor` with a
               DQN epsilon-greedy collect policy (QNetwork fc(100)) and a
-              `tfrl.replay.NStepTransitionWriter` (n=2) into a local Reverb table
-              (embedded `tfrl.replay.ReplayServer`).
+              writer of `tfrl.layouts.TransitionReplay` (n=2, `NStepTransitionWriter`)
+              into its table on an embedded `tfrl.replay.ReplayServer`.
   tf-agents   the peer, tf-agents' standard path: `tf_agents.train.actor.Actor` on one
               `suite_gym.load('CartPole-v1')` PyEnvironment with a
               `PyTFEagerPolicy(agent.collect_policy, use_tf_function=True)` and a
@@ -59,6 +59,7 @@ from tf_agents.specs import tensor_spec
 
 import tfrl.actors
 import tfrl.envs
+import tfrl.layouts
 import tfrl.metrics
 import tfrl.replay
 
@@ -95,6 +96,12 @@ class Result:
     return self.all_steps / self.seconds
 
 
+def _layout(num_envs: int) -> tfrl.layouts.TransitionReplay:
+  """What a job writes with: 2-step transitions, one item per vector step."""
+  return tfrl.layouts.TransitionReplay(num_envs=num_envs, batch_size=num_envs, n_step=2,
+                                       gamma=0.99, capacity=FLAGS.replay_capacity)
+
+
 def bench_tfrl(seconds: float, num_envs: int, write: bool, num_workers: int = 0) -> Result:
   """tfrl's batched Actor, with or without the 2-step transition writer, its envs in
   this process or in `num_workers` worker processes."""
@@ -102,13 +109,9 @@ def bench_tfrl(seconds: float, num_envs: int, write: bool, num_workers: int = 0)
   agent = common.make_dqn_agent(env.time_step_spec(), env.action_spec(), FLAGS.seed)
   server, writers = None, []
   if write:
-    signature = tfrl.replay.NStepTransitionWriter.item_signature(
-        agent.collect_data_spec, num_envs)
-    table = tfrl.replay.uniform_table(
-        TABLE, max(1, FLAGS.replay_capacity // num_envs), signature)
-    server = tfrl.replay.ReplayServer([table])
-    writers = [tfrl.replay.NStepTransitionWriter(server.client, TABLE, n=2,
-                                                 discount=0.99)]
+    layout = _layout(num_envs)
+    server = tfrl.replay.ReplayServer(layout.tables(agent))
+    writers = [layout.make_writer(server.client)]
   actor = tfrl.actors.Actor(env, agent.collect_policy, writers=writers)
   chunk = 50  # vector steps per run() call
   vector_steps = 0
@@ -142,11 +145,9 @@ def breakdown(num_envs: int, steps: int = 2000) -> dict:
   """Milliseconds per vector step of each stage of tfrl's loop, timed one by one."""
   env = tfrl.envs.make(ENV_ID, num_envs=num_envs, seed=FLAGS.seed)
   agent = common.make_dqn_agent(env.time_step_spec(), env.action_spec(), FLAGS.seed)
-  signature = tfrl.replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
-                                                               num_envs)
-  server = tfrl.replay.ReplayServer([tfrl.replay.uniform_table(
-      TABLE, max(1, FLAGS.replay_capacity // num_envs), signature)])
-  writer = tfrl.replay.NStepTransitionWriter(server.client, TABLE, n=2, discount=0.99)
+  layout = _layout(num_envs)
+  server = tfrl.replay.ReplayServer(layout.tables(agent))
+  writer = layout.make_writer(server.client)
   action_fn = tfrl.actors.CompiledActionFn(agent.collect_policy, num_envs)
   stats = tfrl.metrics.EpisodeStats(num_envs)
   seconds = dict.fromkeys(('policy call', 'env step (gymnasium)', 'BatchedEnv bookkeeping',

@@ -2,9 +2,9 @@
 
 Measures DQN train steps per second (batch 64 transitions) in one run, for:
 
-  tfrl        `tfrl.learner.Learner` fed by `tfrl.replay.make_dataset` from a local
-              `tfrl.replay.uniform_table` (embedded `tfrl.replay.ReplayServer`) filled
-              by `tfrl.replay.NStepTransitionWriter(n=1)` with ~10k transitions, items
+  tfrl        `tfrl.learner.Learner` fed as a job feeds it: the table, writer,
+              dataset and train inputs of `tfrl.layouts.TransitionReplay` (n = 1, an
+              embedded `tfrl.replay.ReplayServer`), filled with ~10k transitions, items
               of --envs_per_item transitions (default 16, so a batch of 64 rows mixes 4
               items, as `dqn_cartpole.gin` samples them; --envs_per_item=64 makes each
               batch one item).
@@ -70,6 +70,7 @@ from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 import tfrl.envs
+import tfrl.layouts
 import tfrl.learner
 import tfrl.replay
 
@@ -202,28 +203,24 @@ def setup_ceiling(specs, transitions, stack):
 def setup_tfrl(specs, transitions, stack):
   """tfrl's Learner at both iteration counts, and its dataset alone."""
   agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
-  num_envs = FLAGS.num_envs
-  signature = tfrl.replay.NStepTransitionWriter.item_signature(
-      agent.collect_data_spec, FLAGS.envs_per_item)
-  table = tfrl.replay.uniform_table(
-      TABLE, max_size=10 * len(transitions) * num_envs // FLAGS.envs_per_item,
-      signature=signature)
-  server = tfrl.replay.ReplayServer([table])
+  # The layout dqn_cartpole.gin trains from: items of --envs_per_item envs (a batch of
+  # 64 from 16-env items mixes 4 items through the shuffle buffer), n = 1.
+  layout = tfrl.layouts.TransitionReplay(
+      num_envs=FLAGS.envs_per_item, batch_size=FLAGS.batch_size, n_step=1,
+      capacity=10 * len(transitions) * FLAGS.num_envs,
+      shuffle_buffer_batches=FLAGS.shuffle_buffer_batches)
+  server = tfrl.replay.ReplayServer(layout.tables(agent))
   stack.callback(server.stop)
-  writer = tfrl.replay.NStepTransitionWriter(server.client, TABLE, n=1,
-                                             envs_per_item=FLAGS.envs_per_item)
+  writer = layout.make_writer(server.client)  # fed vector steps of --num_envs envs
   for time_step, policy_step, next_time_step in transitions:
     writer.write(time_step, policy_step, next_time_step)
   writer.close()
-  note = (f'{server.table_info()[TABLE].current_size} items of {FLAGS.envs_per_item} '
+  table = layout.experience_table
+  note = (f'{server.table_info()[table].current_size} items of {layout.rows_per_item} '
           f'transitions, shuffle buffer of {FLAGS.shuffle_buffer_batches} batches')
-
-  def dataset_fn():
-    return tfrl.replay.make_dataset(
-        server.address, TABLE, signature, FLAGS.batch_size,
-        experience_spec=agent.collect_data_spec,
-        shuffle_rows=tfrl.replay.mixing.buffer_rows_for(FLAGS.batch_size,
-                                                        FLAGS.shuffle_buffer_batches))
+  dataset_fn = lambda: layout.dataset_fn(server.address, agent)(
+      tf.distribute.InputContext())
+  train_inputs_fn = layout.train_inputs_fn(agent)
 
   measurements = []
   if 'tfrl' in FLAGS.paths:
@@ -231,7 +228,7 @@ def setup_tfrl(specs, transitions, stack):
     stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
     learner = tfrl.learner.Learner(
         root_dir, agent.train_step_counter, agent, experience_dataset_fn=dataset_fn,
-        checkpoint_interval=0, summary_interval=0)
+        train_inputs_fn=train_inputs_fn, checkpoint_interval=0, summary_interval=0)
     measurements += [learner_measurement(f'tfrl K={k}', learner, agent.train_step_counter,
                                          k, note) for k in _iteration_counts()]
   if 'memory' in FLAGS.paths:
@@ -242,7 +239,8 @@ def setup_tfrl(specs, transitions, stack):
     learner = tfrl.learner.Learner(
         root_dir, memory_agent.train_step_counter, memory_agent,
         experience_dataset_fn=lambda: tf.data.Dataset.from_tensors(batch).repeat(),
-        checkpoint_interval=0, summary_interval=0)
+        train_inputs_fn=layout.train_inputs_fn(memory_agent), checkpoint_interval=0,
+        summary_interval=0)
     k = FLAGS.iterations
     measurements.append(learner_measurement(
         f'tfrl-memory K={k}', learner, memory_agent.train_step_counter, k,

@@ -127,12 +127,11 @@ def measure(layout_name: str) -> dict:
 
   num_envs, env_steps = FLAGS.num_envs, FLAGS.env_steps
   if layout_name == 'sequence':
-    settings = dict(data_layout='sequence', unroll_length=FLAGS.unroll_length,
-                    queue_capacity=2 * env_steps,
+    settings = dict(layout_settings=dict(unroll_length=FLAGS.unroll_length,
+                                         queue_capacity=2 * env_steps),
                     agent_fn=functools.partial(ppo.create_ppo_agent, cnn='nature'))
   else:
-    settings = dict(data_layout='transition', n_step=FLAGS.n_step,
-                    replay_capacity=2 * env_steps,
+    settings = dict(layout_settings=dict(n_step=FLAGS.n_step, capacity=2 * env_steps),
                     agent_fn=functools.partial(dqn.create_dqn_agent, cnn='nature'))
   exp = Experiment(env_name=NOISE_ID if FLAGS.env == 'noise' else CATCH_ID,
                    frame_stack=FLAGS.frame_stack, num_envs=num_envs, batch_size=num_envs,

@@ -18,6 +18,10 @@ a `tf.while_loop` inside one `tf.function` (as a Learner pulls them), for:
   prio-per-env   prioritized table, one item per transition (priority per transition):
                  what the prioritized layout uses.
 
+It compares item and sampling mechanisms, most of which no layout uses (that is what it
+chose between), so it builds its tables, writers and datasets itself rather than from
+`tfrl.layouts`; the throughput benchmarks measure the layouts' own path.
+
 Per path it prints input batches/s (best round, spread over --rounds), the ratio to
 `whole`, and, over --sample_batches batches, the mean distinct vector steps and envs per
 batch (a row's observation holds its env and step). Uniform sampling of single
