@@ -76,7 +76,8 @@ class Experiment:
     samples_per_insert: with separate programs, the replay table's target ratio of
       sampled to inserted rows (None: no limiter). One process fixes the ratio with
       collect/train steps per iteration instead.
-    initial_collect_steps: env steps of random actions before training starts.
+    initial_collect_steps: env steps of random actions before training starts (the
+      replay layout's warm-up; on-policy layouts have none and ignore it).
     collect_steps_per_iteration: (one process) vector steps collected per iteration.
     train_steps_per_iteration: train steps per `Learner.run` call ('sequence' in one
       process: as many as the queue holds batches for, up to this).
