@@ -24,7 +24,6 @@ import threading
 import time
 from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging
 from tf_agents.policies import random_tf_policy
@@ -32,8 +31,9 @@ from tf_agents.policies import random_tf_policy
 from learners import config
 from learners import heartbeat
 from learners import pacing
-from learners import stop_plan
 from learners import process
+from learners import program
+from learners import stop_plan
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import logs
@@ -44,67 +44,46 @@ from tfrl.agents import interface
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """How a collector runs (the flags of the same names).
-
-  Attributes:
-    task_id: this collector's index: seeds its envs (seed + 1000 * task_id) and picks
-      its exploration among `num_collectors` (the agent's `collect_policy_for_task`).
-    num_collectors: how many collectors the job runs.
-    num_envs: envs in this collector (None: Experiment.num_envs); a multiple of the
-      envs per item.
-    variable_update_period: vector steps between pulls of the policy variables (None:
-      the layout's `vector_steps_per_pull`, one unroll or 50 steps).
-    variables_timeout_s: how long to wait for the trainer to push variables.
-    write_timeout_s: how long a write may wait for the server to take items.
-    reconnect_timeout_s: how long to keep retrying an unreachable server.
-    max_env_steps: stop after this many env steps (0: never).
-    log_interval_s: seconds between progress lines.
-  """
-  task_id: int = 0
-  num_collectors: int = 1
-  num_envs: Optional[int] = None
-  variable_update_period: Optional[int] = None
-  variables_timeout_s: float = 600.0
-  write_timeout_s: float = 600.0
-  reconnect_timeout_s: float = 600.0
-  max_env_steps: int = 0
-  log_interval_s: float = 10.0
+  """How a collector runs: each field is also the flag of its name, and its metadata's
+  help text says what it does (see `config.option`)."""
+  task_id: int = config.option(
+      0, "This collector's index: seeds its envs (seed + 1000 * task_id) and sets its "
+      'exploration (see --num_collectors).')
+  num_collectors: int = config.option(
+      1, 'How many collectors the job runs; with DQN, collector i explores with '
+      'epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X style spread).')
+  num_envs: Optional[int] = config.option(
+      None, 'Envs in this collector (default: Experiment.num_envs); a multiple of the '
+      'envs per item.')
+  variable_update_period: Optional[int] = config.option(
+      None, 'Vector steps between pulls of the policy variables (default: before every '
+      'unroll of a sequence layout, every 50 vector steps of a replay layout).')
+  variables_timeout_s: float = config.option(
+      600.0, 'How long to wait for the trainer to push variables.')
+  write_timeout_s: float = config.option(
+      600.0, 'How long a write may wait for the server to take items (a server that is '
+      'gone, or a rate limiter holding inserts) before the collector treats the server '
+      'as lost and reconnects (at least 10 s).')
+  reconnect_timeout_s: float = config.option(
+      600.0, 'How long to keep retrying an unreachable server before giving up.')
+  max_env_steps: int = config.option(
+      0, 'Stop after this many env steps (0: never).')
+  log_interval_s: float = config.option(10.0, 'Seconds between progress lines.')
 
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
-flags.DEFINE_integer('num_envs', Options.num_envs, 'Envs in this collector (default: '
-                     'Experiment.num_envs); a multiple of the envs per item.')
-flags.DEFINE_integer('task_id', Options.task_id, 'This collector\'s index: seeds its envs '
-                     'and sets its exploration (see --num_collectors).')
-flags.DEFINE_integer('num_collectors', Options.num_collectors,
-                     'How many collectors the job runs; with DQN, collector i explores with '
-                     'epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X style spread).')
-flags.DEFINE_integer('variable_update_period', Options.variable_update_period,
-                     'Vector steps between pulls of the policy variables (default: '
-                     'before every unroll of a sequence layout, every 50 vector steps '
-                     'of a replay layout).')
-flags.DEFINE_float('variables_timeout_s', Options.variables_timeout_s,
-                   'How long to wait for the trainer to push variables.')
-flags.DEFINE_float('write_timeout_s', Options.write_timeout_s,
-                   'How long a write may wait for the server to take items (a server '
-                   'that is gone, or a rate limiter holding inserts) before the collector '
-                   'treats the server as lost and reconnects (at least 10 s).')
-flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
-                   'How long to keep retrying an unreachable server before giving up.')
-flags.DEFINE_integer('max_env_steps', Options.max_env_steps,
-                     'Stop after this many env steps (0: never).')
-flags.DEFINE_float('log_interval_s', Options.log_interval_s,
-                   'Seconds between progress lines.')
+config.define_reverb_address_flag()
+config.define_flags(Options)
 FLAGS = flags.FLAGS
 _CLOSE_TIMEOUT_S = 5.0  # at most; less when the launcher's stop gives less (stop_plan)
 
 
-def collect(root_dir: str, address: str, stop_event: threading.Event,
-            options: Options = Options()) -> int:
+def collect(experiment: Experiment, root_dir: str, address: str,
+            stop_event: threading.Event, options: Options = Options()) -> int:
   """Runs a collector until stopped (or `options.max_env_steps`).
 
   Args:
+    experiment: the job's settings.
     root_dir: the job's directory (collectors keep no files there).
     address: 'host:port' of the Reverb server.
     stop_event: set to stop.
@@ -117,132 +96,187 @@ def collect(root_dir: str, address: str, stop_event: threading.Event,
     replay.VariablesNotPushedError: no variables within `variables_timeout_s`.
     Exception: an error of the environment or the policy, unchanged.
   """
-  experiment, task_id = Experiment(), options.task_id
-  layout = experiment.layout
-  num_envs = options.num_envs or experiment.num_envs
   replay.wait_for_server(address)
-  env = experiment.make_env(num_envs=num_envs, seed=experiment.seed + 1000 * task_id)
-  train_step, agent = experiment.build_agent()
-  replay.check_table_signature(address, layout.experience_table,
-                               layout.item_signature(agent))
-  client = replay.ReplayServer.connect(address).client
-  writer = layout.make_writer(client, flush_timeout_ms=int(options.write_timeout_s * 1000),
-                              stop_event=stop_event)
-  variables = replay.VariableContainer(address,
-                                       experiment.pushed_variables(agent, train_step))
-  policy = interface.collect_policy(agent, task_id, options.num_collectors)
-  pull_period = options.variable_update_period or layout.vector_steps_per_pull
-  # Summaries after every run of pull_period vector steps.
-  actor = actors.Actor(env, policy, [writer], policy_version=train_step,
-                       summary_dir=os.path.join(root_dir, 'collect', f'task_{task_id}'),
-                       summary_interval=1)
-  random_actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(
-      env.time_step_spec(), env.action_spec()), [writer], policy_version=-1)
-  # Replay's warm-up (task 0's random actions) needs no policy: it runs while the
-  # trainer starts. A sequence layout's warm-up acts with the policy: after its push.
-  replay_warm_up = task_id == 0 and not layout.trains_on_collected_items
-  if replay_warm_up and experiment.initial_collect_steps:
-    layout.warm_up(actor, random_actor, experiment.initial_collect_steps)
-  logs.progress('Collector %d waiting for the trainer\'s first variables push '
-               '(up to %.0f s).', task_id, options.variables_timeout_s)
-  try:
-    variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
-  except replay.VariablesNotPushedError:
-    if stop_event.is_set():  # Stopped while waiting: not an error.
-      return random_actor.env_steps
-    raise
-  logs.progress('Collector %d acting with policy version %d.', task_id, int(train_step))
-  if layout.trains_on_collected_items:
-    layout.warm_up(actor, random_actor, experiment.initial_collect_steps)
-  random_steps = random_actor.env_steps
+  collector = _Collector(experiment, root_dir, address, stop_event, options)
+  if not collector.warm_up_and_wait_for_policy():
+    return collector.random_actor.env_steps  # stopped while waiting: not an error
+  collector.run()
+  logs.progress('Collector %d stopped after %d env steps.', options.task_id,
+               collector.env_steps)
+  return collector.env_steps
 
-  def new_pacing() -> Optional[pacing.UnrollPacing]:
+
+class _Collector:
+  """One collector's parts and the phases of its run (`collect` calls them in order)."""
+
+  def __init__(self, experiment: Experiment, root_dir: str, address: str,
+               stop_event: threading.Event, options: Options):
+    """Builds the envs, the agent and its policy, the writer and the actors."""
+    self.experiment, self.root_dir, self.address = experiment, root_dir, address
+    self.stop_event, self.options, self.task_id = stop_event, options, options.task_id
+    self.layout = layout = experiment.layout
+    self.num_envs = options.num_envs or experiment.num_envs
+    self.env = experiment.make_env(num_envs=self.num_envs,
+                                   seed=experiment.seed + 1000 * self.task_id)
+    self.train_step, self.agent = experiment.build_agent()
+    replay.check_table_signature(address, layout.experience_table,
+                                 layout.item_signature(self.agent))
+    client = replay.ReplayServer.connect(address).client
+    self.writer = layout.make_writer(
+        client, flush_timeout_ms=int(options.write_timeout_s * 1000), stop_event=stop_event)
+    self.variables = replay.VariableContainer(
+        address, experiment.pushed_variables(self.agent, self.train_step))
+    policy = interface.collect_policy(self.agent, self.task_id, options.num_collectors)
+    self.pull_period = options.variable_update_period or layout.vector_steps_per_pull
+    # Summaries after every run of pull_period vector steps.
+    self.actor = actors.Actor(
+        self.env, policy, [self.writer], policy_version=self.train_step,
+        summary_dir=os.path.join(root_dir, 'collect', f'task_{self.task_id}'),
+        summary_interval=1)
+    self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
+        self.env.time_step_spec(), self.env.action_spec()), [self.writer],
+                                     policy_version=-1)
+
+  @property
+  def env_steps(self) -> int:
+    """The env steps taken, random warm-up included."""
+    return self.actor.env_steps + self.random_actor.env_steps
+
+  def warm_up_and_wait_for_policy(self) -> bool:
+    """The layout's warm-up around the wait for the trainer's first push.
+
+    Returns:
+      False if stopped while waiting for the push.
+    """
+    experiment, layout, task_id = self.experiment, self.layout, self.task_id
+    # Replay's warm-up (task 0's random actions) needs no policy: it runs while the
+    # trainer starts. A sequence layout's warm-up acts with the policy: after its push.
+    replay_warm_up = task_id == 0 and not layout.trains_on_collected_items
+    if replay_warm_up and experiment.initial_collect_steps:
+      layout.warm_up(self.actor, self.random_actor, experiment.initial_collect_steps)
+    logs.progress('Collector %d waiting for the trainer\'s first variables push '
+                 '(up to %.0f s).', task_id, self.options.variables_timeout_s)
+    try:
+      self._pull()
+    except replay.VariablesNotPushedError:
+      if self.stop_event.is_set():
+        return False
+      raise
+    logs.progress('Collector %d acting with policy version %d.', task_id,
+                 int(self.train_step))
+    if layout.trains_on_collected_items:
+      layout.warm_up(self.actor, self.random_actor, experiment.initial_collect_steps)
+    return True
+
+  def _pull(self) -> None:
+    self.variables.update(timeout_s=self.options.variables_timeout_s,
+                          stop_event=self.stop_event)
+
+  def _new_pacing(self) -> Optional[pacing.UnrollPacing]:
     """PPO's unrolls each wait for the push that trains on them (learners/pacing.py)."""
-    if not (layout.trains_on_collected_items and interface.on_policy(agent)):
+    layout = self.layout
+    if not (layout.trains_on_collected_items and interface.on_policy(self.agent)):
       return None
     return pacing.UnrollPacing(
-        task_id, options.num_collectors, items_per_unroll=num_envs // layout.envs_per_item,
-        items_per_push=experiment.train_steps_per_iteration * layout.items_per_train_step)
+        self.task_id, self.options.num_collectors,
+        items_per_unroll=self.num_envs // layout.envs_per_item,
+        items_per_push=(self.experiment.train_steps_per_iteration *
+                        layout.items_per_train_step))
 
-  paced = new_pacing()
-  beat = heartbeat.Heartbeat(root_dir, f'collect_{task_id}').start()
-  last_log = time.monotonic()
-  while not stop_event.is_set():
-    if options.max_env_steps and actor.env_steps + random_steps >= options.max_env_steps:
-      break
-    try:
-      if paced is not None:
-        with beat.doing('wait for the policy'):
-          if not paced.wait_for_turn(variables.pushes, stop_event,
-                                     options.variables_timeout_s):
-            break
-        variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
-      with beat.doing('env step'):
-        metrics = actor.run(pull_period)
-      beat.progress(env_steps=actor.env_steps + random_steps)
-      if paced is None:
-        variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
-      else:
-        with beat.doing('wait for the queue'):  # the trainer's to empty, not a stall
-          writer.send_all()  # the unroll the trainer waits for, before this one waits
-    except (replay.WriterStoppedError, replay.VariablesNotPushedError,
-            pacing.PolicyVersionTimeoutError):
-      if stop_event.is_set():  # a write or pull that waited saw the stop signal
+  def run(self) -> None:
+    """Collects until stopped or `max_env_steps`, through lost servers; then closes."""
+    options, stop_event = self.options, self.stop_event
+    paced = self._new_pacing()
+    beat = heartbeat.Heartbeat(self.root_dir, f'collect_{self.task_id}').start()
+    last_log = time.monotonic()
+    while not stop_event.is_set():
+      if options.max_env_steps and self.env_steps >= options.max_env_steps:
         break
-      raise
+      try:
+        metrics = self._unroll(paced, beat)
+        if metrics is None:  # stopped while waiting for its turn
+          break
+      except (replay.WriterStoppedError, replay.VariablesNotPushedError,
+              pacing.PolicyVersionTimeoutError):
+        if stop_event.is_set():  # a write or pull that waited saw the stop signal
+          break
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        # Only a lost server is worth a retry; an error from the environment or the
+        # policy ends the collector with that error.
+        if not replay.is_server_lost(e):
+          raise
+        if stop_event.is_set() or not self._reconnect(e):
+          break
+        paced = self._new_pacing()  # a restarted server counts pushes from 0
+        continue
+      if time.monotonic() - last_log >= options.log_interval_s:
+        last_log = time.monotonic()
+        logs.progress('collector %d | env steps %d | %.0f env steps/s | avg return %s | '
+                     'policy version %d', self.task_id, self.env_steps,
+                     metrics['EnvStepsPerSecond'],
+                     tfrl_metrics.format_return(metrics['AverageReturn']),
+                     int(self.train_step))
+    self._close()
+    beat.stop()
+    self.env.close()
+
+  def _unroll(self, paced: Optional[pacing.UnrollPacing], beat: heartbeat.Heartbeat
+              ) -> Optional[dict]:
+    """One run of `pull_period` vector steps with its pull (before it when paced, after
+    it otherwise). Returns the actor's metrics; None if stopped while paced."""
+    if paced is not None:
+      with beat.doing('wait for the policy'):
+        if not paced.wait_for_turn(self.variables.pushes, self.stop_event,
+                                   self.options.variables_timeout_s):
+          return None
+      self._pull()
+    with beat.doing('env step'):
+      metrics = self.actor.run(self.pull_period)
+    beat.progress(env_steps=self.env_steps)
+    if paced is None:
+      self._pull()
+    else:
+      with beat.doing('wait for the queue'):  # the trainer's to empty, not a stall
+        self.writer.send_all()  # the unroll the trainer waits for, before this one waits
+    return metrics
+
+  def _reconnect(self, error: Exception) -> bool:
+    """Waits out a lost server (up to `reconnect_timeout_s`); False if stopped first."""
+    logging.warning('Lost the Reverb server at %s (%s: %s); reconnecting.', self.address,
+                    type(error).__name__, error)
+    self.writer.abandon()
+    self.actor.reset()
+    if not process.wait_for_server_with_backoff(
+        self.address, self.options.reconnect_timeout_s, self.stop_event):
+      return False
+    logs.progress('Reverb server %s is back; collecting again.', self.address)
+    return True
+
+  def _close(self) -> None:
+    """Sends what the writer holds, briefly, and well inside this program's share of the
+    stop: once the trainer has stopped, a rate limiter may hold these for good."""
+    close_timeout_s = min(_CLOSE_TIMEOUT_S, 0.4 * stop_plan.program_grace_s())
+    try:
+      self.writer.close(timeout_ms=int(close_timeout_s * 1000))
     except Exception as e:  # pylint: disable=broad-except
-      # Only a lost server is worth a retry; an error from the environment or the
-      # policy ends the collector with that error.
       if not replay.is_server_lost(e):
         raise
-      if stop_event.is_set():
-        break
-      logging.warning('Lost the Reverb server at %s (%s: %s); reconnecting.', address,
-                      type(e).__name__, e)
-      writer.abandon()
-      actor.reset()
-      if not process.wait_for_server_with_backoff(address, options.reconnect_timeout_s,
-                                                  stop_event):
-        break
-      paced = new_pacing()  # a restarted server counts pushes from 0
-      logs.progress('Reverb server %s is back; collecting again.', address)
-      continue
-    if time.monotonic() - last_log >= options.log_interval_s:
-      last_log = time.monotonic()
-      logs.progress('collector %d | env steps %d | %.0f env steps/s | avg return %s | '
-                   'policy version %d', task_id, actor.env_steps + random_steps,
-                   metrics['EnvStepsPerSecond'],
-                   tfrl_metrics.format_return(metrics['AverageReturn']), int(train_step))
-  # Briefly, and well inside this program's share of the stop: once the trainer has
-  # stopped, a rate limiter may hold these for good.
-  close_timeout_s = min(_CLOSE_TIMEOUT_S, 0.4 * stop_plan.program_grace_s())
-  try:
-    writer.close(timeout_ms=int(close_timeout_s * 1000))
-  except Exception as e:  # pylint: disable=broad-except
-    if not replay.is_server_lost(e):
-      raise
-    logging.warning('The last items were not accepted within %.1f s (%s); dropped.',
-                    close_timeout_s, e)
-  beat.stop()
-  env.close()
-  logs.progress('Collector %d stopped after %d env steps.', task_id,
-               actor.env_steps + random_steps)
-  return actor.env_steps + random_steps
+      logging.warning('The last items were not accepted within %.1f s (%s); dropped.',
+                      close_timeout_s, e)
 
 
-def main(argv):
-  del argv
-  logs.quiet_absl_unless_asked()
-  config.parse_from_flags()
+def _main() -> None:
+  experiment = config.parse_from_flags()
   options = config.options_from_flags(Options, FLAGS)
   process.run_program(lambda stop_event: collect(
-      FLAGS.root_dir, FLAGS.reverb_address, stop_event, options),
+      experiment, FLAGS.root_dir, FLAGS.reverb_address, stop_event, options),
                       f'collector {options.task_id}')
-  process.exit_now(0)
 
 
 def run_main():
-  app.run(main)
+  """Console-script entry point (tfrl-collect)."""
+  program.run_main(_main, root_dir_required=False)
 
 
 if __name__ == '__main__':

@@ -1,12 +1,19 @@
-"""Gin parsing shared by every program, with errors that name the problem."""
+"""What every program shares of its configuration: gin parsing, with errors that name
+the problem, and options declared once as dataclass fields that are also its flags."""
 import dataclasses
 import os
 import sys
-from typing import Any, NoReturn, Sequence
+import typing
+from typing import Any, List, NoReturn, Optional, Sequence
 
+from absl import flags
 import gin
 
 from learners import validation
+
+# The flags `define_flags` defines below belong to the program that asks for them (its
+# --helpshort, and absl's duplicate-flag check), not to this module.
+flags.disclaim_key_flags()
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), 'configs')
 
@@ -31,8 +38,12 @@ def resolve_gin_file(path: str) -> str:
                     f'{", ".join(bundled)}).')
 
 
-def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> None:
+def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()
+          ) -> 'experiment.Experiment':
   """Parses gin files and bindings (later ones win).
+
+  Returns:
+    The `Experiment` they bind, checked: what a program passes to its body.
 
   Raises:
     ConfigError: a missing file, a binding gin cannot parse or apply (unknown
@@ -56,7 +67,7 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()) -> No
     # configurable's code): all of them are this configuration's fault.
     raise ConfigError(f'Bad gin configuration ({where}): {_one_line(e)}') from e
   try:
-    experiment.Experiment()
+    return experiment.Experiment()
   except validation.ValidationError as e:  # already one line naming the field
     raise ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
@@ -74,44 +85,137 @@ def fail(message: str) -> NoReturn:
   sys.exit(2)
 
 
+def option(default: Any, help_text: str, choices: Optional[Sequence[str]] = None
+           ) -> Any:
+  """Declares one program option: a dataclass field that is also its flag.
+
+  `define_flags` defines the flag of the field's name from it; `options_from_flags`
+  reads it back. The flag's type comes from the field's annotation: bool, int, float,
+  str (an enum with `choices`), `Optional` of one of them, or `List[str]` (a
+  repeatable flag).
+
+  Args:
+    default: the option's default, also the flag's (a list is copied per instance).
+    help_text: what the option does: the flag's --help text and the field's documentation.
+    choices: the values a str option accepts.
+
+  Returns:
+    A `dataclasses.Field` for the options dataclass.
+  """
+  metadata = {'help': help_text, 'choices': None if choices is None else list(choices)}
+  if isinstance(default, list):
+    return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def shared_option(name: str) -> Any:
+  """A field for the common flag `name` (see `CommonOptions`): its default, and no flag
+  of its own (the common flags define it once for every program)."""
+  common = {f.name: f for f in dataclasses.fields(CommonOptions)}[name]
+  return dataclasses.field(default=common.default, metadata={'shared': True})
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonOptions:
+  """The flags of every program (see `define_common_flags`); each field's help is in its
+  metadata."""
+  root_dir: Optional[str] = option(
+      None, 'The job directory: checkpoints, summaries, policies, logs.')
+  gin_file: List[str] = option(
+      [], 'gin files (repeatable; later ones win); a bare name is looked up in '
+      'learners/configs.')
+  gin_bindings: List[str] = option(
+      [], "gin bindings (repeatable), e.g. 'Experiment.seed = 1'.")
+  overwrite: bool = option(
+      False, "Start from scratch: delete root_dir's checkpoints and exports and begin a "
+      'new run id. Without it a job resumes, or stops with exit status 2 where it cannot '
+      'resume.')
+
+
+def _flag_definer(field: dataclasses.Field, annotation: Any):
+  """The absl DEFINE_* call for `field`, as f(name, default, help, flag_values)."""
+  if typing.get_origin(annotation) is typing.Union:  # Optional[X]: the flag of X
+    annotation, = [a for a in typing.get_args(annotation) if a is not type(None)]
+  choices = field.metadata.get('choices')
+  if annotation is str and choices is not None:
+    return lambda name, default, text, fv: flags.DEFINE_enum(
+        name, default, choices, text, flag_values=fv)
+  if (typing.get_origin(annotation) in (list, List) and
+      typing.get_args(annotation) == (str,)):
+    return lambda name, default, text, fv: flags.DEFINE_multi_string(
+        name, default, text, flag_values=fv)
+  definers = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+              float: flags.DEFINE_float, str: flags.DEFINE_string}
+  if annotation not in definers:
+    raise TypeError(f'Option {field.name}: no flag type for {annotation!r}.')
+  return lambda name, default, text, fv: definers[annotation](name, default, text,
+                                                              flag_values=fv)
+
+
+def define_flags(options_class: type, flag_values: Any = flags.FLAGS) -> None:
+  """Defines a flag for every field of `options_class` declared with `option`.
+
+  A field from `shared_option` gets none: its flag is a common one.
+
+  Args:
+    options_class: a dataclass whose fields come from `option` (or `shared_option`).
+    flag_values: where to define them (absl's FLAGS).
+
+  Raises:
+    TypeError: a field's annotation has no flag type (see `option`).
+  """
+  hints = typing.get_type_hints(options_class)
+  for field in dataclasses.fields(options_class):
+    if field.metadata.get('shared'):
+      continue
+    default = (field.default_factory() if field.default is dataclasses.MISSING
+               else field.default)
+    _flag_definer(field, hints[field.name])(field.name, default, field.metadata['help'],
+                                            flag_values)
+
+
 def define_common_flags() -> None:
   """Defines --root_dir, --gin_file, --gin_bindings and --overwrite (once per process)."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  if 'root_dir' in flags.FLAGS:
-    return
-  flags.DEFINE_string('root_dir', None, 'The job directory: checkpoints, summaries, '
-                      'policies, logs.')
-  flags.DEFINE_multi_string('gin_file', [], 'gin files (repeatable; later ones win); a '
-                            'bare name is looked up in learners/configs.')
-  flags.DEFINE_multi_string('gin_bindings', [],
-                            "gin bindings (repeatable), e.g. 'Experiment.seed = 1'.")
-  flags.DEFINE_bool('overwrite', False, "Start from scratch: delete root_dir's "
-                    'checkpoints and exports and begin a new run id. Without it a job '
-                    'resumes, or stops with exit status 2 where it cannot resume.')
+  if 'root_dir' not in flags.FLAGS:
+    define_flags(CommonOptions)
 
 
-def parse_from_flags() -> None:
+def define_reverb_address_flag() -> None:
+  """Defines --reverb_address, for the programs that connect to a job's server."""
+  flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
+
+
+def parse_from_flags() -> 'experiment.Experiment':
   """Checks --root_dir and parses the gin files and bindings given on the command line.
+
+  Returns:
+    The `Experiment` they bind, built once here for the program's body.
 
   Raises:
     SystemExit: status 2 with the error's message, so programs fail fast and clearly
       (see `fail`).
   """
-  from absl import flags  # pylint: disable=g-import-not-at-top
   try:
     validation.check_root_dir(flags.FLAGS.root_dir)
-    parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+    return parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
   except validation.ValidationError as e:
     fail(e.message)
   except ConfigError as e:
     fail(str(e))
 
 
-def options_from_flags(options_class: type, flag_values: Any) -> Any:
+def options_from_flags(options_class: type, flag_values: Any = flags.FLAGS) -> Any:
   """A program's options dataclass filled from the flags of the same names.
 
   The program bodies take these options instead of reading FLAGS, so Python (tests,
   notebooks) calls them as the command line does.
+
+  Args:
+    options_class: a dataclass declared with `option` (see `define_flags`).
+    flag_values: the parsed flags (absl's FLAGS).
+
+  Returns:
+    An instance of `options_class`.
   """
   return options_class(**{field.name: getattr(flag_values, field.name)
                           for field in dataclasses.fields(options_class)})

@@ -23,7 +23,6 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
@@ -32,6 +31,7 @@ from learners import config
 from learners import eval_barrier
 from learners import heartbeat
 from learners import process
+from learners import program
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
@@ -43,33 +43,23 @@ from tfrl import triggers
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """How an evaluator follows a trainer (the flags of the same names).
-
-  Attributes:
-    eval_interval: train steps between evaluations (None: Experiment.eval_interval).
-    poll_interval_s: seconds between looks at the train step.
-    variables_timeout_s: how long to wait for the trainer's variables.
-    reconnect_timeout_s: how long to wait for a lost Reverb server to come back.
-  """
-  eval_interval: Optional[int] = None
-  poll_interval_s: float = 1.0
-  variables_timeout_s: float = 600.0
-  reconnect_timeout_s: float = 600.0
+  """How an evaluator follows a trainer: each field is also the flag of its name, and its
+  metadata's help text says what it does (see `config.option`)."""
+  eval_interval: Optional[int] = config.option(
+      None, 'Train steps between evaluations (default: Experiment.eval_interval).')
+  poll_interval_s: float = config.option(1.0, 'Seconds between looks at the train step.')
+  variables_timeout_s: float = config.option(
+      600.0, "How long to wait for the trainer's variables before giving up.")
+  reconnect_timeout_s: float = config.option(
+      600.0, 'How long to wait for a lost Reverb server to come back before giving up '
+      f'(status {process.EXIT_SERVER_LOST}).')
 
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
+config.define_reverb_address_flag()
 flags.DEFINE_string('saved_model_dir', None,
                     'Evaluate this exported policy once instead of following a trainer.')
-flags.DEFINE_integer('eval_interval', Options.eval_interval,
-                     'Train steps between evaluations.')
-flags.DEFINE_float('poll_interval_s', Options.poll_interval_s,
-                   'Seconds between looks at the train step.')
-flags.DEFINE_float('variables_timeout_s', Options.variables_timeout_s,
-                   'How long to wait for the trainer\'s variables before giving up.')
-flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
-                   'How long to wait for a lost Reverb server to come back before giving '
-                   f'up (status {process.EXIT_SERVER_LOST}).')
+config.define_flags(Options)
 FLAGS = flags.FLAGS
 PAUSE_TIMEOUT_S = 60.0  # for the trainer to hold still for a candidate policy
 EVAL_DIR = eval_barrier.EVAL_DIR
@@ -109,9 +99,19 @@ class ResultsLog:
                         step=row['env_steps'])
 
 
-def evaluate_saved_model(path: str) -> Dict[str, Any]:
-  """Evaluates an exported policy once on the Experiment's eval env."""
-  experiment = Experiment()
+def evaluate_saved_model(experiment: Experiment, path: str) -> Dict[str, Any]:
+  """Evaluates an exported policy once on the Experiment's eval env.
+
+  Args:
+    experiment: the job's settings (its eval env, episodes and seed).
+    path: the policy's SavedModel directory.
+
+  Returns:
+    The evaluator's result (AverageReturn, NumberOfEpisodes, ...).
+
+  Raises:
+    FileNotFoundError, tfrl.export.NotAPolicyError: no exported policy at `path`.
+  """
   policy = export.load_policy(path)
   evaluator = actors.Evaluator(experiment.make_eval_env(), policy,
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
@@ -122,11 +122,12 @@ def evaluate_saved_model(path: str) -> Dict[str, Any]:
   return result
 
 
-def follow(root_dir: str, address: str, stop_event: threading.Event,
-           options: Options = Options()) -> Dict[str, Any]:
+def follow(experiment: Experiment, root_dir: str, address: str,
+           stop_event: threading.Event, options: Options = Options()) -> Dict[str, Any]:
   """Evaluates the trainer's policy as it trains; returns the last result row.
 
   Args:
+    experiment: the job's settings.
     root_dir: the job's directory (results go to root_dir/eval).
     address: 'host:port' of the Reverb server.
     stop_event: set to stop.
@@ -135,7 +136,6 @@ def follow(root_dir: str, address: str, stop_event: threading.Event,
   Returns:
     The last row of the results log ({} if none).
   """
-  experiment = Experiment()
   interval = options.eval_interval or experiment.eval_interval
   train_step, agent = experiment.build_agent()
   replay.wait_for_server(address)
@@ -221,26 +221,24 @@ def _evaluate_when_due(experiment: Experiment, address: str,
   return row
 
 
-def main(argv):
-  del argv
-  logs.quiet_absl_unless_asked()
-  config.parse_from_flags()
+def _main() -> None:
+  experiment = config.parse_from_flags()
   if FLAGS.saved_model_dir:
     try:
-      evaluate_saved_model(FLAGS.saved_model_dir)
+      evaluate_saved_model(experiment, FLAGS.saved_model_dir)
     except (FileNotFoundError, export.NotAPolicyError) as e:
       config.fail(f'--saved_model_dir: {e}')
-    process.exit_now(0)
+    return
+  options = config.options_from_flags(Options, FLAGS)
   process.run_program(
-      lambda stop_event: follow(FLAGS.root_dir, FLAGS.reverb_address, stop_event,
-                                config.options_from_flags(Options, FLAGS)),
+      lambda stop_event: follow(experiment, FLAGS.root_dir, FLAGS.reverb_address,
+                                stop_event, options),
       'evaluator')
-  process.exit_now(0)
 
 
 def run_main():
-  flags.mark_flag_as_required('root_dir')
-  app.run(main)
+  """Console-script entry point (tfrl-eval)."""
+  program.run_main(_main)
 
 
 if __name__ == '__main__':

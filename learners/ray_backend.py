@@ -7,7 +7,7 @@ that Ray places by the program's resources (`--ray_resources`; the trainer asks 
 when the cluster has one, collectors are spread over the nodes); the actor starts the
 program as a subprocess on its node, logging to root_dir/logs/<name>.log, and answers
 the launcher's `poll`, `send_signal`, `wait` and `kill` for it. `RayProcess` gives
-the launcher that `subprocess.Popen` interface, so launch.py's logic is the backend's.
+the launcher that `subprocess.Popen` interface, so launcher.py's logic is the backend's.
 The Reverb server's actor picks a port free on its own node; the server's address is
 that node's IP and port.
 

@@ -13,11 +13,11 @@ checkpoint's, or when --port is in use. A full disk ends it with one 'error: dis
 writing ...' line, status 6. Reverb 0.14 listens on all interfaces without
 authentication (logged at start): keep it on a private network.
 """
+import dataclasses
 import os
 import threading
 import time
 
-from absl import app
 from absl import flags
 import tensorflow as tf
 
@@ -25,29 +25,51 @@ from learners import config
 from learners import disk_full
 from learners import heartbeat
 from learners import process
+from learners import program
 from learners import validation
 from learners.experiment import Experiment
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """How the server runs: each field is also the flag of its name, and its metadata's
+  help text says what it does (see `config.option`)."""
+  port: int = config.option(8000, 'Port to serve on (all interfaces).')
+  checkpoint_interval_s: float = config.option(
+      300.0, 'Seconds between Reverb checkpoints (<= 0: only at shutdown).')
+  summary_interval_s: float = config.option(
+      10.0, "Seconds between the tables' size summaries (root_dir/replay).")
+
+
 config.define_common_flags()
-flags.DEFINE_integer('port', 8000, 'Port to serve on (all interfaces).')
-flags.DEFINE_float('checkpoint_interval_s', 300.0,
-                   'Seconds between Reverb checkpoints (<= 0: only at shutdown).')
-flags.DEFINE_float('summary_interval_s', 10.0,
-                   "Seconds between the tables' size summaries (root_dir/replay).")
+config.define_flags(Options)
 FLAGS = flags.FLAGS
 REVERB_DIR = 'reverb'
 REPLAY_SUMMARY_DIR = 'replay'
 
 
-def serve(root_dir: str, port: int, checkpoint_interval_s: float,
-          stop_event: threading.Event, summary_interval_s: float = 10.0) -> None:
-  """Serves until `stop_event` is set, checkpointing periodically and at the end, and
-  summarizing each table's size ('replay/<table>/size', x: seconds served) to
-  root_dir/replay every `summary_interval_s`."""
-  experiment = Experiment()
+def serve(experiment: Experiment, root_dir: str, stop_event: threading.Event,
+          options: Options = Options()) -> None:
+  """Serves the experiment's tables until `stop_event` is set.
+
+  It checkpoints every `options.checkpoint_interval_s` and at the end, and summarizes
+  each table's size ('replay/<table>/size', x: seconds served) to root_dir/replay every
+  `options.summary_interval_s`.
+
+  Args:
+    experiment: the job's settings (its tables).
+    root_dir: the job's directory (checkpoints in root_dir/reverb).
+    stop_event: set to stop (after a final checkpoint).
+    options: see `Options`.
+
+  Raises:
+    tfrl.replay.CheckpointMismatchError: the tables differ from the checkpoint's.
+    tfrl.replay.PortInUseError: the port is taken.
+  """
+  port, checkpoint_interval_s = options.port, options.checkpoint_interval_s
   train_step, agent = experiment.build_agent()
   checkpoint_dir = os.path.join(root_dir, REVERB_DIR)
   server = replay.ReplayServer(experiment.tables(agent, train_step), port=port,
@@ -71,7 +93,7 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
     writer.flush()
 
   try:
-    while not stop_event.wait(max(0.0, min(summary_interval_s,
+    while not stop_event.wait(max(0.0, min(options.summary_interval_s,
                                            next_checkpoint - time.monotonic()))):
       summarize()
       if time.monotonic() >= next_checkpoint:
@@ -84,19 +106,17 @@ def serve(root_dir: str, port: int, checkpoint_interval_s: float,
     beat.stop()
 
 
-def main(argv):
-  del argv
-  logs.quiet_absl_unless_asked()
+def _main() -> None:
   try:
     validation.check_flags(FLAGS, ('port', 'summary_interval_s'))
   except validation.ValidationError as e:
     config.fail(e.message)
-  config.parse_from_flags()
+  experiment = config.parse_from_flags()
+  options = config.options_from_flags(Options, FLAGS)
   stop_event = threading.Event()
   process.set_on_stop_signals(stop_event)
   try:
-    serve(FLAGS.root_dir, FLAGS.port, FLAGS.checkpoint_interval_s, stop_event,
-          FLAGS.summary_interval_s)
+    serve(experiment, FLAGS.root_dir, stop_event, options)
   except (replay.CheckpointMismatchError,  # tables differ from the checkpoint's
           replay.PortInUseError) as e:
     config.fail(str(e))
@@ -104,12 +124,11 @@ def main(argv):
     disk_full.exit_if_disk_full(e)
     raise
   process.ignore_stop_signals()  # stopped and saved
-  process.exit_now(0)
 
 
 def run_main():
-  flags.mark_flag_as_required('root_dir')
-  app.run(main)
+  """Console-script entry point (tfrl-reverb-server)."""
+  program.run_main(_main)
 
 
 if __name__ == '__main__':

@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -36,6 +35,7 @@ from learners import config
 from learners import eval_barrier
 from learners import heartbeat as heartbeat_lib
 from learners import process
+from learners import program
 from learners.experiment import Experiment
 from tfrl import distribute
 from tfrl import logs
@@ -45,49 +45,33 @@ from tfrl import run_dir
 from tfrl import triggers
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """How a trainer runs (the flags of the same names).
-
-  Attributes:
-    log_interval_s: seconds between progress lines.
-    sample_timeout_s: how long one sample may wait before the trainer looks at its stop
-      signal (not under multi_worker, where workers must stay in step).
-    data_timeout_s: exit with an error after this long without any experience.
-    server_lost_after_s: the server is taken as lost after this long without an answer.
-    reconnect_timeout_s: how long to wait for a lost server to come back.
-    overwrite: see `tfrl.run_dir.claim`.
-  """
-  log_interval_s: float = 10.0
-  sample_timeout_s: float = 5.0
-  data_timeout_s: float = 600.0
-  server_lost_after_s: float = 30.0
-  reconnect_timeout_s: float = 600.0
-  overwrite: bool = False
+  """How a trainer runs: each field is also the flag of its name, and its metadata's
+  help text says what it does (see `config.option`)."""
+  log_interval_s: float = config.option(10.0, 'Seconds between progress lines.')
+  sample_timeout_s: float = config.option(
+      5.0, 'How long one sample may wait for experience before the trainer looks at its '
+      'stop signal (the dataset is then rebuilt and training goes on). Not used under '
+      '--strategy=multi_worker, where workers must stay in step.')
+  data_timeout_s: float = config.option(
+      600.0, 'Exit with an error after this long without any experience (are the '
+      'collectors running?).')
+  server_lost_after_s: float = config.option(
+      30.0, 'The Reverb server is taken as lost after this long without an answer.')
+  reconnect_timeout_s: float = config.option(
+      600.0, 'How long to wait for a lost server to come back (the trainer then restarts '
+      'itself from its latest checkpoint) before exiting with status '
+      f'{process.EXIT_SERVER_LOST}.')
+  overwrite: bool = config.shared_option('overwrite')  # see `tfrl.run_dir.claim`
 
 
 config.define_common_flags()
-flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
+config.define_reverb_address_flag()
 flags.DEFINE_enum('strategy', 'default', list(distribute.STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
-flags.DEFINE_float('log_interval_s', Options.log_interval_s,
-                   'Seconds between progress lines.')
-flags.DEFINE_float('sample_timeout_s', Options.sample_timeout_s,
-                   'How long one sample may wait for experience before the trainer looks '
-                   'at its stop signal (the dataset is then rebuilt and training goes on). '
-                   'Not used under --strategy=multi_worker, where workers must stay in '
-                   'step.')
-flags.DEFINE_float('data_timeout_s', Options.data_timeout_s,
-                   'Exit with an error after this long without any experience (are the '
-                   'collectors running?).')
-flags.DEFINE_float('server_lost_after_s', Options.server_lost_after_s,
-                   'The Reverb server is taken as lost after this long without an answer.')
-flags.DEFINE_float('reconnect_timeout_s', Options.reconnect_timeout_s,
-                   'How long to wait for a lost server to come back (the trainer then '
-                   'restarts itself from its latest checkpoint) before exiting with status '
-                   f'{process.EXIT_SERVER_LOST}.')
+config.define_flags(Options)
 FLAGS = flags.FLAGS
 _PROBE_INTERVAL_S = 5.0
 
@@ -194,14 +178,16 @@ def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
   return True
 
 
-def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
-          stop_event: threading.Event, options: Options = Options()) -> int:
+def train(experiment: Experiment, root_dir: str, address: str,
+          strategy: tf.distribute.Strategy, stop_event: threading.Event,
+          options: Options = Options()) -> int:
   """Trains until the step budget or a stop; returns the final train step.
 
   Every normal end (the budget, or a stop signal) writes the final checkpoint and, on
   the chief, exports the policies at the final train step.
 
   Args:
+    experiment: the job's settings.
     root_dir: the job's directory.
     address: 'host:port' of the Reverb server.
     strategy: the `tf.distribute` strategy to train under.
@@ -214,63 +200,116 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
   Raises:
     NoExperienceError: no experience for --data_timeout_s (after the final save).
   """
-  experiment = Experiment()
-  is_chief, task_id = _worker_role(strategy)
-  if is_chief:
-    # The trainer (not the launcher) owns root_dir: it writes the checkpoints and
-    # exports, under tfrl-launch or started by hand alike. Released at exit.
-    lock = run_dir.claim(root_dir, options.overwrite)
-    atexit.register(lock.release)
-  job_dir = root_dir if is_chief else os.path.join(root_dir, f'worker_{task_id}')
-  train_step, agent = experiment.build_agent(strategy)
-  replay.wait_for_server(address)
-  layout = experiment.layout
-  replay.check_table_signature(address, layout.experience_table,
-                               layout.item_signature(agent))
-  variables = replay.VariableContainer(address,
-                                       experiment.pushed_variables(agent, train_step))
-  learner_triggers, policy_trigger = [], None
-  if is_chief:
-    policy_trigger = triggers.PolicySavedModelTrigger(
-        root_dir, agent, train_step, experiment.policy_checkpoint_interval)
-    learner_triggers = [policy_trigger]
-  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-  sample_timeout_ms = -1 if multi_worker else int(options.sample_timeout_s * 1000)
-  learner = experiment.make_learner(job_dir, address, agent, train_step, strategy,
-                                    sample_timeout_ms=sample_timeout_ms,
-                                    triggers=learner_triggers)
-  heartbeat = _Heartbeat()
-  threading.Thread(target=_watch_server,
-                   args=(address, stop_event, heartbeat, learner.checkpoint_dir, options),
-                   name='server watchdog', daemon=True).start()
-  if is_chief:
-    variables.push()
-  # Build the train function while the collectors (now released by the push) fill the
-  # table, rather than in the first run().
-  learner.compile()
-  start_step, last_log = learner.train_step_numpy, 0.0
-  throughput = metrics.Throughput()
-  throughput.rate(start_step)
-  logs.progress('Trainer (chief=%s) from train step %d to %d (start-up %.1f s).', is_chief,
-               start_step, experiment.num_train_steps, process.seconds_since_start())
-  # The chief holds still while the evaluator confirms a candidate policy, and ends
-  # there once it is confirmed (see eval_barrier). Not under multi_worker: the other
-  # workers would wait in a collective.
-  barrier = eval_barrier.TrainerSide(root_dir) if is_chief and not multi_worker else None
-  starved_since, error = None, None
-  # 'train or wait for data' is not a work activity: a trainer starved by a stalled
-  # collector must not be the one named. A frozen trainer stops beating.
-  beat = heartbeat_lib.Heartbeat(root_dir, 'train' if is_chief else f'train_worker_{task_id}').start()
-  beat.set_activity('train or wait for data')
-  while learner.train_step_numpy < experiment.num_train_steps and not stop_event.is_set():
-    heartbeat.beat()  # this thread is not stuck in a sample
-    beat.progress(train_step=learner.train_step_numpy)
-    if barrier is not None and _held_by_evaluator(barrier, learner, variables, stop_event):
-      if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
-        logs.progress('The evaluator confirmed the target at train step %d: stopping there.',
-                     barrier.paused_at)
-        break
-      continue
+  trainer = _Trainer(experiment, root_dir, address, strategy, stop_event, options)
+  if trainer.is_chief:
+    trainer.variables.push()
+  # The Learner's constructor built the train function (before the push above, which
+  # releases the collectors), so the first run() is as fast as the others.
+  error = None
+  try:
+    trainer.train_until_done()
+  except NoExperienceError as e:
+    error = e  # raised after the final saves
+  trainer.final_save()
+  if error is not None:
+    raise error
+  return trainer.learner.train_step_numpy
+
+
+class _Trainer:
+  """One trainer's parts and the phases of its run (`train` calls them in order)."""
+
+  def __init__(self, experiment: Experiment, root_dir: str, address: str,
+               strategy: tf.distribute.Strategy, stop_event: threading.Event,
+               options: Options):
+    """Claims root_dir (the chief), builds the agent and the Learner, and starts the
+    server watchdog."""
+    self.experiment, self.root_dir, self.address = experiment, root_dir, address
+    self.stop_event, self.options = stop_event, options
+    self.is_chief, self.task_id = _worker_role(strategy)
+    if self.is_chief:
+      # The trainer (not the launcher) owns root_dir: it writes the checkpoints and
+      # exports, under tfrl-launch or started by hand alike. Released at exit.
+      lock = run_dir.claim(root_dir, options.overwrite)
+      atexit.register(lock.release)
+    job_dir = (root_dir if self.is_chief else
+               os.path.join(root_dir, f'worker_{self.task_id}'))
+    train_step, agent = experiment.build_agent(strategy)
+    replay.wait_for_server(address)
+    self.layout = layout = experiment.layout
+    replay.check_table_signature(address, layout.experience_table,
+                                 layout.item_signature(agent))
+    self.variables = replay.VariableContainer(
+        address, experiment.pushed_variables(agent, train_step))
+    self.policy_trigger = None
+    if self.is_chief:
+      self.policy_trigger = triggers.PolicySavedModelTrigger(
+          root_dir, agent, train_step, experiment.policy_checkpoint_interval)
+    self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    sample_timeout_ms = -1 if self.multi_worker else int(options.sample_timeout_s * 1000)
+    self.learner = experiment.make_learner(
+        job_dir, address, agent, train_step, strategy, sample_timeout_ms=sample_timeout_ms,
+        triggers=[self.policy_trigger] if self.policy_trigger else [])
+    self.loop_heartbeat = _Heartbeat()
+    threading.Thread(target=_watch_server,
+                     args=(address, stop_event, self.loop_heartbeat,
+                           self.learner.checkpoint_dir, options),
+                     name='server watchdog', daemon=True).start()
+    self._starved_since = None
+    # 'train or wait for data' is not a work activity: a trainer starved by a stalled
+    # collector must not be the one named. A frozen trainer stops beating.
+    self.beat = heartbeat_lib.Heartbeat(
+        root_dir, 'train' if self.is_chief else f'train_worker_{self.task_id}')
+
+  def train_until_done(self) -> None:
+    """Trains to the step budget, a stop, or the target the evaluator confirmed.
+
+    Raises:
+      NoExperienceError: no experience for --data_timeout_s.
+    """
+    learner, experiment, root_dir = self.learner, self.experiment, self.root_dir
+    start_step, last_log = learner.train_step_numpy, 0.0
+    throughput = metrics.Throughput()
+    throughput.rate(start_step)
+    logs.progress('Trainer (chief=%s) from train step %d to %d (start-up %.1f s).',
+                 self.is_chief, start_step, experiment.num_train_steps,
+                 process.seconds_since_start())
+    # The chief holds still while the evaluator confirms a candidate policy, and ends
+    # there once it is confirmed (see eval_barrier). Not under multi_worker: the other
+    # workers would wait in a collective.
+    barrier = (eval_barrier.TrainerSide(root_dir)
+               if self.is_chief and not self.multi_worker else None)
+    self.beat.start()
+    self.beat.set_activity('train or wait for data')
+    while (learner.train_step_numpy < experiment.num_train_steps and
+           not self.stop_event.is_set()):
+      self.loop_heartbeat.beat()  # this thread is not stuck in a sample
+      self.beat.progress(train_step=learner.train_step_numpy)
+      if barrier is not None and _held_by_evaluator(barrier, learner, self.variables,
+                                                    self.stop_event):
+        if eval_barrier.confirmed_step(root_dir) == barrier.paused_at:
+          logs.progress('The evaluator confirmed the target at train step %d: stopping '
+                       'there.', barrier.paused_at)
+          return
+        continue
+      loss_info = self._run_once()
+      if loss_info is None:
+        continue
+      if self.is_chief:
+        self._push()
+      if time.monotonic() - last_log >= self.options.log_interval_s:
+        last_log = time.monotonic()
+        step = learner.train_step_numpy
+        logs.progress('train step %d | loss %.4f | %.0f train steps/s', step,
+                     float(np.mean(loss_info.loss)), throughput.rate(step))
+
+  def _run_once(self):
+    """One `Learner.run`; its loss info, or None when no sample came in time.
+
+    Raises:
+      NoExperienceError: no experience for --data_timeout_s.
+    """
+    experiment, learner = self.experiment, self.learner
     iterations = min(experiment.train_steps_per_iteration,
                      experiment.num_train_steps - learner.train_step_numpy)
     try:
@@ -279,59 +318,56 @@ def train(root_dir: str, address: str, strategy: tf.distribute.Strategy,
       # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
       # (the collectors may have stopped first), then wait on with a new dataset.
       now = time.monotonic()
-      starved_since = starved_since or now - options.sample_timeout_s
-      if now - starved_since > options.data_timeout_s:
-        error = NoExperienceError(
-            f'No experience from table {layout.experience_table!r} at {address} for '
-            f'{now - starved_since:.0f} s: are the collectors running?')
-        break
+      self._starved_since = self._starved_since or now - self.options.sample_timeout_s
+      if now - self._starved_since > self.options.data_timeout_s:
+        raise NoExperienceError(
+            f'No experience from table {self.layout.experience_table!r} at {self.address} '
+            f'for {now - self._starved_since:.0f} s: are the collectors running?'
+        ) from None
       logs.progress('Waiting for experience from %s at %s (%.0f s so far).',
-                   layout.experience_table, address, now - starved_since)
+                   self.layout.experience_table, self.address, now - self._starved_since)
       learner.reset_iterator()
-      continue
-    starved_since = None
-    if is_chief:
-      try:
-        variables.push()
-      except replay.ReplayServerUnreachableError as e:
-        logging.error('Lost the Reverb server at %s while pushing variables (%s); '
-                      'waiting for it.', address, e)
-        learner.save_checkpoint()  # the state is in hand here, unlike in the watchdog
-        _wait_for_lost_server(address, stop_event, options)
-        learner.reset_iterator()  # the old sample stream may be stuck on the lost server
-    if time.monotonic() - last_log >= options.log_interval_s:
-      last_log = time.monotonic()
-      step = learner.train_step_numpy
-      logs.progress('train step %d | loss %.4f | %.0f train steps/s', step,
-                   float(np.mean(loss_info.loss)), throughput.rate(step))
-  beat.set_activity('final save')
-  learner.save_checkpoint()
-  if policy_trigger is not None:
-    policy_trigger.save_saved_models()
-  beat.stop()
-  logs.progress('Trainer stopped at train step %d (final checkpoint%s written).',
-               learner.train_step_numpy, ' and policies' if policy_trigger else '')
-  if error is not None:
-    raise error
-  return learner.train_step_numpy
+      return None
+    self._starved_since = None
+    return loss_info
+
+  def _push(self) -> None:
+    """Pushes the policy variables; waits out a server lost meanwhile."""
+    try:
+      self.variables.push()
+    except replay.ReplayServerUnreachableError as e:
+      logging.error('Lost the Reverb server at %s while pushing variables (%s); '
+                    'waiting for it.', self.address, e)
+      self.learner.save_checkpoint()  # the state is in hand here, unlike in the watchdog
+      _wait_for_lost_server(self.address, self.stop_event, self.options)
+      self.learner.reset_iterator()  # the old sample stream may be stuck on the lost server
+
+  def final_save(self) -> None:
+    """The final checkpoint and (chief) policy exports, at the last train step."""
+    self.beat.set_activity('final save')
+    self.learner.save_checkpoint()
+    if self.policy_trigger is not None:
+      self.policy_trigger.save_saved_models()
+    self.beat.stop()
+    logs.progress('Trainer stopped at train step %d (final checkpoint%s written).',
+                 self.learner.train_step_numpy,
+                 ' and policies' if self.policy_trigger else '')
 
 
-def main(argv):
-  del argv
-  logs.quiet_absl_unless_asked()
+def _main() -> None:
   # The strategy first: MultiWorkerMirroredStrategy must exist before any other op.
   strategy = distribute.get_strategy(FLAGS.strategy, tpu=FLAGS.tpu)
-  config.parse_from_flags()
+  experiment = config.parse_from_flags()
+  options = config.options_from_flags(Options, FLAGS)
   process.run_program(
-      lambda stop_event: train(FLAGS.root_dir, FLAGS.reverb_address, strategy, stop_event,
-                              config.options_from_flags(Options, FLAGS)),
+      lambda stop_event: train(experiment, FLAGS.root_dir, FLAGS.reverb_address, strategy,
+                               stop_event, options),
       'trainer')
-  process.exit_now(0)
 
 
 def run_main():
-  flags.mark_flag_as_required('root_dir')
-  app.run(main)
+  """Console-script entry point (tfrl-train)."""
+  program.run_main(_main)
 
 
 if __name__ == '__main__':

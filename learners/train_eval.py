@@ -21,7 +21,6 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
@@ -39,6 +38,7 @@ from tfrl import triggers
 from learners import config
 from learners import disk_full
 from learners import process
+from learners import program
 from learners import progress_bar as progress_bar_lib
 from learners import validation
 from learners.experiment import Experiment
@@ -142,17 +142,17 @@ class _OneProcessJob:
         root_dir, self.agent, self.train_step, exp.policy_checkpoint_interval,
         metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var})
     # A sample that waits this long means the loop's own bookkeeping went wrong (this
-    # process is the only collector): fail with a message instead of hanging.
+    # process is the only collector): fail with a message instead of hanging. The
+    # Learner's constructor builds the train function (trace, graph optimization):
+    # graph building belongs to start-up, as the actors' and the evaluator's does, so
+    # a broken train step fails here, before any collection, and the first train call
+    # is not a second-long stall in the collect/train rhythm.
     self.learner = exp.make_learner(root_dir, self.server.address, self.agent,
                                     self.train_step, strategy,
                                     sample_timeout_ms=SAMPLE_TIMEOUT_MS,
                                     triggers=[self.policy_trigger],
                                     checkpoint_extras={'env_steps': self.env_steps_var})
     self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
-    # Graph building belongs to start-up (as the actors' and the evaluator's do): a
-    # broken train step fails here, before any collection, and the first train call is
-    # not a second-long stall in the collect/train rhythm.
-    self.learner.compile()
     self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
     self.items_trained = 0  # items of the experience table this process's steps took
@@ -350,9 +350,9 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
   Raises:
     learners.config.ConfigError: a missing gin file or a bad binding.
   """
-  config.parse(gin_files, gin_bindings)
+  parsed = config.parse(gin_files, gin_bindings)
   try:
-    experiment = dataclasses.replace(Experiment(), **overrides)
+    experiment = dataclasses.replace(parsed, **overrides)
   except validation.ValidationError as e:  # one line naming the field already
     raise config.ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
@@ -373,30 +373,25 @@ def _show_progress_bar(choice: str) -> bool:
   return choice == 'on' or (choice == 'auto' and sys.stderr.isatty())
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  logs.quiet_absl_unless_asked()
+def _main() -> None:
   # TensorFlow's own deprecation notices (from tf-agents' internals) drown the progress
   # lines; its errors still print.
   tf.get_logger().setLevel('ERROR')
+  experiment = config.parse_from_flags()
   stopped = threading.Event()
 
   def work(stop_event: threading.Event) -> Dict[str, Any]:
-    result = run(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
-                 progress_bar=_show_progress_bar(FLAGS.progress_bar),
-                 overwrite=FLAGS.overwrite, stop_event=stop_event)
+    result = train_eval(FLAGS.root_dir, experiment=experiment,
+                        progress_bar=_show_progress_bar(FLAGS.progress_bar),
+                        overwrite=FLAGS.overwrite, stop_event=stop_event)
     if stop_event.is_set():
       stopped.set()
     return result
 
   try:
-    validation.check_root_dir(FLAGS.root_dir)
     # SIGTERM/SIGHUP/SIGINT: stop after the current iteration, with the final saves.
     result = process.run_until_signal(work, 'train_eval')
-  except validation.ValidationError as e:
-    config.fail(e.message)
-  except (config.ConfigError,) + run_dir.START_ERRORS as e:
+  except run_dir.START_ERRORS as e:
     config.fail(str(e))
   except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
     print(f'error: {e}', file=sys.stderr, flush=True)
@@ -404,7 +399,7 @@ def main(argv):
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)
     raise
-  target = Experiment().target_return
+  target = experiment.target_return
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
         f'{result["train_seconds"]:.1f} s; last eval return '
         f'{metrics.format_return(result["eval_return"])}.')
@@ -416,13 +411,11 @@ def main(argv):
     print(f'error: the eval return never reached the target {target} within '
           f'{result["train_step"]} train steps.', file=sys.stderr)
     process.exit_now(1)
-  process.exit_now(0)
 
 
 def run_main():
-  """Console-script entry point."""
-  flags.mark_flag_as_required('root_dir')
-  app.run(main)
+  """Console-script entry point (tfrl-train-eval)."""
+  program.run_main(_main, extra_arguments_ok=False)
 
 
 if __name__ == '__main__':

@@ -149,7 +149,12 @@ FLAG_RULES: Dict[str, Rule] = {
 
 
 def check_flags(flag_values, names: Sequence[str]) -> None:
-  """Checks the flags `names` of `flag_values` (absl FLAGS) against FLAG_RULES.
+  """Checks the flags `names` of `flag_values` against FLAG_RULES.
+
+  Args:
+    flag_values: absl FLAGS, or a program's options (`config.options_from_flags`): any
+      object with the flags as attributes.
+    names: the flags to check.
 
   Raises:
     ValidationError: '--<name> = <value>: <allowed>' for the first bad one.

@@ -1,0 +1,36 @@
+"""The command-line entry every program shares: absl's `app.run` around its main."""
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+from learners import process
+from tfrl import logs
+
+
+def run_main(main: Callable[[], None], root_dir_required: bool = True,
+             extra_arguments_ok: bool = True) -> None:
+  """Parses the command line, runs `main()`, and exits 0 without interpreter teardown.
+
+  `main` reads the parsed FLAGS; it ends the process itself for any other status (bad
+  input, an error it reports in one line). absl's own logging stays quiet unless asked
+  for (see `tfrl.logs.quiet_absl_unless_asked`).
+
+  Args:
+    main: the program, once the flags are parsed.
+    root_dir_required: absl refuses a command line without --root_dir (status 1) before
+      `main` runs; otherwise `main` checks it (`config.parse_from_flags`: status 2).
+    extra_arguments_ok: whether arguments that are not flags are ignored; if not, absl
+      prints the usage and exits 1.
+  """
+  if root_dir_required:
+    flags.mark_flag_as_required('root_dir')
+
+  def absl_main(argv):
+    if not extra_arguments_ok and len(argv) > 1:
+      raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+    logs.quiet_absl_unless_asked()
+    main()
+    process.exit_now(0)
+
+  app.run(absl_main)
