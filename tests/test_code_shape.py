@@ -70,7 +70,10 @@ def function_sizes(source: str) -> Iterator[Tuple[int, str, int]]:
 
 def _python_files() -> Iterator[str]:
   for top in CHECKED_DIRS:
-    for directory, _, names in os.walk(os.path.join(REPO, top)):
+    for directory, subdirectories, names in os.walk(os.path.join(REPO, top)):
+      # Not the project's code: virtual environments (benchmarks/peers/.venv) and caches.
+      subdirectories[:] = [d for d in subdirectories
+                           if not d.startswith('.') and d != '__pycache__']
       for name in sorted(names):
         if name.endswith('.py'):
           yield os.path.join(directory, name)
