@@ -79,19 +79,27 @@ def test_trainer_killed_at_random_points_resumes_and_exports_only_move_forward(p
   observations = np.random.default_rng(1).normal(0, 0.5, (256, 4)).astype(np.float32)
   rng = np.random.default_rng(0)
   last_checkpoint, last_exports, trials = -1, {name: -1 for name in EXPORTS}, []
-  for trial in range(6):
+  # Four kills: anywhere from start-up into training; just after a checkpoint (so the
+  # next one has something to restore, however slow the machine); during the restore's
+  # exports; anywhere again.
+  for trial in range(4):
     name = f'train_{trial}'
     start = time.monotonic()
     programs.start(name, 'train', *common, '--log_interval_s=0')
-    if trial == 2:  # while it exports its restored policies (right after the restore)
+    watched = ['reverb_server', 'collect', name]
+    if trial == 1:
+      point = 'just after a new checkpoint'
+      wait_until(lambda: checkpoint_step(checkpoint_dir) > last_checkpoint, 180,
+                 'a new checkpoint', programs, watched, poll_s=0.05)
+    elif trial == 2:  # while it exports its restored policies (right after the restore)
       point = 'at the restore'
       wait_until(lambda n=name: 'Restored' in programs.log(n), 180, 'the restore',
-                 programs, ['reverb_server', 'collect', name], poll_s=0.05)
+                 programs, watched, poll_s=0.05)
     else:  # anywhere from start-up to well into training
       delay = float(rng.uniform(3.0, 25.0))
       point = f'{delay:.1f} s after start'
       wait_until(lambda d=delay: time.monotonic() - start >= d, 60, point, programs,
-                 ['reverb_server', 'collect', name], poll_s=0.05)
+                 watched, poll_s=0.05)
     programs.processes[name].kill()
     assert programs.wait(name, timeout_s=30) == -signal.SIGKILL
     log = programs.log(name)

@@ -33,12 +33,13 @@ BRIEF = {
     'dqn_atari.gin': ['Experiment.initial_collect_steps = 256'],
 }
 TRAIN_STEPS = 4
-# Under launch, one Atari config: dqn_atari carries stacked uint8 frames through the
-# transition layout, the path no other launched test takes. ppo_atari's and
-# impala_atari's sequence layout with pixels runs under launch in test_learning.py
-# (ppo_pixel_catch_dict), and both run above in train_eval with the same Atari env
-# options; each launched Atari job cost 50-65 s of the suite.
-LAUNCHED = [name for name in BRIEF if name not in ('ppo_atari.gin', 'impala_atari.gin')]
+# Under launch, one config per env suite, each through the replay layout: Box2D
+# (dqn_lunarlander), MuJoCo (sac_halfcheetah), Atari (dqn_atari: stacked uint8 frames in
+# transitions, the path no other launched test takes). The suites' PPO/IMPALA configs
+# run above in train_eval with the same env options, and the sequence layout with
+# pixels and Dicts runs under launch in test_learning.py (ppo_pixel_catch_dict); each
+# launched job costs 20-65 s of the suite.
+LAUNCHED = ['dqn_lunarlander.gin', 'sac_halfcheetah.gin', 'dqn_atari.gin']
 
 _SCRIPT = textwrap.dedent('''
     import json, os, sys
