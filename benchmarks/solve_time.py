@@ -209,9 +209,10 @@ ALGOS = {
     # issue's points of comparison (SB3 SAC needs ~1,350 s to reach 150k here).
     'sac_halfcheetah': Task('sac_halfcheetah', 'HalfCheetah-v5', None, 'sac_halfcheetah',
                             env_step_budgets=(50_000, 150_000), seeds=3),
-    # RL-Zoo's 1M env steps (the config's 2,000 train steps) end tfrl's run after ~365
-    # of the 600 s; SB3 gets through ~690k in the budget. Both sides train to the
-    # budget's end: tfrl may go on to 2M steps (RL-Zoo's PPO has no schedule over them).
+    # SB3's PPO (1 env, 20 epochs) runs at ~510-570 env steps/s here, so RL-Zoo's 1M
+    # needs --budget_seconds=1900; tfrl gets there in ~700-1,000 s. Both sides train to
+    # the budget's end: tfrl may go on to 2M steps (RL-Zoo's PPO has no schedule over
+    # them).
     'ppo_halfcheetah': Task('ppo_halfcheetah', 'HalfCheetah-v5', None, 'ppo_halfcheetah',
                             bindings=('Experiment.num_train_steps = 4000',),
                             env_step_budgets=(200_000, 1_000_000), seeds=3),
