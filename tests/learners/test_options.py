@@ -6,7 +6,6 @@ from typing import List, Optional
 import pytest
 from absl import flags
 
-from learners import collect  # one program: each defines its flags at import
 from learners import config
 
 
@@ -46,14 +45,3 @@ def test_an_option_without_a_flag_type_is_refused():
   with pytest.raises(TypeError, match='Option pairs: no flag type'):
     config.define_flags(Bad, flags.FlagValues())
 
-
-def test_a_programs_options_are_its_flags_with_the_same_defaults_and_help():
-  program = collect
-  for field in dataclasses.fields(program.Options):
-    if field.metadata.get('shared'):
-      continue
-    flag = flags.FLAGS[field.name]
-    default = (field.default_factory() if field.default is dataclasses.MISSING
-               else field.default)
-    assert flag.default == default, (program.__name__, field.name)
-    assert flag.help == field.metadata['help'], (program.__name__, field.name)
