@@ -155,8 +155,9 @@ def main(argv):
     measurements, stats = [], {}
     for name, table, sig, buffer_rows in paths:
       make = lambda: tf_data_shuffle(tfrl.replay.make_dataset(
-          server.address, table, sig, batch, experience_spec=spec,
-          shuffle_rows=max(buffer_rows, 0)), -min(buffer_rows, 0))
+          server.address, table, sig, batch,
+          rows_per_item=int(sig['policy_version'].shape[-1]), time_major=False,
+          experience_spec=spec, shuffle_rows=max(buffer_rows, 0)), -min(buffer_rows, 0))
       stats[name] = independence(make())
       measurements.append(common.Measurement(name, drain_call(make()), unit='batches'))
     common.time_round_robin(measurements, FLAGS.rounds, FLAGS.seconds,

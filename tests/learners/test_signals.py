@@ -77,6 +77,11 @@ def test_a_child_whose_parent_already_died_ends_itself(monkeypatch):
 def test_run_until_signal_stops_on_sighup():
   from learners import process  # pylint: disable=import-outside-toplevel
 
+  # Under `nohup` the suite inherits SIGHUP ignored, which on_stop_signals rightly keeps
+  # ignored: this test is of the handler, so it starts from the default disposition
+  # (conftest puts pytest's handlers back).
+  signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
   def work(stop_event):
     os.kill(os.getpid(), signal.SIGHUP)
     assert stop_event.wait(60), 'SIGHUP did not set the stop event'
