@@ -106,6 +106,12 @@ training, 8 minutes, plus `--startup_seconds` for the process to start); the 1-m
 load average is recorded before and after every run, since the machine may be shared.
 The script always exits 0 (it is a measurement).
 
+`--jobs=N` runs N at once, each pinned to one CPU: on this 2-core machine the long tasks
+(HalfCheetah, Atari), judged per env step, take half the time. Per env step nothing
+changes (each side's data and updates do not depend on its speed; tfrl's replay
+ratio is held by Reverb's rate limiter); seconds and rates are then one-CPU figures on
+both sides, not comparable with runs on every CPU.
+
 torch's thread count matters on a shared 2-core machine: with its default (one intra-op
 thread per core) SB3's times swing several-fold with the other processes' load (PPO
 seed 2: 4.3 s and 9.7 s for the same 15,000 env steps in two runs), and
@@ -122,22 +128,27 @@ Run (from the repository root):
         --peer_torch_threads=1
     .venv/bin/python benchmarks/solve_time.py --algos=sac_halfcheetah,ppo_halfcheetah \\
         --budget_seconds=600 --peer_torch_threads=1 --curves_dir=benchmarks/curves
+    .venv/bin/python benchmarks/solve_time.py --algos=sac_halfcheetah --jobs=2 \\
+        --budget_seconds=1600 --peer_torch_threads=1   # two runs at once, one CPU each
     .venv/bin/python benchmarks/solve_time.py --algos=dqn --report_from=runs.jsonl \\
         --statistic=median --curves_dir=benchmarks/curves   # re-report recorded runs
 
 Results are recorded in benchmarks/RESULTS.md.
 """
+import concurrent.futures
 import dataclasses
 import datetime
 import json
 import math
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import List, Optional, Tuple
 
@@ -271,6 +282,12 @@ flags.DEFINE_string('report_from', None,
 flags.DEFINE_string('curves_dir', None,
                     'Write each algo\'s learning curves (both sides, every seed) to '
                     '<curves_dir>/solve_time_<algo>.png.')
+flags.DEFINE_integer('jobs', 1,
+                     'Runs at a time. 1: one after another, each with every CPU, tfrl and '
+                     "SB3 interleaved per seed. N > 1: N runs at once, each pinned to a CPU "
+                     "of its own (taskset), so per-env-step figures come N times sooner and "
+                     'seconds are one-CPU figures on both sides (the runs are recorded with '
+                     'their CPU).')
 flags.DEFINE_string('pause_file', None,
                     'While this file exists, no new run starts (the one under way '
                     'finishes): a way to borrow a shared machine between runs without '
@@ -310,14 +327,20 @@ class Run:
   extra: dict = dataclasses.field(default_factory=dict)
 
 
-def _run_process(cmd: List[str], timeout: float, env=None):
+def _run_process(cmd: List[str], timeout: float, env=None, cpu: Optional[int] = None):
   """Runs cmd in its own process group; returns (rc or None on timeout, out, err, s).
+
+  With `cpu`, the process and all it starts run on that CPU only (taskset sets the
+  affinity before the program starts, so TensorFlow's and torch's thread pools size
+  themselves to it).
 
   Not learners.launch's child start: a run here is waited on to its end under a cap,
   and at the cap its whole process group (the program and anything it started) is
   killed at once; nothing is stopped in order.
   """
   with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+    if cpu is not None:
+      cmd = ['taskset', '--cpu-list', str(cpu), *cmd]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, env=env,
                             start_new_session=True)
@@ -399,7 +422,7 @@ def _process_cap(task: Task) -> float:
   return _training_cap(task) + FLAGS.startup_seconds + final_evaluation
 
 
-def run_tfrl(algo: str, seed: int) -> Run:
+def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   task = ALGOS[algo]
   gin_file = os.path.join('learners', 'configs', task.config + '.gin')
   root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
@@ -414,7 +437,8 @@ def run_tfrl(algo: str, seed: int) -> Run:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=os.pathsep.join(pythonpath))
   run = Run('tfrl', algo, seed, load_start=common.load_1min())
   try:
-    rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), env=env)
+    rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), env=env,
+                                                     cpu=cpu)
   finally:
     shutil.rmtree(root_dir, ignore_errors=True)
   run.load_end = common.load_1min()
@@ -464,13 +488,13 @@ def _set_budget_results(run: Run, curve) -> None:
 # -- SB3 --------------------------------------------------------------------------------
 
 
-def run_peer(algo: str, seed: int) -> Run:
+def run_peer(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   task = ALGOS[algo]
   cmd = [peer_python(), PEER_SCRIPT, f'--algo={task.peer}', f'--seed={seed}',
          f'--max_seconds={_training_cap(task)}',
          f'--torch_threads={FLAGS.peer_torch_threads}', *task.peer_args]
   run = Run('SB3', algo, seed, load_start=common.load_1min())
-  rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task))
+  rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), cpu=cpu)
   run.load_end = common.load_1min()
   result = None
   for line in out.splitlines():
@@ -707,12 +731,80 @@ def report_from_json(path: str) -> None:
                    'budget_seconds': FLAGS.budget_seconds})
 
 
+def planned_runs(seeds: dict, with_peer: bool) -> List[Tuple[str, int, str]]:
+  """(algo, seed, side) of every run, in the order they start."""
+  planned = []
+  for algo in FLAGS.algos:
+    for seed in seeds[algo]:
+      # Alternate which side goes first, so a change in the machine's load over time
+      # does not always fall on the same side.
+      order = ['tfrl', 'SB3'] if seed % 2 == 0 else ['SB3', 'tfrl']
+      planned += [(algo, seed, side) for side in order
+                  if side == 'tfrl' or (with_peer and ALGOS[algo].peer)]
+  return planned
+
+
+def run_one(algo: str, seed: int, side: str, cpu: Optional[int] = None) -> Run:
+  """One side's run; with `cpu`, pinned to it."""
+  run = run_tfrl(algo, seed, cpu) if side == 'tfrl' else run_peer(algo, seed, cpu)
+  if cpu is not None:
+    run.extra['cpu'] = cpu
+  print(f'  {algo} seed {seed} {run.side}: solved={run.solved} '
+        f'seconds={_fmt_s(run.seconds)} env_steps={_fmt_steps(run.env_steps)} '
+        f'evals={run.evals} proc={run.process_seconds:.1f} s '
+        f'load {run.load_start:.2f}->{run.load_end:.2f}'
+        + (f' cpu {cpu}' if cpu is not None else '')
+        + (f' ({run.note})' if run.note else ''), flush=True)
+  return run
+
+
+def run_all(planned: List[Tuple[str, int, str]], json_out) -> List[Run]:
+  """Runs `planned`, one at a time or --jobs at once (each on a CPU of its own, the
+  next run starting on the CPU the last one freed); each run goes to `json_out` as it
+  ends."""
+  lock = threading.Lock()
+  free_cpus = queue.Queue()  # a run takes a CPU from here and gives it back
+  for cpu in sorted(os.sched_getaffinity(0))[:FLAGS.jobs] if FLAGS.jobs > 1 else [None]:
+    free_cpus.put(cpu)
+
+  def start(job):
+    cpu = free_cpus.get()
+    try:
+      run = run_one(*job, cpu=cpu)
+    finally:
+      free_cpus.put(cpu)
+    with lock:
+      if json_out:
+        json_out.write(json.dumps(dataclasses.asdict(run)) + '\n')
+        json_out.flush()
+    return run
+
+  runs = []
+  with concurrent.futures.ThreadPoolExecutor(max(1, FLAGS.jobs)) as pool:
+    futures = []
+    for job in planned:
+      wait_while_paused()
+      if FLAGS.jobs <= 1:
+        runs.append(start(job))
+        continue
+      futures.append(pool.submit(start, job))
+      # Do not queue ahead of the pool: the next run starts when a CPU is free, so a
+      # --pause_file set meanwhile holds it.
+      while sum(not f.done() for f in futures) >= FLAGS.jobs:
+        time.sleep(1)
+    runs += [f.result() for f in futures]
+  return runs
+
+
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
   if FLAGS.report_from:
     report_from_json(FLAGS.report_from)
     return
+  if FLAGS.jobs > len(os.sched_getaffinity(0)):
+    raise app.UsageError(f'--jobs={FLAGS.jobs} is more than the '
+                         f'{len(os.sched_getaffinity(0))} CPUs this process may use')
   with_peer = not FLAGS.skip_peer and any(ALGOS[a].peer for a in FLAGS.algos)
   if with_peer:
     ensure_peer_venv()
@@ -725,7 +817,9 @@ def main(argv):
       (','.join(FLAGS.seeds) if FLAGS.seeds else "each task's own (Task.seeds)") +
       f', {os.cpu_count()} CPUs, cap {FLAGS.max_seconds:g} s of training per run, '
       f'budget {FLAGS.budget_seconds:g} s for the tasks without a threshold',
-      f'  date: {date}; tfrl at {git}',
+      f'  date: {date}; tfrl at {git}; ' +
+      (f'{FLAGS.jobs} runs at a time, each pinned to one CPU' if FLAGS.jobs > 1 else
+       'one run at a time, on every CPU'),
   ]
   if with_peer:
     contrib = any(ALGOS[a].peer in CONTRIB_PEERS for a in FLAGS.algos)
@@ -735,37 +829,15 @@ def main(argv):
   for line in header:
     print(line, flush=True)
   json_out = open(FLAGS.json_out, 'a') if FLAGS.json_out else None
-  results = []
-  for algo in FLAGS.algos:
-    tfrl_runs, peer_runs = [], []
-    for seed in seeds[algo]:
-      # Alternate which side goes first, so a change in the machine's load over time
-      # does not always fall on the same side.
-      order = ['tfrl', 'SB3'] if seed % 2 == 0 else ['SB3', 'tfrl']
-      for side in order:
-        wait_while_paused()
-        if side == 'tfrl':
-          run = run_tfrl(algo, seed)
-          tfrl_runs.append(run)
-        elif with_peer and ALGOS[algo].peer:
-          run = run_peer(algo, seed)
-          peer_runs.append(run)
-        else:
-          continue
-        print(f'  {algo} seed {seed} {run.side}: solved={run.solved} '
-              f'seconds={_fmt_s(run.seconds)} env_steps={_fmt_steps(run.env_steps)} '
-              f'evals={run.evals} proc={run.process_seconds:.1f} s '
-              f'load {run.load_start:.2f}->{run.load_end:.2f}'
-              + (f' ({run.note})' if run.note else ''), flush=True)
-        if json_out:
-          json_out.write(json.dumps(dataclasses.asdict(run)) + '\n')
-          json_out.flush()
-    results.append((algo, tfrl_runs, peer_runs))
+  runs = run_all(planned_runs(seeds, with_peer), json_out)
+  results = [(algo, [r for r in runs if r.algo == algo and r.side == 'tfrl'],
+              [r for r in runs if r.algo == algo and r.side != 'tfrl'])
+             for algo in FLAGS.algos]
   print(common.load_line('end'))
   finish(results, {'date': date, 'git': git, 'argv': sys.argv, 'seeds': seeds,
                    'cpus': os.cpu_count(), 'max_seconds': FLAGS.max_seconds,
                    'budget_seconds': FLAGS.budget_seconds,
-                   'peer_torch_threads': FLAGS.peer_torch_threads})
+                   'peer_torch_threads': FLAGS.peer_torch_threads, 'jobs': FLAGS.jobs})
   if json_out:
     json_out.close()
 

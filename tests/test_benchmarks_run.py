@@ -43,7 +43,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     # The window must see two variable pushes (one per 128 train steps) on a loaded machine.
     'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=4', '--settle_s=0',
                 '--grace_s=10', '--ready_timeout_s=240'],
-    'solve_time': ['--skip_peer', '--algos=dqn', '--seeds=0',
+    # Two runs at once, each pinned to a CPU (--jobs): the path the long tasks take.
+    'solve_time': ['--skip_peer', '--algos=dqn', '--seeds=0,1', '--jobs=2',
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
@@ -66,8 +67,10 @@ EXPECTED = {
                            rf'^writer, vector steps/s: whole ({NUMBER})',
     'scaling': rf'tfrl\s+\[1 collector \+ trainer\]: ({NUMBER}) env steps/s, '
                rf'({NUMBER}) train steps/s',
-    'solve_time': rf'dqn seed 0 tfrl: solved=False seconds={NUMBER} '
-                  rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s',
+    'solve_time': rf'(?s)(?=.*dqn seed 1 tfrl: solved=False [^\n]* cpu [01]\b)'
+                  rf'.*dqn seed 0 tfrl: solved=False seconds={NUMBER} '
+                  rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s '
+                  rf'load {NUMBER}->{NUMBER} cpu [01]\b',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
