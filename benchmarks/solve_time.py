@@ -50,8 +50,8 @@ RL-Zoo's, listed in sb3_solve.py):
 Tasks judged on budgets (no threshold; issue 14): each side trains for
 `--budget_seconds` (tfrl: `Experiment.max_train_seconds`; SB3: its time cap), ends
 with one more evaluation, and the table gives the return at that point, the return at
-each of the task's env-step budgets (the last point at or below it, where the run got
-that far), and env steps (Atari: frames, 4 per step) per second of training.
+each of the task's env-step budgets (interpolated between the evaluations either side
+of it, where the run got that far: summary.return_at), and env steps (Atari: frames, 4 per step) per second of training.
   sac_halfcheetah, ppo_halfcheetah   HalfCheetah-v5 (the 'mujoco' extra), evaluated
                    every ~10k / ~20k env steps; env-step budgets 50k and 150k / 200k and
                    1M; SB3 SAC and PPO with RL-Zoo's MuJoCo settings.
@@ -63,7 +63,8 @@ that far), and env steps (Atari: frames, 4 per step) per second of training.
                    (life loss terminal, FIRE on reset, sign-clipped rewards: tfrl's
                    terminal_on_life_loss, fire_reset, clip_reward; 4 frames) and
                    report whole games' raw scores.
-  impala_pong, impala_breakout   the same, tfrl only (no SB3 IMPALA).
+  impala_pong, impala_breakout, appo_breakout   the same, tfrl only (no SB3 IMPALA or
+                   APPO).
 
 --curves_dir=DIR also writes each algo's learning curves (eval return against env
 steps and against seconds side by side; per side the central value over seeds with its
@@ -233,8 +234,11 @@ ALGOS = {
                            env_step_budgets=(500_000,)),
     'dqn_pong': _atari('dqn_atari', 'Pong', 'dqn_atari', log_interval=2560),
     'dqn_breakout': _atari('dqn_atari', 'Breakout', 'dqn_atari', log_interval=2560),
-    'impala_pong': _atari('impala_atari', 'Pong', None, log_interval=50),
-    'impala_breakout': _atari('impala_atari', 'Breakout', None, log_interval=50),
+    'impala_pong': _atari('impala_atari', 'Pong', None, log_interval=16),
+    'impala_breakout': _atari('impala_atari', 'Breakout', None, log_interval=16,
+                              env_step_budgets=(500_000,)),
+    'appo_breakout': _atari('appo_atari', 'Breakout', None, log_interval=16,
+                            env_step_budgets=(500_000,)),
     'dqn_per': Task('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
     'impala': Task('impala_cartpole', 'CartPole-v1', 475.0, None),
     'clear': Task('clear_cartpole', 'CartPole-v1', 475.0, None),
@@ -260,6 +264,10 @@ flags.DEFINE_list('algos', list(ALGOS), f'Subset of {",".join(ALGOS)}.')
 flags.DEFINE_list('seeds', [], 'Seeds (Experiment.seed; SB3 seed); default: each '
                   "task's own count from 0 (Task.seeds: 5, or 3 for the long tasks).")
 flags.DEFINE_bool('skip_peer', False, 'Run tfrl only (no SB3, no peer venv).')
+flags.DEFINE_bool('skip_tfrl', False,
+                  "Run the peer only: to add a side's runs at another budget (e.g. "
+                  "SB3 needs longer to reach a task's env-step budget), reported with "
+                  "the others through --report_from.")
 flags.DEFINE_float('max_seconds', 480.0,
                    'Training time cap per run (s) of the tasks with a threshold.')
 flags.DEFINE_float('budget_seconds', 600.0,
@@ -740,13 +748,15 @@ def planned_runs(seeds: dict, with_peer: bool) -> List[Tuple[str, int, str]]:
       # does not always fall on the same side.
       order = ['tfrl', 'SB3'] if seed % 2 == 0 else ['SB3', 'tfrl']
       planned += [(algo, seed, side) for side in order
-                  if side == 'tfrl' or (with_peer and ALGOS[algo].peer)]
+                  if (side == 'tfrl' and not FLAGS.skip_tfrl) or
+                  (side != 'tfrl' and with_peer and ALGOS[algo].peer)]
   return planned
 
 
 def run_one(algo: str, seed: int, side: str, cpu: Optional[int] = None) -> Run:
   """One side's run; with `cpu`, pinned to it."""
   run = run_tfrl(algo, seed, cpu) if side == 'tfrl' else run_peer(algo, seed, cpu)
+  run.extra['training_cap_seconds'] = _training_cap(ALGOS[algo])
   if cpu is not None:
     run.extra['cpu'] = cpu
   print(f'  {algo} seed {seed} {run.side}: solved={run.solved} '
@@ -834,6 +844,10 @@ def main(argv):
               [r for r in runs if r.algo == algo and r.side != 'tfrl'])
              for algo in FLAGS.algos]
   print(common.load_line('end'))
+  if FLAGS.skip_tfrl:  # nothing to compare here: the runs are in --json_out
+    if json_out:
+      json_out.close()
+    return
   finish(results, {'date': date, 'git': git, 'argv': sys.argv, 'seeds': seeds,
                    'cpus': os.cpu_count(), 'max_seconds': FLAGS.max_seconds,
                    'budget_seconds': FLAGS.budget_seconds,

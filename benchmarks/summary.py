@@ -7,8 +7,8 @@ The measures, by how a task is judged:
                     better; a seed that never reached it counts as infinite, so a central
                     value is finite only when enough seeds got there); compared as
                     tfrl / peer.
-  budget tasks      the return at each of the task's env-step budgets (the last
-                    evaluation at or below it; seeds that never got that far are left
+  budget tasks      the return at each of the task's env-step budgets (interpolated
+                    between the evaluations either side; seeds that never got that far are left
                     out and the "reached" column says how many did), the return at the
                     end of the wall-clock budget (higher is better; compared as
                     tfrl - peer), and env steps per second of training (tfrl / peer).
@@ -41,17 +41,27 @@ class Measure:
 
 
 def return_at(curve: Sequence[Sequence[float]], env_steps: int) -> Optional[float]:
-  """The return of the last evaluation at or below `env_steps`, where the run got that
-  far (its last point is at or past it); None otherwise.
+  """The return at `env_steps`: an evaluation's there, else interpolated linearly
+  between the evaluations either side; None where the run did not get that far (or
+  has no evaluation before it).
+
+  The two sides evaluate on different grids (tfrl's SAC every 10,240 env steps, SB3's
+  every 1,000): taking each side's last evaluation at or below the budget compared
+  tfrl's at 40,684 env steps with SB3's at 50,000.
 
   Args:
     curve: (env steps, seconds, return) per evaluation, in order.
     env_steps: the budget.
   """
-  within = [point for point in curve if point[0] <= env_steps]
-  if not within or curve[-1][0] < env_steps:
-    return None
-  return within[-1][2]
+  for (before, _, before_return), (after, _, after_return) in zip(curve, curve[1:]):
+    if before <= env_steps <= after:
+      if after == before:
+        return after_return
+      share = (env_steps - before) / (after - before)
+      return before_return + share * (after_return - before_return)
+  if curve and curve[-1][0] == env_steps:
+    return curve[-1][2]
+  return None
 
 
 def measures(task, budget_seconds: float) -> List[Measure]:

@@ -1,4 +1,4 @@
-"""Restoring the newest readable checkpoint of a directory, state file or not.
+"""A trainer's checkpoints, and restoring the newest readable one, state file or not.
 
 `tf.train.CheckpointManager` trusts the `checkpoint` state file: without it a job
 restarts from step 0 beside its own checkpoints, and a newest checkpoint that fails to
@@ -10,7 +10,7 @@ and rewrites the state file to list the readable ones.
 import os
 import re
 import shutil
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -110,3 +110,70 @@ def restore_newest(directory: str, restore_fn: Callable[[str], None]) -> Optiona
         f'no checkpoint in {directory} could be read: {", ".join(failures)}; restore '
         'one, or start from scratch with --overwrite.')
   return None
+
+
+class TrainCheckpoint:
+  """A trainer's checkpoints in one directory: the agent (with its optimizer state) and
+  the train step, which every checkpoint restored must hold, and extras (e.g. a
+  program's env-step counter), restored by name where present; the newest
+  `max_to_keep` are kept.
+  """
+
+  def __init__(self, directory: str, agent: tf.Module, train_step: tf.Variable,
+               extras: Optional[Dict[str, Any]] = None, max_to_keep: int = 3):
+    """Args:
+      directory: where the `ckpt-N` files go.
+      agent: the agent (any trackable).
+      train_step: the train step variable; checkpoints are numbered by it.
+      extras: more trackables by name; one a checkpoint lacks keeps its value.
+      max_to_keep: older checkpoints are deleted.
+    """
+    self.directory = directory
+    self._agent, self._train_step, self._extras = agent, train_step, extras or {}
+    self._max_to_keep = max_to_keep
+    self._manager = None
+
+  def _restore(self, prefix: str) -> None:
+    # The agent and step must all be in it; extras may not be (a checkpoint written
+    # before the program had them): those keep their initial values.
+    tf.train.Checkpoint(agent=self._agent, train_step=self._train_step).restore(
+        prefix).assert_existing_objects_matched()
+    if self._extras:
+      tf.train.Checkpoint(**self._extras).restore(prefix).expect_partial()
+
+  def _checkpoint_manager(self) -> tf.train.CheckpointManager:
+    # Made after `restore_newest` rewrote the state file, so it keeps and prunes the
+    # readable checkpoints as its own.
+    if self._manager is None:
+      checkpoint = tf.train.Checkpoint(agent=self._agent, train_step=self._train_step,
+                                       **self._extras)
+      self._manager = tf.train.CheckpointManager(checkpoint, self.directory,
+                                                 max_to_keep=self._max_to_keep)
+    return self._manager
+
+  def restore_newest(self) -> Optional[str]:
+    """Restores the newest readable checkpoint (`restore_newest` above).
+
+    Returns:
+      Its prefix, or None where the directory holds none.
+
+    Raises:
+      NoReadableCheckpoint: there were checkpoints and none could be read.
+    """
+    latest = restore_newest(self.directory, self._restore)
+    self._checkpoint_manager()
+    return latest
+
+  def save(self) -> str:
+    """Writes a checkpoint numbered by the train step now; returns its prefix.
+
+    Raises:
+      Whatever the write raised (a full disk, an interrupt), after removing the
+      `ckpt-N_temp` it left.
+    """
+    try:
+      return self._checkpoint_manager().save(
+          checkpoint_number=int(self._train_step.numpy()))
+    except BaseException:
+      remove_stale_temporaries(self.directory)
+      raise

@@ -170,37 +170,15 @@ class Learner(tf.Module):
       elif run_optimizer_variable_init:
         self._create_optimizer_variables()
 
-      self._restore_checkpoint(checkpoint_extras, max_checkpoints_to_keep)
+      self._checkpoints = checkpoints.TrainCheckpoint(
+          self.checkpoint_dir, agent, train_step, checkpoint_extras,
+          max_checkpoints_to_keep)
+      # Scans ckpt-N files itself (state file or not) and falls back past unreadable
+      # ones.
+      latest = self._checkpoints.restore_newest()
+      if latest:
+        logs.progress('Restored %s at train step %d.', latest, self.train_step_numpy)
     self._set_up_triggers(triggers, checkpoint_interval)
-
-  def _restore_checkpoint(self, checkpoint_extras: Optional[Dict[str, Any]],
-                          max_checkpoints_to_keep: int) -> None:
-    """Makes the checkpoint and its manager and restores the newest readable one.
-
-    Args:
-      checkpoint_extras: see `__init__`.
-      max_checkpoints_to_keep: see `__init__`.
-    """
-    agent, train_step = self._agent, self.train_step
-    self._checkpoint = tf.train.Checkpoint(agent=agent, train_step=train_step,
-                                           **(checkpoint_extras or {}))
-    checkpoint_dir = os.path.join(self._train_dir, CHECKPOINT_DIR)
-
-    def restore(prefix):
-      # The agent and step must all be in it; extras may not be (a checkpoint written
-      # before the program had them): those keep their initial values.
-      tf.train.Checkpoint(agent=agent, train_step=train_step).restore(
-          prefix).assert_existing_objects_matched()
-      if checkpoint_extras:
-        tf.train.Checkpoint(**checkpoint_extras).restore(prefix).expect_partial()
-
-    # Scans ckpt-N files itself (state file or not) and falls back past unreadable
-    # ones; it rewrites the state file, so the manager made next sees them all.
-    latest = checkpoints.restore_newest(checkpoint_dir, restore)
-    self._checkpoint_manager = tf.train.CheckpointManager(
-        self._checkpoint, checkpoint_dir, max_to_keep=max_checkpoints_to_keep)
-    if latest:
-      logs.progress('Restored %s at train step %d.', latest, self.train_step_numpy)
 
   def _set_up_triggers(self, triggers: Optional[Sequence[Callable[[int], Any]]],
                        checkpoint_interval: int) -> None:
@@ -462,12 +440,7 @@ class Learner(tf.Module):
 
   def save_checkpoint(self) -> str:
     """Writes a checkpoint (agent, optimizer state, train step) now; returns its path."""
-    try:
-      path = self._checkpoint_manager.save(checkpoint_number=self.train_step_numpy)
-    except BaseException:
-      # A failed write (full disk, interrupt) leaves an empty ckpt-N_temp/ behind.
-      checkpoints.remove_stale_temporaries(self.checkpoint_dir)
-      raise
+    path = self._checkpoints.save()
     logging.info('Checkpoint %s written.', path)
     return path
 

@@ -28,14 +28,17 @@ CURVE = [(0, 1.0, -5.0), (10_000, 2.0, 1.0), (20_000, 3.0, 7.0)]
 
 
 @pytest.mark.parametrize('env_steps, expected', [
-    (5_000, -5.0),     # the last evaluation at or below the budget
+    (0, -5.0),         # an evaluation at the budget
+    (5_000, -2.0),     # between two: interpolated
     (10_000, 1.0),
-    (19_999, 1.0),
+    (19_999, 6.9994),
     (20_000, 7.0),
     (20_001, None),    # the run never got that far
+    (-1, None),        # nothing evaluated before it
 ])
 def test_return_at(env_steps, expected):
-  assert summary.return_at(CURVE, env_steps) == expected
+  assert summary.return_at(CURVE, env_steps) == (
+      None if expected is None else pytest.approx(expected))
   assert summary.return_at([], env_steps) is None
 
 

@@ -30,6 +30,7 @@ BRIEF = {
     'ppo_minigrid_doorkey.gin': [],
     'ppo_atari.gin': [],
     'impala_atari.gin': [],
+    'appo_atari.gin': [],
     'dqn_atari.gin': ['Experiment.initial_collect_steps = 256'],
 }
 TRAIN_STEPS = 4
