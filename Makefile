@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
+# Two installs: the demo's (tfrl and what it requires) and the suite's (with the dev
+# extras: every env suite, Ray, pytest, and the notebooks' packages).
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # Quiet TensorFlow's C++ start-up chatter; real errors still print.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -11,16 +14,21 @@ DEMO_DIR ?= runs/demo
 
 venv: $(STAMP)
 
-$(STAMP): setup.py
+$(BASE_STAMP): setup.py
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; \
 	  sys.exit(0 if (3, 9) <= v <= (3, 11) else \
 	  "tfrl needs Python 3.9-3.11 (dm-reverb 0.14 wheels); found %d.%d. Set PYTHON=python3.11" % v)'
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(VPY) -m pip install --quiet -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
 	$(VPY) -m pip install --quiet -e '.[dev,notebooks]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs none of the extras: CartPole is gymnasium's own.
+demo: $(BASE_STAMP)
 	$(VPY) -m learners.train_eval --root_dir=$(DEMO_DIR) \
 	  --gin_file=learners/configs/dqn_cartpole.gin
 

@@ -32,12 +32,16 @@ ENV_EXTRAS = {
 # Ray Core for `tfrl-launch --backend=ray`: 2.60.0 installs beside TensorFlow 2.15's
 # protobuf 4 and tf-agents' typing-extensions 4.5 (checked with pip's resolver).
 RAY = ['ray==2.60.0']
+# MP4s of episodes (tfrl.envs.video): gymnasium's RecordVideo checks for moviepy (2.x
+# pins pillow < 12); the files are written with imageio's ffmpeg writer.
+VIDEO = ['moviepy>=2.1,<3', 'imageio>=2.14.1', 'imageio-ffmpeg>=0.4']
 
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
     'ray': RAY,
+    'video': VIDEO,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + sorted(
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.
@@ -63,6 +67,7 @@ setuptools.setup(
         'tfrl-train=learners.train:run_main',
         'tfrl-eval=learners.eval:run_main',
         'tfrl-launch=learners.launch:run_main',
+        'tfrl-export=learners.export_policy:run_main',
     ]},
     classifiers=[
         'Programming Language :: Python :: 3',

@@ -2,7 +2,10 @@
 # TensorFlow (dm-reverb 0.14, TensorFlow 2.15) have wheels for no later Python.
 import importlib, importlib.util, os, subprocess, sys
 
-TFRL_REPO_URL = 'https://github.com/tfrl-dev/tfrl'  # where these notebooks come from
+# A PLACEHOLDER: tfrl has no public repository yet. Put the URL of the repository you
+# serve it from here (the one place that holds it; colabs/sync_notebooks.py copies it
+# into every notebook and its Colab badge, tests check the README and deploy/).
+TFRL_REPO_URL = 'https://github.com/tfrl-dev/tfrl'
 EXTRAS = 'notebooks'  # the tfrl extras this notebook uses
 
 if not (3, 9) <= sys.version_info[:2] <= (3, 11):

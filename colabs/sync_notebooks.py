@@ -20,6 +20,7 @@ BADGE = re.compile(r'\n*\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n*')
 
 
 def repo_url() -> str:
+  """TFRL_REPO_URL of setup_cell.py: the one place that holds the repository's URL."""
   with open(SETUP_CELL) as f:
     return re.search(r"^TFRL_REPO_URL = '([^']+)'", f.read(), re.M).group(1)
 

@@ -59,6 +59,9 @@ config.define_common_flags()
 config.define_reverb_address_flag()
 flags.DEFINE_string('saved_model_dir', None,
                     'Evaluate this exported policy once instead of following a trainer.')
+flags.DEFINE_string('video_dir', None,
+                    "Record the evaluation episodes of the first eval env as MP4s here "
+                    "(needs tfrl's 'video' extra).")
 config.define_flags(Options)
 FLAGS = flags.FLAGS
 PAUSE_TIMEOUT_S = 60.0  # for the trainer to hold still for a candidate policy
@@ -99,12 +102,14 @@ class ResultsLog:
                         step=row['env_steps'])
 
 
-def evaluate_saved_model(experiment: Experiment, path: str) -> Dict[str, Any]:
+def evaluate_saved_model(experiment: Experiment, path: str,
+                         video_dir: Optional[str] = None) -> Dict[str, Any]:
   """Evaluates an exported policy once on the Experiment's eval env.
 
   Args:
     experiment: the job's settings (its eval env, episodes and seed).
     path: the policy's SavedModel directory.
+    video_dir: record the first eval env's episodes there as MP4s.
 
   Returns:
     The evaluator's result (AverageReturn, NumberOfEpisodes, ...).
@@ -113,17 +118,23 @@ def evaluate_saved_model(experiment: Experiment, path: str) -> Dict[str, Any]:
     FileNotFoundError, tfrl.export.NotAPolicyError: no exported policy at `path`.
   """
   policy = export.load_policy(path)
-  evaluator = actors.Evaluator(experiment.make_eval_env(), policy,
-                               experiment.num_eval_episodes, seed=experiment.seed + 10_000)
-  result = evaluator.run()
+  env = experiment.make_eval_env(video_dir)
+  try:
+    result = actors.Evaluator(env, policy, experiment.num_eval_episodes,
+                              seed=experiment.seed + 10_000).run()
+  finally:
+    env.close()  # a video's last file is written here
   logs.progress('SavedModel %s (train step %d): average return %s over %d episodes.',
                path, policy.get_train_step(), metrics.format_return(result['AverageReturn']),
                result['NumberOfEpisodes'])
+  if video_dir:
+    logs.progress('Videos of its episodes in %s.', video_dir)
   return result
 
 
 def follow(experiment: Experiment, root_dir: str, address: str,
-           stop_event: threading.Event, options: Options = Options()) -> Dict[str, Any]:
+           stop_event: threading.Event, options: Options = Options(),
+           video_dir: Optional[str] = None) -> Dict[str, Any]:
   """Evaluates the trainer's policy as it trains; returns the last result row.
 
   Args:
@@ -132,6 +143,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
     address: 'host:port' of the Reverb server.
     stop_event: set to stop.
     options: see `Options`.
+    video_dir: record the first eval env's episodes of every evaluation there.
 
   Returns:
     The last row of the results log ({} if none).
@@ -141,7 +153,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
   replay.wait_for_server(address)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
-  evaluator = actors.Evaluator(experiment.make_eval_env(), triggers.greedy(agent),
+  evaluator = actors.Evaluator(experiment.make_eval_env(video_dir), triggers.greedy(agent),
                                experiment.num_eval_episodes, seed=experiment.seed + 10_000)
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
@@ -225,14 +237,16 @@ def _main() -> None:
   experiment = config.parse_from_flags()
   if FLAGS.saved_model_dir:
     try:
-      evaluate_saved_model(experiment, FLAGS.saved_model_dir)
+      evaluate_saved_model(experiment, FLAGS.saved_model_dir, FLAGS.video_dir)
     except (FileNotFoundError, export.NotAPolicyError) as e:
       config.fail(f'--saved_model_dir: {e}')
+    except ImportError as e:  # the video extra
+      config.fail(f'--video_dir: {e}')
     return
   options = config.options_from_flags(Options, FLAGS)
   process.run_program(
       lambda stop_event: follow(experiment, FLAGS.root_dir, FLAGS.reverb_address,
-                                stop_event, options),
+                                stop_event, options, FLAGS.video_dir),
       'evaluator')
 
 

@@ -43,7 +43,10 @@ class Experiment:
   """One training job's settings (bind them in gin as `Experiment.<field>`).
 
   Attributes:
-    env_name: a gymnasium id.
+    env_name: the env: a gymnasium id ('CartPole-v1'); 'module:function', an
+      importable function returning a gymnasium env (the form flags and gin files can
+      name); in Python the function itself, or an env object that every env of the
+      job copies (`tfrl.envs.sources`).
     observation_indices: keep only these entries of the (flat) observation, in order
       (None: all); e.g. (0, 2) is CartPole without its velocities.
     observation_keys: keep only these keys of a Dict observation (None: all); e.g.
@@ -94,9 +97,12 @@ class Experiment:
     checkpoint_interval: train steps between learner checkpoints.
     max_checkpoints_to_keep: learner checkpoints kept (older ones are deleted).
     policy_checkpoint_interval: train steps between variables-only policy checkpoints.
+    saved_model_interval: train steps between exports of the policy SavedModels, each
+      also a new TF Serving version (`policies/serving/<name>/<step>/`); None: at a
+      resumed job's start and at its end only.
     summary_interval: train steps between training summaries.
   """
-  env_name: str = 'CartPole-v1'
+  env_name: Any = 'CartPole-v1'  # str, a function or a gymnasium.Env: see above
   observation_indices: Optional[Tuple[int, ...]] = None
   observation_keys: Optional[Tuple[str, ...]] = None
   frame_stack: int = 0
@@ -125,6 +131,7 @@ class Experiment:
   checkpoint_interval: int = 10_000
   max_checkpoints_to_keep: int = 3
   policy_checkpoint_interval: int = 10_000
+  saved_model_interval: Optional[int] = None
   summary_interval: int = 1_000
 
   def __post_init__(self):
@@ -186,10 +193,13 @@ class Experiment:
                           step_timeout_s=self.env_step_timeout_s if collect else 0,
                           **self._env_options())
 
-  def make_eval_env(self):
+  def make_eval_env(self, video_dir: Optional[str] = None):
+    """The evaluation envs; with `video_dir`, the first one's episodes are recorded
+    there as MP4s (`tfrl.envs.video`)."""
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
                           seed=self.seed + 10_000,
-                          step_timeout_s=self.env_step_timeout_s, **self._env_options())
+                          step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
+                          **self._env_options())
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,

@@ -244,7 +244,8 @@ class _Trainer:
     self.policy_trigger = None
     if self.is_chief:
       self.policy_trigger = triggers.PolicySavedModelTrigger(
-          root_dir, agent, train_step, experiment.policy_checkpoint_interval)
+          root_dir, agent, train_step, experiment.policy_checkpoint_interval,
+          saved_model_interval=experiment.saved_model_interval or 0)
     self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     sample_timeout_ms = -1 if self.multi_worker else int(options.sample_timeout_s * 1000)
     self.learner = experiment.make_learner(

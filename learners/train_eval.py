@@ -35,7 +35,9 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
+from tfrl.envs import sources
 from learners import config
+from learners import callbacks as callbacks_lib
 from learners import disk_full
 from learners import process
 from learners import program
@@ -53,7 +55,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
                on_evaluation: Optional[OnEvaluation] = None,
                on_progress: Optional[OnProgress] = None,
                progress_bar: bool = False, overwrite: bool = False,
-               stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
+               stop_event: Optional[threading.Event] = None,
+               callbacks: Sequence[callbacks_lib.Callback] = ()) -> Dict[str, Any]:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -72,9 +75,12 @@ def train_eval(root_dir: str, strategy: str = 'default',
       ends as at its budget: final checkpoint and exports at the last train step.
     overwrite: start from scratch, deleting root_dir's checkpoints and exports, instead
       of resuming or refusing (see `tfrl.run_dir.claim`).
+    callbacks: `learners.callbacks.Callback`s: they see progress lines and evaluations
+      and may stop training (which then ends as at its budget), save, or add triggers.
 
   Returns:
     dict with train_step, env_steps, eval_return (last evaluation), reached_target,
+    stopped_by (the name of the callback that stopped training, or None),
     confirmation_seed (the seed that replays the confirming evaluation's episodes, see
     `tfrl.actors.Evaluator`; None without one), greedy_policy_dir, train_seconds (from
     the first train step), history (evals), progress (the rows of every progress line).
@@ -86,23 +92,28 @@ def train_eval(root_dir: str, strategy: str = 'default',
       readable.
     RuntimeError: the loop's own data did not reach its train step in time.
     ValueError: the agent does not fit the data layout.
+    TypeError: a callback that is not a `learners.callbacks.Callback`.
   """
   exp = experiment or Experiment()
+  hooks = callbacks_lib.Hooks(callbacks, on_evaluation, on_progress)
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
-    job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup)
-    job.on_progress = on_progress
+    job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup, hooks)
     job.stop_event = stop_event
     job.warm_up()
     if progress_bar:
       job.bar = cleanup.enter_context(progress_bar_lib.ProgressBar(
           exp.num_train_steps, job.learner.train_step_numpy, exp.max_train_seconds,
-          desc=f'{type(job.agent).__name__} on {exp.env_name}'))
-    reached = job.collect_and_train(on_evaluation)
+          desc=f'{type(job.agent).__name__} on {sources.display_name(exp.env_name)}'))
+    hooks.train_start(callbacks_lib.JobContext(root_dir, exp, job.agent, job.learner,
+                                               save=job.save))
+    reached = job.collect_and_train()
     if job.bar is not None:
       job.bar.close()  # before the export's lines
-    return job.export(reached)
+    result = job.export(reached)
+  hooks.train_end(result)
+  return result
 
 
 class _OneProcessJob:
@@ -110,8 +121,9 @@ class _OneProcessJob:
   evaluations), export. Each phase is a method; `train_eval` calls them in order."""
 
   def __init__(self, root_dir: str, exp: Experiment, strategy: tf.distribute.Strategy,
-               cleanup: contextlib.ExitStack):
-    """Builds every component; `cleanup` gets what must be closed on any exit."""
+               cleanup: contextlib.ExitStack, hooks: callbacks_lib.Hooks):
+    """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
+    the progress rows and evaluations."""
     self.exp, layout = exp, exp.layout
     self.env = exp.make_env()
     cleanup.callback(self.env.close)
@@ -140,7 +152,8 @@ class _OneProcessJob:
     self.eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
     self.policy_trigger = triggers.PolicySavedModelTrigger(
         root_dir, self.agent, self.train_step, exp.policy_checkpoint_interval,
-        metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var})
+        metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var},
+        saved_model_interval=exp.saved_model_interval or 0)
     # A sample that waits this long means the loop's own bookkeeping went wrong (this
     # process is the only collector): fail with a message instead of hanging. The
     # Learner's constructor builds the train function (trace, graph optimization):
@@ -150,7 +163,7 @@ class _OneProcessJob:
     self.learner = exp.make_learner(root_dir, self.server.address, self.agent,
                                     self.train_step, strategy,
                                     sample_timeout_ms=SAMPLE_TIMEOUT_MS,
-                                    triggers=[self.policy_trigger],
+                                    triggers=[self.policy_trigger, *hooks.triggers()],
                                     checkpoint_extras={'env_steps': self.env_steps_var})
     self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
     self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
@@ -159,7 +172,7 @@ class _OneProcessJob:
     self.history: List[Dict[str, Any]] = []
     self.confirmation_seed: Optional[int] = None
     self.progress: List[Dict[str, Any]] = []
-    self.on_progress: Optional[OnProgress] = None
+    self.hooks = hooks
     self.bar: Optional[progress_bar_lib.ProgressBar] = None
     self.stop_event: Optional[threading.Event] = None  # set: stop, then save as at the end
     self.last_return = float('nan')
@@ -177,7 +190,7 @@ class _OneProcessJob:
     self.exp.layout.warm_up(self.collect_actor, self.random_actor,
                             self.exp.initial_collect_steps)
 
-  def collect_and_train(self, on_evaluation: Optional[OnEvaluation]) -> bool:
+  def collect_and_train(self) -> bool:
     """Collects, trains and evaluates until the budget or a confirmed target.
 
     Returns:
@@ -187,15 +200,17 @@ class _OneProcessJob:
     budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
               else '')
     logs.progress('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
-                 type(self.agent).__name__, exp.env_name, self.start_step,
-                 exp.num_train_steps, budget, process.seconds_since_start())
+                  type(self.agent).__name__, sources.display_name(exp.env_name),
+                  self.start_step, exp.num_train_steps, budget,
+                  process.seconds_since_start())
     self.start_time = time.perf_counter()
     next_eval = _next_multiple(self.start_step, exp.eval_interval)
     # Without a log_interval, progress lines come with the evaluations only.
     next_log = (math.inf if exp.log_interval is None else
                 _next_multiple(self.start_step, exp.log_interval))
     while (self.learner.train_step_numpy < exp.num_train_steps and
-           not (self.stop_event is not None and self.stop_event.is_set())):
+           not (self.stop_event is not None and self.stop_event.is_set()) and
+           not self.hooks.stop_requested):
       self.collect()
       if not self.train():
         continue
@@ -211,7 +226,7 @@ class _OneProcessJob:
         next_eval = step + exp.eval_interval
         if exp.log_interval is not None:
           next_log = _next_multiple(step, exp.log_interval)
-        if self.evaluate(on_evaluation) and self.confirm():
+        if self.evaluate() and self.confirm():
           return True
       elif step >= next_log:
         next_log = _next_multiple(step, exp.log_interval)
@@ -252,7 +267,7 @@ class _OneProcessJob:
     self.items_trained += iterations * layout.items_per_train_step
     return iterations
 
-  def evaluate(self, on_evaluation: Optional[OnEvaluation]) -> bool:
+  def evaluate(self) -> bool:
     """Evaluates the greedy policy, records and logs it; returns whether it reached
     the target."""
     step, exp = self.learner.train_step_numpy, self.exp
@@ -262,8 +277,7 @@ class _OneProcessJob:
     self.history.append({'train_step': step, 'env_steps': self.env_steps,
                          'eval_return': self.last_return,
                          'seconds': time.perf_counter() - self.start_time})
-    if on_evaluation is not None:
-      on_evaluation(self.history[-1])
+    self.hooks.evaluation(self.history[-1])
     with self.eval_writer.as_default():
       tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', self.last_return,
@@ -282,8 +296,7 @@ class _OneProcessJob:
            'train_steps_per_s': self.train_throughput.active_rate(step - self.start_step),
            'seconds': time.perf_counter() - self.start_time}
     self.progress.append(row)
-    if self.on_progress is not None:
-      self.on_progress(row)
+    self.hooks.progress(row)
     if self.bar is not None:
       self.bar.update(row)
     evaluated = ('' if eval_return is None else
@@ -304,19 +317,25 @@ class _OneProcessJob:
                   metrics.format_return(confirmation), self.confirmation_seed)
     return confirmation >= self.exp.target_return
 
+  def save(self) -> Dict[str, str]:
+    """A checkpoint and the policy SavedModels at the current train step; returns the
+    policies' directories by name."""
+    self.env_steps_var.assign(self.env_steps)
+    self.learner.save_checkpoint()
+    return self.policy_trigger.save_saved_models()
+
   def export(self, reached: bool) -> Dict[str, Any]:
     """Final checkpoint, summaries and SavedModels; returns train_eval's result."""
     train_seconds = time.perf_counter() - self.start_time
-    self.env_steps_var.assign(self.env_steps)
-    self.learner.save_checkpoint()
+    paths = self.save()
     self.learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
-    paths = self.policy_trigger.save_saved_models()
     self.writer.close()
     return {
         'train_step': self.learner.train_step_numpy,
         'env_steps': self.env_steps,
         'eval_return': self.last_return,
         'reached_target': reached,
+        'stopped_by': self.hooks.stopped_by,
         'confirmation_seed': self.confirmation_seed,
         'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
         'train_seconds': train_seconds,
@@ -334,14 +353,15 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
         overwrite: bool = False, stop_event: Optional[threading.Event] = None,
-        **overrides) -> Dict[str, Any]:
+        callbacks: Sequence[callbacks_lib.Callback] = (), **overrides) -> Dict[str, Any]:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
     root_dir: the job's directory.
     gin_files: .gin paths (or names of files in learners/configs).
     gin_bindings: extra 'configurable.param = value' lines.
-    on_evaluation, on_progress, progress_bar, overwrite, stop_event: see `train_eval`.
+    on_evaluation, on_progress, progress_bar, overwrite, stop_event, callbacks: see
+      `train_eval`.
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
@@ -359,7 +379,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     raise config.ConfigError(f'Invalid Experiment settings {overrides}: {e}') from e
   return train_eval(root_dir, experiment=experiment, on_evaluation=on_evaluation,
                     on_progress=on_progress, progress_bar=progress_bar,
-                    overwrite=overwrite, stop_event=stop_event)
+                    overwrite=overwrite, stop_event=stop_event, callbacks=callbacks)
 
 
 FLAGS = flags.FLAGS
@@ -374,9 +394,6 @@ def _show_progress_bar(choice: str) -> bool:
 
 
 def _main() -> None:
-  # TensorFlow's own deprecation notices (from tf-agents' internals) drown the progress
-  # lines; its errors still print.
-  tf.get_logger().setLevel('ERROR')
   experiment = config.parse_from_flags()
   stopped = threading.Event()
 

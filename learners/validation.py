@@ -78,11 +78,20 @@ def sequence_of(item_check: Callable[[Any], bool], what: str) -> Rule:
 BOOLEAN = Rule(lambda v: isinstance(v, bool), 'must be True or False')
 NONEMPTY_STRING = Rule(lambda v: isinstance(v, str) and bool(v.strip()),
                        'must be a non-empty string')
+ENV = Rule(lambda v: (isinstance(v, str) and bool(v.strip())) or callable(v) or
+           _is_gym_env(v),
+           "must be a gymnasium id, a 'module:function' string, a function returning a "
+           'gymnasium env, or an env object')
+
+
+def _is_gym_env(value) -> bool:
+  import gymnasium  # pylint: disable=g-import-not-at-top (only when an object is given)
+  return isinstance(value, gymnasium.Env)
 
 # Every Experiment field, by name. A field absent from Experiment is skipped, so a rule
 # may precede its field (env_step_timeout_s comes from the watchdog work).
 EXPERIMENT_RULES: Dict[str, Rule] = {
-    'env_name': NONEMPTY_STRING,
+    'env_name': ENV,
     'observation_indices': sequence_of(_is_int, 'integers'),
     'observation_keys': sequence_of(lambda i: isinstance(i, str), 'strings'),
     'frame_stack': integer(0),
@@ -111,6 +120,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'checkpoint_interval': integer(1),
     'max_checkpoints_to_keep': integer(1),
     'policy_checkpoint_interval': integer(1),
+    'saved_model_interval': optional(integer(1)),
     'summary_interval': integer(0),
     'env_step_timeout_s': number(0.0),  # 0 disables the env step timeout
 }
@@ -177,7 +187,7 @@ def check_value(owner: str, name: str, value, rule: Rule) -> None:
 
 def validate_experiment(experiment) -> None:
   """Checks every field of `experiment` that has a rule, the cross-field rule of
-  env_workers, and that env_name is a registered gymnasium id.
+  env_workers, and that env_name is a registered gymnasium id or an env factory.
 
   Args:
     experiment: an `Experiment` (any dataclass with its field names).
@@ -222,13 +232,17 @@ def validate_layout_settings(layout_class: type, settings: Dict[str, Any]) -> No
     check_value(owner, name, value, LAYOUT_RULES[name])
 
 
-def check_env_id(env_id: str) -> None:
-  """Raises ValidationError naming `env_id` and close registered ids unless registered."""
+def check_env_id(env) -> None:
+  """Raises ValidationError naming `env` unless it is a registered id (close registered
+  ids named) or resolves to an env factory (`tfrl.envs.sources`)."""
   import tfrl.envs  # pylint: disable=g-import-not-at-top (gymnasium's registry)
+  from tfrl.envs import sources  # pylint: disable=g-import-not-at-top
   try:
-    tfrl.envs.check_registered(env_id)
-  except tfrl.envs.UnknownEnvironmentError as e:
-    raise ValidationError(f'Experiment.env_name = {env_id!r}: {e}') from e
+    source = sources.resolve(env)
+    if source.env_id is not None:
+      tfrl.envs.check_registered(source.env_id)
+  except (tfrl.envs.UnknownEnvironmentError, ValueError) as e:
+    raise ValidationError(f'Experiment.env_name = {env!r}: {e}') from e
 
 
 def check_root_dir(root_dir: Optional[str], flag: str = '--root_dir') -> None:

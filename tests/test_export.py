@@ -45,8 +45,12 @@ _PLAIN_TF_SCRIPT = textwrap.dedent('''
                                       ['step_type', 'reward', 'discount', 'observation'])
     result = {
         'action_signature': model.signatures['action'](**inputs)['action'].numpy().tolist(),
-        'serving_default':
-            model.signatures['serving_default'](**inputs)['action'].numpy().tolist(),
+        # TF Serving's default: the observation alone (step type, reward, discount
+        # defaulted).
+        'serving_default': model.signatures['serving_default'](
+            observation=inputs['observation'])['action'].numpy().tolist(),
+        'serving_default_inputs': sorted(
+            model.signatures['serving_default'].structured_input_signature[1]),
         'action_attribute': model.action(TimeStep(**inputs), ()).action.numpy().tolist(),
         'get_train_step': int(model.get_train_step()),
         'train_step_signature': int(model.signatures['get_train_step']()['train_step']),
@@ -200,6 +204,20 @@ def test_load_policy_acts_like_the_policy_and_updates_from_checkpoint(exported):
   assert loaded.get_metadata() == {'env_steps': 456}
 
 
+def test_predict_acts_on_numpy_observations_single_or_batched(exported):
+  loaded = export.load_policy(exported.path)
+
+  actions, state = loaded.predict(OBSERVATIONS)
+  assert actions.tolist() == exported.actions and state is None
+  # One observation, as the env returns it (float64 here): an action without batch.
+  action, state = loaded.predict(OBSERVATIONS[1].astype(np.float64))
+  assert np.shape(action) == () and int(action) == exported.actions[1] and state is None
+  with pytest.raises(ValueError, match=r'shape \(3, 5\) does not fit .*\[4\]'):
+    loaded.predict(np.zeros([3, 5]))
+  with pytest.raises(ValueError, match='structure of the policy'):
+    loaded.predict({'a': OBSERVATIONS})
+
+
 def _other_network_policy(fc_layer_params):
   return lambda: make_agent(fc_layer_params=fc_layer_params).policy
 
@@ -272,6 +290,7 @@ def test_plain_tensorflow_process_loads_and_serves_the_export(exported):
   assert result['modules'] == []  # Neither tf-agents, TFP nor tfrl was imported.
   assert result['action_signature'] == exported.actions
   assert result['serving_default'] == exported.actions
+  assert result['serving_default_inputs'] == ['observation']
   assert result['action_attribute'] == exported.actions
   assert result['get_train_step'] == result['train_step_signature'] == 7
   assert result['metadata_signature'] == {'train_step': 7, 'env_steps': 123}

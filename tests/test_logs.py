@@ -70,3 +70,41 @@ def test_importing_tfrl_prints_nothing():
                           capture_output=True, text=True, env=env, timeout=120)
   assert result.returncode == 0, result.stderr
   assert result.stdout == '' and result.stderr == '', result.stderr
+
+
+_README_EXAMPLE = '''
+import sys
+from learners import train_eval
+result = train_eval.run(sys.argv[1], gin_files=['dqn_cartpole.gin'],
+                        num_train_steps=40, eval_interval=20, num_eval_episodes=2,
+                        initial_collect_steps=64)
+print(result['train_step'])
+'''
+# A tfrl progress line: 'I1124 06:01:45.861 train_eval] ...'.
+_PROGRESS_LINE = r'^I\d{4} \d\d:\d\d:\d\d\.\d{3} \w+\] '
+
+
+def test_the_readmes_python_example_prints_only_tfrls_lines(tmp_path):
+  """TensorFlow's Python logger (its deprecation notices on the first train calls) is
+  quiet after `import tfrl`, as in the programs; TFRL_TF_LOG_LEVEL brings it back."""
+  import re  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL',
+                                                          'TFRL_VERBOSE')}
+  env['PYTHONPATH'] = repo
+  result = subprocess.run([sys.executable, '-c', _README_EXAMPLE, str(tmp_path / 'run')],
+                          capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert int(result.stdout) >= 40  # whole train calls of dqn_cartpole.gin
+  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  # tfrl's own lines: progress, and its warning that the embedded server is open to
+  # the network.
+  ours = [line for line in lines if re.match(_PROGRESS_LINE, line) or
+          line.startswith('WARNING: Reverb server on port ')]
+  assert ours == lines and any('train step' in line for line in lines), lines
+  level = subprocess.run(
+      [sys.executable, '-c', 'import tfrl, tensorflow as tf; print(tf.get_logger().level)'],
+      capture_output=True, text=True, env=dict(env, TFRL_TF_LOG_LEVEL='WARNING'),
+      timeout=120)
+  assert level.stdout.strip() == '30', level.stderr  # logging.WARNING

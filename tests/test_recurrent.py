@@ -197,7 +197,16 @@ _PLAIN_TF_SCRIPT = textwrap.dedent('''
       out = model.signatures['action'](**inputs)
       actions.append(out['action'].numpy().tolist())
       state = {k: v for k, v in out.items() if k.startswith('policy_state')}
-    print('RESULT ' + json.dumps({'actions': actions, 'state_keys': sorted(state)}))
+    # TF Serving's default signature: observation and state in, step type defaulted.
+    served = []
+    state = model.signatures['get_initial_state'](batch_size=tf.constant(batch))
+    for observation in observations:
+      out = model.signatures['serving_default'](observation=tf.constant(observation),
+                                                **state)
+      served.append(out['action'].numpy().tolist())
+      state = {k: v for k, v in out.items() if k.startswith('policy_state')}
+    print('RESULT ' + json.dumps({'actions': actions, 'served': served,
+                                  'state_keys': sorted(state)}))
 ''')
 
 _TF_AGENTS_SCRIPT = textwrap.dedent('''
@@ -220,10 +229,11 @@ _TF_AGENTS_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_exported_recurrent_policy_carries_its_state_outside_tfrl(cartpole, tmp_path):
+def _greedy_and_its_actions(cartpole):
+  """A recurrent greedy policy, 12 steps of observations for 2 envs on which its actions
+  depend on the state, and its actions on them (state carried in TensorFlow)."""
   agent = make_ppo(cartpole)
   greedy = triggers.greedy(agent)
-  # Observations on which the greedy actions depend on the state: a sequence of steps.
   rng = np.random.RandomState(3)
   observations = (0.3 * rng.randn(12, 2, 4)).astype(np.float32)
   state, expected = greedy.get_initial_state(2), []
@@ -233,6 +243,29 @@ def test_exported_recurrent_policy_carries_its_state_outside_tfrl(cartpole, tmp_
     step = greedy.action(time_step, state)
     expected.append(step.action.numpy().tolist())
     state = step.state
+  return greedy, observations, expected
+
+
+def test_exported_recurrent_policy_predicts_on_numpy_carrying_its_state(cartpole, tmp_path):
+  greedy, observations, expected = _greedy_and_its_actions(cartpole)
+  loaded = export.load_policy(export.export_policy(greedy, str(tmp_path / 'greedy')))
+  state, batched, single, single_state = None, [], [], None
+  for observation in observations:
+    action, state = loaded.predict(observation, state)
+    batched.append(action.tolist())
+    action, single_state = loaded.predict(observation[0], single_state)
+    assert np.shape(action) == ()
+    single.append(int(action))
+  assert batched == expected
+  assert single == [row[0] for row in expected]
+  # episode_start resets the entries it names, as a None state resets all.
+  first, _ = loaded.predict(observations[0], None)
+  restarted, _ = loaded.predict(observations[0], state, episode_start=[True, True])
+  assert restarted.tolist() == first.tolist()
+
+
+def test_exported_recurrent_policy_carries_its_state_outside_tfrl(cartpole, tmp_path):
+  greedy, observations, expected = _greedy_and_its_actions(cartpole)
   path = export.export_policy(greedy, str(tmp_path / 'greedy_policy'))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
   results = {}
@@ -243,6 +276,7 @@ def test_exported_recurrent_policy_carries_its_state_outside_tfrl(cartpole, tmp_
     assert process.returncode == 0, process.stderr[-4000:]
     results[name] = json.loads(process.stdout.split('RESULT ', 1)[1])
   assert results['plain']['actions'] == expected
+  assert results['plain']['served'] == expected
   assert results['plain']['state_keys'] and all(
       key.startswith('policy_state') for key in results['plain']['state_keys'])
   assert results['tf_agents']['actions'] == [row[0] for row in expected]

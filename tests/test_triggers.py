@@ -165,7 +165,8 @@ def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
     expected[step] = policy_variables(agent)
     trigger(step)
     if step == 2:  # The first interval exports the three SavedModels, at step 2.
-      assert sorted(os.listdir(policies_dir)) == ['checkpoints'] + POLICY_NAMES
+      assert sorted(os.listdir(policies_dir)) == ['checkpoints'] + POLICY_NAMES + [
+          'serving']
       for name in POLICY_NAMES:
         assert trigger.path(name) == str(policies_dir / name)
         assert export.exported_train_step(trigger.path(name)) == 2
@@ -207,6 +208,35 @@ def test_policy_trigger_exports_policies_and_writes_checkpoints(tmp_path):
   assert reloaded.get_metadata() == {'env_steps': 700}
   assert (reloaded.action(ts.restart(tf.constant(OBSERVATIONS), batch_size=6))
           .action.numpy().tolist()) == greedy_actions(agent.policy)
+  assert leftover_temporaries(str(tmp_path)) == []
+
+
+def test_saved_models_are_published_as_tf_serving_versions(tmp_path):
+  """Each export is also policies/serving/<name>/<step>/, whole, readable by others,
+  the newest three kept; saved_model_interval exports while the job trains."""
+  agent, train_step = make_agent(), tf.Variable(0, dtype=tf.int64)
+  trigger = triggers.PolicySavedModelTrigger(str(tmp_path), agent, train_step,
+                                             interval=1000, saved_model_interval=100)
+  trigger.set_start(0)
+  for step in range(50, 501, 50):
+    train_step.assign(step)
+    perturb(agent, 0.01)
+    trigger(step)
+  umask = os.umask(0)
+  os.umask(umask)
+  for name in POLICY_NAMES:
+    base = trigger.serving_path(name)
+    assert base == str(tmp_path / 'policies' / 'serving' / name)
+    assert sorted(os.listdir(base), key=int) == ['300', '400', '500']
+    for version in ('300', '400', '500'):
+      model = tf.saved_model.load(os.path.join(base, version))
+      assert int(model.get_train_step().numpy()) == int(version)
+      assert os.stat(os.path.join(base, version)).st_mode & 0o777 == 0o777 & ~umask
+    # The plain loaders' path holds the newest.
+    assert export.exported_train_step(trigger.path(name)) == 500
+  newest = tf.saved_model.load(os.path.join(trigger.serving_path(), '500'))
+  served = newest.signatures['serving_default'](observation=tf.constant(OBSERVATIONS))
+  assert served['action'].numpy().tolist() == greedy_actions(agent.policy)
   assert leftover_temporaries(str(tmp_path)) == []
 
 

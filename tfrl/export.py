@@ -5,8 +5,10 @@ four functions, so nothing in it needs a registered Python type to load:
 
   action(time_step, policy_state) -> PolicyStep   (what tf-agents' loader calls)
   get_initial_state(batch_size), get_train_step(), get_metadata()
-  signatures 'action' (= 'serving_default'), 'get_initial_state', 'get_train_step',
-  'get_metadata', with flat named tensors (step_type, reward, discount, observation...)
+  signatures 'action', 'get_initial_state', 'get_train_step', 'get_metadata', with flat
+  named tensors (step_type, reward, discount, observation...), and 'serving_default'
+  (what TF Serving's REST API calls): the observation (and a recurrent policy's state)
+  only
   policy_specs.pbtxt                                (tf-agents' spec file)
 
 tf-agents' PolicySaver also saves the policy's `distribution` function, whose output
@@ -17,7 +19,6 @@ import ctypes
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -25,9 +26,12 @@ import tree
 from tf_agents.policies import tf_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import policy_step as policy_step_lib
-from tf_agents.trajectories import time_step as ts
 
-POLICY_SPECS_PBTXT = 'policy_specs.pbtxt'  # the name tf-agents' loader looks for
+from tfrl import files
+
+# The loading side lives in tfrl/loaded_policy.py and is part of this module's API.
+from tfrl.loaded_policy import (  # pylint: disable=unused-import
+    ExportedPolicy, NotAPolicyError, POLICY_SPECS_PBTXT, load_policy)
 
 
 def _flat_names(structure: Any, prefix: str = '') -> list:
@@ -119,9 +123,25 @@ class PolicyModule(tf.Module):
                          autograph=False).get_concrete_function()
 
     action_fn = tf.function(flat_action, autograph=False).get_concrete_function(**specs)
+    # What TF Serving's REST API calls without a signature name: the observation (and a
+    # recurrent policy's state) only. Step type MID: a feed-forward policy ignores it,
+    # and a recurrent one carries the state given, which at an episode's start is
+    # get_initial_state's (a FIRST step would reset it to that anyway).
+    defaulted = ('step_type', 'reward', 'discount')
+    observation_only = {n: spec for n, spec in specs.items() if n not in defaulted}
+
+    def serve(**inputs):
+      batch = [tf.shape(tf.nest.flatten(inputs)[0])[0]]
+      mid = tf.constant(1, specs['step_type'].dtype)
+      return flat_action(**inputs, step_type=tf.fill(batch, mid),
+                         reward=tf.zeros(batch, specs['reward'].dtype),
+                         discount=tf.ones(batch, specs['discount'].dtype))
+
+    serving_fn = tf.function(serve, autograph=False).get_concrete_function(
+        **observation_only)
     return {
         'action': action_fn,
-        'serving_default': action_fn,
+        'serving_default': serving_fn,
         'get_initial_state': compile_fn(
             initial_state, [tf.TensorSpec((), tf.int32, name='batch_size')]),
         'get_train_step': compile_fn(
@@ -154,27 +174,31 @@ def _write_atomically(path: str, write_fn) -> None:
   On Linux the swap is one `renameat2(RENAME_EXCHANGE)`: a reader polling `path` always
   finds a complete directory, the old one or the new one, never none. Elsewhere (or on a
   filesystem without it) the old directory is renamed away first, leaving a moment with
-  no directory. A process killed mid-write leaves a '.tmp-*' directory beside `path`,
-  which `remove_temporaries` deletes.
+  no directory. On an object store (gs://, ...) the old export is deleted and the new
+  one copied in, `saved_model.pb` last (`tfrl.files`). A process killed mid-write leaves
+  a '.tmp-*' directory beside `path`, which `remove_temporaries` deletes. The directory
+  is readable by all (as the umask allows): a server may run as another user.
   """
-  parent = os.path.dirname(os.path.abspath(path))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=TEMPORARY_PREFIXES[0] + os.path.basename(path) + '-',
-                         dir=parent)
+  parent = os.path.dirname(os.path.abspath(path) if files.is_local(path) else path)
+  tmp = files.make_temporary_dir(parent, TEMPORARY_PREFIXES[0] + os.path.basename(path) +
+                                 '-')
   try:
     write_fn(tmp)
-    if not os.path.exists(path):
+    if not files.is_local(path):
+      files.remove_tree(path)
+      files.move_into_place(tmp, path)
+    elif not os.path.exists(path):
       os.rename(tmp, path)
     elif _exchange(tmp, path):
       shutil.rmtree(tmp, ignore_errors=True)  # it holds the old directory now
     else:
-      old = tempfile.mkdtemp(prefix=TEMPORARY_PREFIXES[1] + os.path.basename(path) + '-',
-                             dir=parent)
+      old = files.make_temporary_dir(parent, TEMPORARY_PREFIXES[1] +
+                                     os.path.basename(path) + '-')
       os.rename(path, os.path.join(old, 'x'))
       os.rename(tmp, path)
       shutil.rmtree(old, ignore_errors=True)
   except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
+    files.remove_tree(tmp)
     raise
 
 
@@ -186,31 +210,79 @@ def remove_temporaries(directory: str) -> list:
   Returns:
     The paths removed.
   """
-  if not os.path.isdir(directory):
+  if not tf.io.gfile.isdir(directory):
     return []
-  removed = [os.path.join(directory, name) for name in os.listdir(directory)
+  removed = [os.path.join(directory, name.rstrip('/'))
+             for name in tf.io.gfile.listdir(directory)
              if name.startswith(TEMPORARY_PREFIXES)]
   for path in removed:
-    shutil.rmtree(path, ignore_errors=True)
+    files.remove_tree(path)
   return removed
 
 
 def exported_train_step(path: str) -> Optional[int]:
   """The train step recorded in the export at `path`; None without an export there."""
+  info = files.read_json(os.path.join(path, EXPORT_INFO))
   try:
-    with open(os.path.join(path, EXPORT_INFO)) as f:
-      return int(json.load(f)['train_step'])
-  except (OSError, ValueError, KeyError):
+    return int(info['train_step'])
+  except (TypeError, KeyError, ValueError):
     return None
 
 
 def exported_run_id(path: str) -> Optional[str]:
   """The run id recorded in the export at `path`; None without one (or an export)."""
-  try:
-    with open(os.path.join(path, EXPORT_INFO)) as f:
-      return json.load(f).get('run_id')
-  except (OSError, ValueError, AttributeError):
+  info = files.read_json(os.path.join(path, EXPORT_INFO))
+  return info.get('run_id') if isinstance(info, dict) else None
+
+
+def serving_versions(base_dir: str) -> list:
+  """The version directories of a TF Serving model base `base_dir`, oldest first (TF
+  Serving serves the highest number)."""
+  if not tf.io.gfile.isdir(base_dir):
+    return []
+  numbers = [int(n.rstrip('/')) for n in tf.io.gfile.listdir(base_dir)
+             if n.rstrip('/').isdigit()]
+  return [os.path.join(base_dir, str(n)) for n in sorted(numbers)]
+
+
+def publish_version(export_path: str, base_dir: str, keep: int = 3) -> Optional[str]:
+  """Publishes the export at `export_path` for TF Serving as `base_dir/<train step>/`.
+
+  The version appears whole (locally one rename of a '.tmp-*' directory, a name TF
+  Serving ignores; its files are hard links to the export's where the filesystem
+  allows, the export's files being never rewritten), then all but the newest `keep`
+  versions are deleted. A version of the same step already there is kept.
+
+  Args:
+    export_path: an export (`save_module`), its train step in its export info.
+    base_dir: TF Serving's `--model_base_path` for this policy.
+    keep: versions kept (>= 1).
+
+  Returns:
+    The version's directory, or None where it existed already.
+  """
+  version = os.path.join(base_dir, str(exported_train_step(export_path)))
+  if tf.io.gfile.exists(version):
     return None
+  tmp = files.make_temporary_dir(base_dir, TEMPORARY_PREFIXES[0] + 'version-')
+  try:
+    if files.is_local(tmp):
+      os.rmdir(tmp)
+      try:
+        shutil.copytree(export_path, tmp, copy_function=os.link)
+      except OSError:  # another filesystem: no hard links
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(export_path, tmp)
+      files.readable_by_all(tmp)
+    else:
+      files.copy_tree(export_path, tmp)
+    files.move_into_place(tmp, version)
+  except BaseException:
+    files.remove_tree(tmp)
+    raise
+  for old in serving_versions(base_dir)[:-keep]:
+    files.remove_tree(old)
+  return version
 
 
 def save_module(module: PolicyModule, path: str, run_id: Optional[str] = None) -> str:
@@ -220,7 +292,7 @@ def save_module(module: PolicyModule, path: str, run_id: Optional[str] = None) -
   def write(tmp):
     tf.saved_model.save(module, tmp, signatures=module.signatures())
     tensor_spec.to_pbtxt_file(os.path.join(tmp, POLICY_SPECS_PBTXT), module.policy_specs)
-    with open(os.path.join(tmp, EXPORT_INFO), 'w') as f:
+    with tf.io.gfile.GFile(os.path.join(tmp, EXPORT_INFO), 'w') as f:
       json.dump({'train_step': int(module.train_step.numpy()), 'run_id': run_id}, f)
 
   _write_atomically(path, write)
@@ -258,84 +330,3 @@ def write_policy_checkpoint(module: PolicyModule, path: str) -> str:
   _write_atomically(path, lambda tmp: checkpoint.write(
       os.path.join(tmp, 'variables', 'variables')))
   return path
-
-
-# What `ExportedPolicy` calls on a loaded export.
-_POLICY_FUNCTIONS = ('action', 'get_initial_state', 'get_train_step')
-
-
-class NotAPolicyError(ValueError):
-  """A SavedModel that is not a policy exported by tfrl (or tf-agents' saver)."""
-
-
-class ExportedPolicy:
-  """A loaded export: the policy API on top of `tf.saved_model.load`."""
-
-  def __init__(self, path: str):
-    """Loads the SavedModel at `path`.
-
-    Raises:
-      FileNotFoundError: `path` holds no SavedModel.
-      NotAPolicyError: it holds a SavedModel that is not an exported policy.
-    """
-    if not tf.saved_model.contains_saved_model(path):
-      raise FileNotFoundError(f'No SavedModel at {path!r} (export a policy there with '
-                              'tfrl.export.export_policy or a PolicySavedModelTrigger).')
-    self.path = path
-    specs_path = os.path.join(path, POLICY_SPECS_PBTXT)
-    if not tf.io.gfile.exists(specs_path):
-      raise NotAPolicyError(f'The SavedModel at {path!r} is not an exported policy: it has '
-                            f'no {POLICY_SPECS_PBTXT} (export one with '
-                            'tfrl.export.export_policy).')
-    self._module = tf.saved_model.load(path)
-    missing = [f for f in _POLICY_FUNCTIONS if not hasattr(self._module, f)]
-    if missing:
-      raise NotAPolicyError(f'The SavedModel at {path!r} is not an exported policy: it has '
-                            f'no {", ".join(missing)} function.')
-    self._checkpoint = tf.train.Checkpoint(policy=self._module)
-    specs = tensor_spec.from_pbtxt_file(os.path.join(path, POLICY_SPECS_PBTXT))
-    collect = specs['collect_data_spec']
-    self.time_step_spec = ts.TimeStep(collect.step_type, collect.reward, collect.discount,
-                                      collect.observation)
-    self.action_spec = collect.action
-    self.policy_state_spec = specs['policy_state_spec']
-
-  def action(self, time_step: ts.TimeStep, policy_state: Any = ()):
-    """Returns the PolicyStep for a batched `time_step`."""
-    return self._module.action(time_step, policy_state)
-
-  def get_initial_state(self, batch_size: int):
-    return self._module.get_initial_state(tf.constant(batch_size, tf.int32))
-
-  def get_train_step(self) -> int:
-    return int(self._module.get_train_step().numpy())
-
-  def get_metadata(self) -> Dict[str, Any]:
-    return {k: v.numpy() for k, v in self._module.get_metadata().items()}
-
-  @property
-  def model_variables(self):
-    return self._module.model_variables
-
-  def update_from_checkpoint(self, checkpoint_path: str) -> None:
-    """Applies a variables-only policy checkpoint (from `write_policy_checkpoint`).
-
-    Raises:
-      ValueError: the checkpoint does not hold this policy's variables.
-    """
-    prefix = os.path.join(checkpoint_path, 'variables', 'variables')
-    variables = tf.nest.flatten([self._module.model_variables, self._module.train_step,
-                                 getattr(self._module, 'metadata', {})])
-    backup = [v.read_value() for v in variables]
-    try:
-      self._checkpoint.read(prefix).assert_existing_objects_matched().expect_partial()
-    except (AssertionError, ValueError) as e:
-      for variable, value in zip(variables, backup):  # No half-applied update.
-        variable.assign(value)
-      raise ValueError(f'Checkpoint {checkpoint_path!r} does not match the policy '
-                       f'exported at {self.path!r}: {e}') from e
-
-
-def load_policy(path: str) -> ExportedPolicy:
-  """Loads an export made by `export_policy` (see `ExportedPolicy`)."""
-  return ExportedPolicy(path)

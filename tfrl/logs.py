@@ -97,11 +97,24 @@ def native_stderr_filtered(patterns: Sequence[re.Pattern] = NOISE) -> Iterator[N
         sys.stderr.flush()
 
 
+TF_LOG_LEVEL_VARIABLE = 'TFRL_TF_LOG_LEVEL'  # TensorFlow's Python logger's level
+
+
 def import_tensorflow_quietly() -> None:
   """Imports TensorFlow, tf-agents (and with it gym) and Reverb with their start-up
-  noise filtered (see `native_stderr_filtered`); nothing if TensorFlow is imported."""
-  if 'tensorflow' in sys.modules:
-    return
+  noise filtered (see `native_stderr_filtered`) unless TensorFlow is imported, and sets
+  TensorFlow's Python logger to ERROR (or $TFRL_TF_LOG_LEVEL)."""
+  if 'tensorflow' not in sys.modules:
+    _import_filtered()
+  import tensorflow  # pylint: disable=g-import-not-at-top
+  # TensorFlow's Python logger prints deprecation notices about TF's own internals
+  # (tf-agents calls them) on a job's first calls: a dozen lines over tfrl's progress.
+  # Its errors still print; TFRL_TF_LOG_LEVEL=WARNING (or tf.get_logger().setLevel
+  # after `import tfrl`) brings the rest back.
+  tensorflow.get_logger().setLevel(os.environ.get(TF_LOG_LEVEL_VARIABLE, 'ERROR'))
+
+
+def _import_filtered() -> None:
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TF's C++ INFO and WARNING lines
   # gym prints its notice to `sys.stderr`, which in a notebook is not descriptor 2:
   # while gym_notices cannot be imported, gym (which tf-agents imports) skips it.

@@ -20,6 +20,9 @@ import uuid
 from typing import Dict, Optional
 
 from absl import logging
+import tensorflow as tf
+
+from tfrl import files
 
 LOCK_FILE = 'job.lock'
 RUN_FILE = 'run.json'
@@ -109,16 +112,13 @@ def run_id(root_dir: str) -> str:
     A 32-character hex id.
   """
   path = os.path.join(root_dir, RUN_FILE)
-  record = _read_json(path)
+  record = files.read_json(path)  # root_dir may be on any TensorFlow filesystem
   if record and isinstance(record.get('run_id'), str):
     return record['run_id']
   new_id = uuid.uuid4().hex
-  os.makedirs(root_dir, exist_ok=True)
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump({'run_id': new_id, 'created': datetime.datetime.now(
-        datetime.timezone.utc).isoformat()}, f)
-  os.replace(tmp, path)
+  tf.io.gfile.makedirs(root_dir)
+  files.write_json(path, {'run_id': new_id, 'created': datetime.datetime.now(
+      datetime.timezone.utc).isoformat()})
   return new_id
 
 

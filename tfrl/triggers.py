@@ -17,6 +17,7 @@ GREEDY_POLICY = 'greedy_policy'
 COLLECT_POLICY = 'collect_policy'
 RAW_POLICY = 'policy'
 POLICY_CHECKPOINTS = 'checkpoints'
+SERVING_DIR = 'serving'  # policies/serving/<name>/<train step>/: TF Serving's versions
 
 
 class IntervalTrigger:
@@ -66,10 +67,14 @@ class PolicySavedModelTrigger(IntervalTrigger):
   """Exports the agent's policies as SavedModels and writes variables-only checkpoints.
 
   SavedModels of the greedy, collect and raw policies go to
-  `root_dir/policies/{greedy_policy,collect_policy,policy}`; every `interval` train steps
-  a variables-only checkpoint goes to
-  `root_dir/policies/checkpoints/policy_checkpoint_<step>`, which any of the three
-  exports applies with `update_from_checkpoint` (the layout tf-agents' loader reads).
+  `root_dir/policies/{greedy_policy,collect_policy,policy}`, and each is published as a
+  version for TF Serving, `root_dir/policies/serving/<name>/<train step>/` (TF Serving's
+  model base path is `policies/serving/<name>`; it serves the highest step; the newest
+  `serving_versions_to_keep` are kept). Every `interval` train steps a variables-only
+  checkpoint goes to `root_dir/policies/checkpoints/policy_checkpoint_<step>`, which any
+  of the three exports applies with `update_from_checkpoint` (the layout tf-agents'
+  loader reads); every `saved_model_interval` train steps (0: never) the SavedModels are
+  exported again, so a TF Serving that follows the job gets a new version.
 
   What a user keeps only moves forward:
   - Nothing is exported at creation: the Learner restores its checkpoint first and then
@@ -84,7 +89,8 @@ class PolicySavedModelTrigger(IntervalTrigger):
   def __init__(self, root_dir: str, agent: tf_agent.TFAgent, train_step: tf.Variable,
                interval: int, metadata: Optional[Dict[str, tf.Variable]] = None,
                async_saving: bool = False, start: int = 0,
-               max_checkpoints_to_keep: int = 3):
+               max_checkpoints_to_keep: int = 3, saved_model_interval: int = 0,
+               serving_versions_to_keep: int = 3):
     """Args:
       root_dir: the job's root directory.
       agent: the agent whose policies are exported.
@@ -95,6 +101,9 @@ class PolicySavedModelTrigger(IntervalTrigger):
         first, so training may go on while the files are written).
       start: train step of the notional last checkpoint.
       max_checkpoints_to_keep: older policy checkpoints are deleted.
+      saved_model_interval: train steps between SavedModel exports (<= 0: only at a
+        resume, at the end, and when `save_saved_models` is called).
+      serving_versions_to_keep: TF Serving versions kept per policy.
     """
     super().__init__(interval, self._save_checkpoint, start)
     self._dir = os.path.join(root_dir, POLICY_DIR)
@@ -106,13 +115,17 @@ class PolicySavedModelTrigger(IntervalTrigger):
                      for name, policy in ((GREEDY_POLICY, greedy),
                                           (COLLECT_POLICY, collect), (RAW_POLICY, raw))}
     self._max_to_keep = max_checkpoints_to_keep
+    self._serving_versions_to_keep = max(1, serving_versions_to_keep)
+    self._saved_model_trigger = IntervalTrigger(saved_model_interval,
+                                                self.save_saved_models, start)
     self._executor = (concurrent.futures.ThreadPoolExecutor(1) if async_saving else None)
     self._pending = None
     # A copy of the greedy module's variables: background writes read these, so the
     # live variables can keep training meanwhile.
     source = self._modules[GREEDY_POLICY]
     self._snapshot_module = _SnapshotModule(source) if async_saving else source
-    for directory in (self._dir, os.path.join(self._dir, POLICY_CHECKPOINTS)):
+    for directory in (self._dir, os.path.join(self._dir, POLICY_CHECKPOINTS),
+                      *(self.serving_path(name) for name in self._modules)):
       for path in export.remove_temporaries(directory):
         logging.info('Removed %s, left by an interrupted write.', path)
 
@@ -123,13 +136,22 @@ class PolicySavedModelTrigger(IntervalTrigger):
     hold that step or a later one, so exports carry the restored train step at once.
     """
     super().set_start(start)
+    self._saved_model_trigger.set_start(start)
     if start > 0 and any((export.exported_train_step(self.path(name)) or -1) < start
                          for name in self._modules):
       self.save_saved_models()
 
+  def __call__(self, value: int, force_trigger: bool = False) -> None:
+    super().__call__(value, force_trigger)
+    self._saved_model_trigger(value)
+
   def path(self, name: str = GREEDY_POLICY) -> str:
     """The export directory of policy `name`."""
     return os.path.join(self._dir, name)
+
+  def serving_path(self, name: str = GREEDY_POLICY) -> str:
+    """TF Serving's model base path for policy `name` (its versions are below it)."""
+    return os.path.join(self._dir, SERVING_DIR, name)
 
   def save_saved_models(self) -> Dict[str, str]:
     """(Re)exports the three SavedModels with the current variables; returns name -> path.
@@ -152,10 +174,12 @@ class PolicySavedModelTrigger(IntervalTrigger):
                         self.path(name), other_run, self._run_id)
         continue
       export.save_module(module, self.path(name), self._run_id)
+      export.publish_version(self.path(name), self.serving_path(name),
+                             self._serving_versions_to_keep)
     return {name: self.path(name) for name in self._modules}
 
   def _save_checkpoint(self) -> None:
-    if not all(os.path.isdir(self.path(name)) for name in self._modules):
+    if not all(tf.io.gfile.isdir(self.path(name)) for name in self._modules):
       self.save_saved_models()  # a new job's first export: checkpoints need a SavedModel
     step = int(self._train_step.numpy())
     path = os.path.join(self._dir, POLICY_CHECKPOINTS, f'policy_checkpoint_{step:010d}')
@@ -168,7 +192,7 @@ class PolicySavedModelTrigger(IntervalTrigger):
 
   def _write(self, path: str) -> None:
     export.write_policy_checkpoint(self._snapshot_module, path)
-    checkpoints = sorted(os.listdir(os.path.dirname(path)))
+    checkpoints = sorted(n.rstrip('/') for n in tf.io.gfile.listdir(os.path.dirname(path)))
     for old in checkpoints[:-self._max_to_keep]:
       if old.startswith('policy_checkpoint_'):
         tf.io.gfile.rmtree(os.path.join(os.path.dirname(path), old))
@@ -182,9 +206,10 @@ class PolicySavedModelTrigger(IntervalTrigger):
   def latest_checkpoint(self) -> Optional[str]:
     """Path of the newest variables-only policy checkpoint, or None."""
     directory = os.path.join(self._dir, POLICY_CHECKPOINTS)
-    if not os.path.isdir(directory):
+    if not tf.io.gfile.isdir(directory):
       return None
-    names = sorted(n for n in os.listdir(directory) if n.startswith('policy_checkpoint_'))
+    names = sorted(n.rstrip('/') for n in tf.io.gfile.listdir(directory)
+                   if n.startswith('policy_checkpoint_'))
     return os.path.join(directory, names[-1]) if names else None
 
 

@@ -65,6 +65,25 @@ def test_every_notebook_opens_with_its_badge_and_the_shared_setup_cell():
   assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_one_place_holds_the_repository_url_and_it_says_placeholder():
+  """TFRL_REPO_URL of colabs/setup_cell.py is the only repository URL the README, the
+  notebooks and deploy/ give, and each says it is a placeholder."""
+  with open(os.path.join(COLABS, 'setup_cell.py')) as f:
+    setup_cell = f.read()
+  url = re.search(r"^TFRL_REPO_URL = '([^']+)'", setup_cell, re.M).group(1)
+  places = [os.path.join(REPO, 'README.md'),
+            os.path.join(REPO, 'deploy', 'kuberay', 'raycluster.yaml')] + [
+                os.path.join(COLABS, f) for f in sorted(os.listdir(COLABS))
+                if f.endswith('.ipynb')]
+  for path in places:
+    with open(path) as f:
+      text = f.read()
+    found = set(re.findall(r'https://github\.com/[\w.-]+/tfrl\b', text))
+    assert found == {url}, (path, found)
+    assert 'placeholder' in text.lower() or 'PLACEHOLDER' in text, path
+  assert 'PLACEHOLDER' in setup_cell
+
+
 def test_the_setup_cell_stops_on_a_python_tfrl_cannot_serve():
   """On Python 3.12+ (Colab's default runtimes since 2025) the first cell stops with
   one message saying what to do, before it installs anything."""

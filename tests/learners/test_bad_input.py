@@ -64,6 +64,10 @@ def busy_port():
     ('log_interval', 0, 'Experiment.log_interval = 0: must be an integer >= 1, or None'),
     ('env_name', 'CartPol-v1', "Experiment.env_name = 'CartPol-v1': Unknown environment "
      "id 'CartPol-v1'. Close registered ids: CartPole-v1"),
+    ('env_name', 42, "Experiment.env_name = 42: must be a gymnasium id, a "
+     "'module:function' string, a function returning a gymnasium env, or an env object"),
+    ('env_name', 'no_such_module_q:make', "Experiment.env_name = 'no_such_module_q:make':"
+     " Env 'no_such_module_q:make': cannot import 'no_such_module_q'"),
 ])
 def test_a_bad_field_is_one_line_naming_field_value_and_what_is_allowed(field, value,
                                                                         message):

@@ -23,6 +23,8 @@ import numpy as np
 
 from tfrl import logs
 from tfrl.envs import atari_wrappers
+from tfrl.envs import sources
+from tfrl.envs import video
 from tfrl.envs import toy
 from tfrl.envs.shape_check import ObservationShapeError
 from tfrl.envs.shape_check import ShapeCheckWrappers
@@ -124,7 +126,7 @@ def check_registered(env_id: str) -> None:
       'import first, e.g. `import ale_py`.)')
 
 
-def make(env_id: str,
+def make(env_id: 'sources.EnvLike',
          num_envs: int = 1,
          seed: Optional[int] = None,
          asynchronous: bool = False,
@@ -138,11 +140,14 @@ def make(env_id: str,
          clip_reward: bool = False,
          num_workers: int = 0,
          step_timeout_s: float = 0.0,
+         video_dir: Optional[str] = None,
          **kwargs) -> 'BatchedEnv':
-  """Makes a batched environment of `num_envs` copies of a registered gymnasium env.
+  """Makes a batched environment of `num_envs` copies of a gymnasium env.
 
   Args:
-    env_id: a registered gymnasium id, e.g. 'CartPole-v1'.
+    env_id: a registered gymnasium id, e.g. 'CartPole-v1'; or 'module:function', a
+      function returning a gymnasium env, or an env object to copy
+      (`tfrl.envs.sources`).
     num_envs: how many sub-environments step together.
     seed: when given, the environment is reset once with it (sub-env i gets seed + i)
       so that the first `reset()` without a seed continues a reproducible stream.
@@ -184,13 +189,18 @@ def make(env_id: str,
       workers are then killed and the step raises EnvStepTimeoutError naming
       `env_id`; in this process the error is printed and the process exits with
       status 5 (`tfrl.envs.step_watchdog`: a blocked step cannot be interrupted).
-    **kwargs: passed to the environment's constructor (e.g. `render_mode`).
+    video_dir: record every episode of the first sub-env as an MP4 there
+      (`tfrl.envs.video`; needs the 'video' extra and an env that renders 'rgb_array');
+      in this process only (no num_workers or async mode).
+    **kwargs: passed to the environment's constructor or factory (e.g. `render_mode`).
 
   Returns:
     A `BatchedEnv`.
 
   Raises:
     UnknownEnvironmentError: if `env_id` is not registered (lists close ids).
+    ValueError: a 'module:name' naming neither a registered id nor a function; env
+      workers with a factory that does not pickle (see `tfrl.envs.sources`).
     MissingExtraError: the env needs a package of a tfrl extra (atari, box2d, mujoco,
       minigrid) that is not installed; the message names the extra.
     ValueError: if `num_envs` < 1, observation_keys that are not keys of a Dict
@@ -206,30 +216,45 @@ def make(env_id: str,
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
   if (terminal_on_life_loss or fire_reset) and not atari:
     raise ValueError('terminal_on_life_loss and fire_reset need atari=True (an ALE game).')
-  check_registered(env_id)
-  if atari:
-    # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
-    # skips frames too, which ALE's v5 ids do by default.
-    kwargs.setdefault('frameskip', 1)
+  source = sources.resolve(env_id)
+  mode = vectorization_mode or ('async' if asynchronous else 'sync')
+  recorder = None
+  if video_dir is not None:
+    if num_workers or mode != 'sync':
+      raise ValueError('video_dir records in this process: use num_workers=0 and the '
+                       'sync vectorization mode.')
+    video.check_video_packages()
+    kwargs['render_mode'] = 'rgb_array'
+    recorder = video.RecordFirstEnv(video_dir)
+  if source.env_id is not None:
+    check_registered(source.env_id)
+    if atari:
+      # AtariPreprocessing skips (and max-pools) frames itself and refuses an env that
+      # skips frames too, which ALE's v5 ids do by default.
+      kwargs.setdefault('frameskip', 1)
+  elif num_workers:
+    source.check_picklable()
+  env_id = source.name
   wrapping = _Wrapping(
       None if observation_indices is None else tuple(observation_indices),
       None if observation_keys is None else tuple(observation_keys),
       atari, frame_stack or (ATARI_FRAME_STACK if atari else 0),
       terminal_on_life_loss, fire_reset, clip_reward)
-  mode = vectorization_mode or ('async' if asynchronous else 'sync')
   try:
     if num_workers:
       # Built in each worker, from names and values only (workers are spawned).
-      factory = functools.partial(_make_vector_env, env_id, 'sync', wrapping, kwargs)
+      factory = functools.partial(_make_vector_env, source, 'sync', wrapping, kwargs)
       vector_env = WorkerVectorEnv(factory, num_envs, num_workers,
                                    step_timeout_s=step_timeout_s, env_id=env_id)
     else:
-      vector_env = _make_vector_env(env_id, mode, wrapping, kwargs, num_envs,
-                                    index_offset=0 if mode == 'sync' else None)
+      vector_env = _make_vector_env(source, mode, wrapping, kwargs, num_envs,
+                                    index_offset=0 if mode == 'sync' else None,
+                                    recorder=recorder)
       if step_timeout_s > 0:
         vector_env = TimedVectorEnv(vector_env, env_id, step_timeout_s)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
-    extra = _simulator_extra(env_id) or ('atari' if atari else None)
+    extra = ((_simulator_extra(source.env_id) if source.env_id is not None else None) or
+             ('atari' if atari else None))
     if extra is None:
       raise
     raise _missing_extra(env_id, extra, e) from e
@@ -273,23 +298,45 @@ class _Wrapping:
     return env
 
 
-def _make_vector_env(env_id: str, mode: str, wrapping: _Wrapping, kwargs: dict,
-                     num_envs: int, index_offset: Optional[int] = None
+def _make_vector_env(source: sources.EnvSource, mode: str, wrapping: _Wrapping,
+                     kwargs: dict, num_envs: int, index_offset: Optional[int] = None,
+                     recorder: Optional[video.RecordFirstEnv] = None
                     ) -> gym.vector.VectorEnv:
   """The gymnasium vector env of `num_envs` wrapped sub-environments.
 
   Each sub-env's observation shapes are checked (`shape_check`); `index_offset` is the
   first sub-env's index in the batch, None where it is not known here (a worker's
-  share, gymnasium's async mode): messages then name no index.
+  share, gymnasium's async mode): messages then name no index. `recorder`, innermost,
+  records the raw env's frames.
   """
-  _import_registering_package(env_id)  # in a worker process too
   # ALE prints two lines per env it creates (in a worker process too: this runs there).
   # gymnasium's async mode starts its processes here, which must keep the real stderr.
   quiet = logs.native_stderr_filtered() if mode == 'sync' else contextlib.nullcontext()
-  shape_check = ShapeCheckWrappers(env_id, index_offset if mode == 'sync' else None)
+  shape_check = ShapeCheckWrappers(source.name, index_offset if mode == 'sync' else None)
+  wrappers = ([recorder] if recorder is not None else []) + [wrapping, shape_check]
+  if source.env_id is not None:
+    _import_registering_package(source.env_id)  # in a worker process too
+    with quiet:
+      return gym.make_vec(source.env_id, num_envs=num_envs, vectorization_mode=mode,
+                          wrappers=wrappers, **kwargs)
+  vector_classes = {'sync': gym.vector.SyncVectorEnv, 'async': gym.vector.AsyncVectorEnv}
+  if mode not in vector_classes:
+    raise ValueError(f'vectorization_mode {mode!r} needs a registered id; the env '
+                     f'factory {source.name} makes single envs (use sync or async).')
+  make_one = functools.partial(_wrapped, source.factory, kwargs, wrappers)
   with quiet:
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode,
-                        wrappers=[wrapping, shape_check], **kwargs)
+    return vector_classes[mode]([make_one] * num_envs)
+
+
+def _wrapped(factory, kwargs: dict, wrappers) -> gym.Env:
+  """One env from `factory`, checked to be a gymnasium env, then wrapped."""
+  env = factory(**kwargs)
+  if not isinstance(env, gym.Env):
+    raise ValueError(f'The env factory {sources.EnvSource(factory=factory).name} returned '
+                     f'{type(env).__name__}, not a gymnasium.Env.')
+  for wrapper in wrappers:
+    env = wrapper(env)
+  return env
 
 
 def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:

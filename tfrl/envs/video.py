@@ -1,0 +1,124 @@
+"""Videos of episodes: gymnasium's `RecordVideo` on the first sub-env of a batched env.
+
+`tfrl.envs.make(..., video_dir=DIR)` records every episode its first sub-env plays to
+the end as `DIR/eval<k>-episode-<i>.mp4` (k numbers the envs that recorded there), the
+reset's frame and one per step (the env
+renders 'rgb_array' frames, before any of tfrl's observation wrappers, so an Atari video
+shows the game, not 84x84 grey frames);
+`record_video(policy, env, DIR)` plays episodes of a policy into such a directory, and
+`tfrl-eval --video_dir=DIR` records its evaluation episodes. gymnasium's `RecordVideo`
+captures the frames; the MP4 is written with imageio's ffmpeg writer, every frame of
+it (moviepy, which RecordVideo writes with, dropped an episode's last frame at
+CartPole's 50 frames per second). tfrl's 'video' extra installs both (pip install
+'tfrl[video]'; RecordVideo insists on moviepy).
+"""
+import glob
+import os
+from typing import Any, List, Optional
+
+import gymnasium as gym
+
+EXTRA = 'video'
+
+
+def check_video_packages() -> None:
+  """Raises ImportError naming the extra unless moviepy (RecordVideo checks for it) and
+  imageio's ffmpeg writer import."""
+  try:
+    import imageio_ffmpeg  # pylint: disable=g-import-not-at-top,unused-import
+    import moviepy  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as e:
+    raise ImportError(f"Videos need tfrl's {EXTRA!r} extra: pip install "
+                      f"'tfrl[{EXTRA}]' (in a clone: .venv/bin/pip install -e "
+                      f'".[{EXTRA}]"); {e}') from e
+
+
+class _WholeEpisodeVideo(gym.wrappers.RecordVideo):
+  """RecordVideo that writes only episodes that ended: a recording cut short by a reset
+  (`make`'s seeding reset, an evaluator's reseed while this env was mid-episode) or by
+  `close` is dropped."""
+
+  def __init__(self, env: gym.Env, video_dir: str, name_prefix: str):
+    super().__init__(env, video_dir, episode_trigger=lambda _: True,
+                     name_prefix=name_prefix, disable_logger=True)
+    self._episode_ended = False
+
+  def reset(self, **kwargs):
+    observation, info = super().reset(**kwargs)  # ends (or drops) the last recording
+    self._episode_ended = False
+    return observation, info
+
+  def step(self, action):
+    observation, reward, terminated, truncated, info = super().step(action)
+    self._episode_ended = self._episode_ended or terminated or truncated
+    return observation, reward, terminated, truncated, info
+
+  def stop_recording(self):
+    if self._episode_ended and self.recorded_frames:
+      import imageio  # pylint: disable=g-import-not-at-top (the video extra's)
+      # Dimensions rounded to even (what yuv420p needs), not to 16, which resized
+      # CartPole's 600 x 400 frames.
+      imageio.mimwrite(os.path.join(self.video_folder, f'{self._video_name}.mp4'),
+                       self.recorded_frames, fps=self.frames_per_sec, macro_block_size=2)
+    self.recorded_frames, self.recording, self._video_name = [], False, None
+
+
+class RecordFirstEnv:
+  """A `gym.make_vec` wrapper that records every episode of the first sub-env it wraps
+  (the others pass through)."""
+
+  def __init__(self, video_dir: str, name_prefix: str = 'eval'):
+    """Args:
+      video_dir: where the MP4s go.
+      name_prefix: files are `<name_prefix><k>-episode-<i>.mp4`, k the first number no
+        earlier recorder in `video_dir` took (a later run adds files, never overwrites).
+    """
+    taken = set(os.listdir(video_dir)) if os.path.isdir(video_dir) else set()
+    k = 1
+    while any(name.startswith(f'{name_prefix}{k}-') for name in taken):
+      k += 1
+    self.video_dir, self.name_prefix = video_dir, f'{name_prefix}{k}'
+    self._wrapped_one = False
+
+  def __call__(self, env: gym.Env) -> gym.Env:
+    if self._wrapped_one:
+      return env
+    self._wrapped_one = True
+    return _WholeEpisodeVideo(env, self.video_dir, self.name_prefix)
+
+
+def videos(video_dir: str) -> List[str]:
+  """The MP4s in `video_dir`, oldest first."""
+  return sorted(glob.glob(os.path.join(video_dir, '*.mp4')), key=os.path.getmtime)
+
+
+def record_video(policy: Any, env: Any, video_dir: str, num_episodes: int = 1,
+                 seed: Optional[int] = None, **make_kwargs) -> List[str]:
+  """Plays `num_episodes` of `policy` on one copy of `env` and records them as MP4s.
+
+  Args:
+    policy: a tf-agents policy or an export (`tfrl.export.load_policy`).
+    env: what `tfrl.envs.make` takes: an id, 'module:function', a function or an env
+      object (the env must support render_mode='rgb_array').
+    video_dir: where the MP4s go (created).
+    num_episodes: episodes to play.
+    seed: seeds the episodes (see `tfrl.actors.Evaluator`).
+    **make_kwargs: `tfrl.envs.make`'s options the policy was trained with (atari,
+      frame_stack, observation_keys, ...).
+
+  Returns:
+    The MP4s written, one per episode.
+
+  Raises:
+    ImportError: moviepy (the 'video' extra) is missing.
+  """
+  from tfrl import actors  # pylint: disable=g-import-not-at-top (TensorFlow's side)
+  from tfrl import envs  # pylint: disable=g-import-not-at-top
+  check_video_packages()
+  before = set(videos(video_dir))
+  batched = envs.make(env, num_envs=1, video_dir=video_dir, **make_kwargs)
+  try:
+    actors.Evaluator(batched, policy, num_episodes, seed=seed).run()
+  finally:
+    batched.close()  # RecordVideo writes an episode's file at its end, the rest here
+  return [path for path in videos(video_dir) if path not in before]
