@@ -26,13 +26,22 @@ def is_local(path: str) -> bool:
   return '://' not in path or path.startswith('file://')
 
 
+def _read_umask() -> int:
+  umask = os.umask(0)
+  os.umask(umask)
+  return umask
+
+
+# Read once, at import: setting the umask to read it would, for that moment, give files
+# other threads create (a background checkpoint write) the wrong mode.
+_UMASK = _read_umask()
+
+
 def readable_by_all(path: str) -> None:
   """Gives a local directory the mode a new one gets under the umask (mkdtemp's is 0700,
   which keeps a server running as another user out)."""
   if is_local(path):
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o777 & ~umask)
+    os.chmod(path, 0o777 & ~_UMASK)
 
 
 def make_temporary_dir(parent: str, prefix: str) -> str:
@@ -65,7 +74,7 @@ def remove_tree(path: str) -> None:
 
 
 def copy_tree(source: str, target: str) -> None:
-  """Copies the directory `source` to `target` (which must not exist), file by file,
+  """Copies the directory `source` into `target` (made if missing), file by file,
   `saved_model.pb` files last."""
   files: List[str] = []
   for directory, _, names in tf.io.gfile.walk(source):
