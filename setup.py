@@ -29,6 +29,10 @@ ENV_EXTRAS = {
     'mujoco': ['mujoco>=2.3.3', 'imageio>=2.14.1'],  # v5 envs' minimum; gymnasium imports imageio
     'minigrid': ['minigrid>=2.3'],
 }
+# tfrl.envs.make(backend='envpool'): EnvPool's C++ classic-control, Box2D, MuJoCo and
+# Atari envs (tfrl/envs/envpool_env.py). 1.2.5 has a cp311 manylinux wheel and takes
+# NumPy 1.26; its optree resolves to 0.15 under tf-agents' typing-extensions 4.5 pin.
+ENVPOOL = ['envpool==1.2.5']
 # Ray Core for `tfrl-launch --backend=ray`: 2.60.0 installs beside TensorFlow 2.15's
 # protobuf 4 and tf-agents' typing-extensions 4.5 (checked with pip's resolver).
 RAY = ['ray==2.60.0']
@@ -40,8 +44,9 @@ EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
     'ray': RAY,
     'video': VIDEO,
+    'envpool': ENVPOOL,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + sorted(
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.

@@ -14,6 +14,12 @@ Paths (frames are ALE frames: 4 per env step, AtariPreprocessing's frame skip):
   collect-workers  the collect path with the envs in --env_workers worker processes
                  (`Experiment.env_workers`): the policy and the writer run while the
                  workers step the games.
+  raw-envpool    the raw path on EnvPool (`tfrl.envs.make(..., backend='envpool')`, the
+                 'envpool' extra): the same preprocessing in EnvPool's C++ threads
+                 (`--envpool_threads`), stepped synchronously with random actions.
+  collect-envpool  the collect path on EnvPool (`Experiment.env_backend`): the Actor
+                 sends each step's actions and writes the previous step while
+                 EnvPool's threads step the games.
   learner        `tfrl.learner.Learner` with the same agent, trained from a local Reverb
                  table holding --fill_unrolls unrolls collected by that Actor, sampled
                  uniformly (each sample reused, so the rate is sustained), batches of
@@ -56,7 +62,8 @@ import tfrl.envs
 import tfrl.learner
 import tfrl.replay
 
-ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'collect-workers', 'learner', 'ceiling')
+ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'collect-workers', 'raw-envpool',
+             'collect-envpool', 'learner', 'ceiling')
 TARGET_COLLECT_VS_RAW = 0.5
 TARGET_LEARNER_VS_CEILING = 0.8
 FRAMES_PER_STEP = 4
@@ -68,6 +75,9 @@ flags.DEFINE_integer('rounds', 2, 'Rounds over all paths; each path reports its 
 flags.DEFINE_integer('fill_unrolls', 16, "Unrolls in the learner's table.")
 flags.DEFINE_integer('iterations', 2, 'Train steps per Learner.run call.')
 flags.DEFINE_integer('env_workers', 2, 'Worker processes of the collect-workers path.')
+flags.DEFINE_integer('envpool_threads', 0,
+                     "EnvPool's threads in the envpool paths (0: EnvPool's choice, one "
+                     'per env up to the CPUs this process may use).')
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 
 
@@ -98,8 +108,7 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
   agent = exp.make_agent(env, train_step)
   signature = layout.item_signature(agent)
 
-  if 'raw' in FLAGS.paths:
-    vector_env = exp.make_env(seed=exp.seed + 1).vector_env
+  def raw_measurement(name, vector_env, note):
     stack.callback(vector_env.close)
     vector_env.reset(seed=0)
 
@@ -108,7 +117,15 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
         vector_env.step(vector_env.action_space.sample())
       return 32 * vector_env.num_envs
 
-    measurements.append(common.Measurement('raw', raw, 'random actions, no policy, no writing'))
+    return common.Measurement(name, raw, note)
+
+  if 'raw' in FLAGS.paths:
+    measurements.append(raw_measurement('raw', exp.make_env(seed=exp.seed + 1).vector_env,
+                                        'random actions, no policy, no writing'))
+  if 'raw-envpool' in FLAGS.paths:
+    measurements.append(raw_measurement(
+        'raw-envpool', make_envpool_env(exp, exp.seed + 5).vector_env,
+        'the raw path on EnvPool'))
 
   def timed_collect(actor):
     def collect():
@@ -147,6 +164,19 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     measurements.append(common.Measurement(
         'collect-workers', timed_collect(workers_actor),
         f'the collect path, envs in {FLAGS.env_workers} worker processes'))
+  if 'collect-envpool' in FLAGS.paths:
+    table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
+                           reverb.selectors.Uniform())
+    envpool_server = tfrl.replay.ReplayServer([table])
+    stack.callback(envpool_server.stop)
+    envpool_actor = tfrl.actors.Actor(make_envpool_env(exp, exp.seed + 6),
+                                      agent.collect_policy,
+                                      [layout.make_writer(envpool_server.client)])
+    stack.callback(envpool_actor.close)
+    envpool_actor.run(exp.layout.unroll_length)
+    measurements.append(common.Measurement(
+        'collect-envpool', timed_collect(envpool_actor),
+        'the collect path on EnvPool, stepping while the policy and writer run'))
   if 'collect-nowrite' in FLAGS.paths:
     bare_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 3), agent.collect_policy)
     bare_actor.run(exp.layout.unroll_length)
@@ -167,6 +197,14 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
     measurements.append(_learner_measurement(exp, env, train_step, fill_server.address,
                                              batch_steps, stack))
   return measurements
+
+
+def make_envpool_env(exp: Experiment, seed: int):
+  """The job's collect envs on EnvPool (`Experiment.env_backend = 'envpool'`)."""
+  options = dict(exp.env_options(), backend='envpool')
+  if FLAGS.envpool_threads:
+    options['num_threads'] = FLAGS.envpool_threads
+  return tfrl.envs.make(exp.env_name, num_envs=exp.num_envs, seed=seed, **options)
 
 
 def _ceiling_measurement(exp: Experiment, env, address: str,
@@ -256,6 +294,13 @@ def main(argv):
                TARGET_COLLECT_VS_RAW))
   print(_ratio('collect-workers / raw', results.get('collect-workers'), results.get('raw'),
                TARGET_COLLECT_VS_RAW))
+  for name in ('collect', 'collect-workers'):
+    if 'collect-envpool' in results and name in results:
+      ratio = frames(results['collect-envpool']) / frames(results[name])
+      print(f'{"collect-envpool / " + name:<28} {ratio:.2f}x')
+  if 'raw-envpool' in results and 'raw' in results:
+    ratio = frames(results['raw-envpool']) / frames(results['raw'])
+    print(f'{"raw-envpool / raw":<28} {ratio:.2f}x')
   print(_ratio('learner / ceiling', results.get('learner'), results.get('ceiling'),
                TARGET_LEARNER_VS_CEILING))
   if 'collect' in results and 'collect-nowrite' in results:

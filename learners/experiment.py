@@ -61,6 +61,12 @@ class Experiment:
     clip_reward: rewards clipped to their sign (AtariWrapper). With any of these three
       the returns reported (training episodes, evaluations) are whole games' raw
       scores; evaluation envs take the same options, as RL-Zoo's.
+    env_backend: what steps the envs: 'gymnasium' (its vector envs, in this process
+      or in `env_workers` processes), or 'envpool' (the 'envpool' extra: EnvPool's C++
+      envs in its own threads, stepping while the policy acts; registered ids of the
+      classic-control, Box2D, MuJoCo and Atari envs it has; no env_workers,
+      observation_indices or observation_keys: `tfrl.envs.envpool_env`). Collect and
+      eval envs alike.
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=);
       it names the data layout (`tfrl.agents.interface.trains_from`).
@@ -110,6 +116,7 @@ class Experiment:
   terminal_on_life_loss: bool = False
   fire_reset: bool = False
   clip_reward: bool = False
+  env_backend: str = 'gymnasium'
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
@@ -144,6 +151,10 @@ class Experiment:
     if (self.terminal_on_life_loss or self.fire_reset) and not self.atari:
       raise ValueError('terminal_on_life_loss and fire_reset are Atari options: they '
                        'need atari=True.')
+    if self.env_backend == 'envpool' and self.env_workers:
+      raise ValueError(f'Experiment.env_workers = {self.env_workers} with env_backend = '
+                       "'envpool': EnvPool steps the envs in its own threads; set "
+                       'env_workers = 0.')
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement
@@ -175,13 +186,14 @@ class Experiment:
 
   # -- Builders -------------------------------------------------------------------
 
-  def _env_options(self) -> dict:
+  def env_options(self) -> dict:
     """The observation settings every env of the job (collect and eval) shares."""
     return dict(observation_indices=self.observation_indices,
                 observation_keys=self.observation_keys,
                 frame_stack=self.frame_stack, atari=self.atari,
                 terminal_on_life_loss=self.terminal_on_life_loss,
-                fire_reset=self.fire_reset, clip_reward=self.clip_reward)
+                fire_reset=self.fire_reset, clip_reward=self.clip_reward,
+                backend=self.env_backend)
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None,
                collect: bool = True):
@@ -191,7 +203,7 @@ class Experiment:
                           seed=self.seed if seed is None else seed,
                           num_workers=self.env_workers if collect else 0,
                           step_timeout_s=self.env_step_timeout_s if collect else 0,
-                          **self._env_options())
+                          **self.env_options())
 
   def make_eval_env(self, video_dir: Optional[str] = None):
     """The evaluation envs; with `video_dir`, the first one's episodes are recorded
@@ -199,7 +211,7 @@ class Experiment:
     return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
                           seed=self.seed + 10_000,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
-                          **self._env_options())
+                          **self.env_options())
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,

@@ -99,6 +99,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'terminal_on_life_loss': BOOLEAN,
     'fire_reset': BOOLEAN,
     'clip_reward': BOOLEAN,
+    'env_backend': choice(('gymnasium', 'envpool')),  # tfrl.envs.BACKENDS (a test checks)
     'seed': integer(0),
     'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),
     'layout_settings': Rule(lambda v: v is None or isinstance(v, dict),

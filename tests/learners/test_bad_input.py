@@ -68,6 +68,8 @@ def busy_port():
      "'module:function' string, a function returning a gymnasium env, or an env object"),
     ('env_name', 'no_such_module_q:make', "Experiment.env_name = 'no_such_module_q:make':"
      " Env 'no_such_module_q:make': cannot import 'no_such_module_q'"),
+    ('env_backend', 'brax', "Experiment.env_backend = 'brax': must be one of 'gymnasium',"
+     " 'envpool'"),
 ])
 def test_a_bad_field_is_one_line_naming_field_value_and_what_is_allowed(field, value,
                                                                         message):
@@ -86,6 +88,17 @@ def test_env_workers_beyond_num_envs():
   assert raised.value.message == ('Experiment.env_workers = 3: must be at most '
                                   'Experiment.num_envs (2): each worker steps at least '
                                   'one env')
+
+
+def test_envpool_backend_with_env_workers_is_refused_at_configuration():
+  with pytest.raises(ValueError, match="env_workers = 2 with env_backend = 'envpool'"):
+    Experiment(env_backend='envpool', env_workers=2)
+
+
+def test_the_backend_rule_allows_exactly_the_backends_tfrl_envs_has():
+  rule = validation.EXPERIMENT_RULES['env_backend']
+  assert all(rule.check(backend) for backend in tfrl.envs.BACKENDS)
+  assert rule.allowed == 'must be one of ' + ', '.join(map(repr, tfrl.envs.BACKENDS))
 
 
 def test_every_field_has_a_rule_and_a_later_field_is_ready():

@@ -266,3 +266,43 @@ def test_in_process_step_watchdog_fires_on_a_hung_step_only():
   while not fired and time.monotonic() < deadline:
     time.sleep(0.1)
   assert len(fired) == 1 and 'longer than the env step timeout (0.5 s)' in str(fired[0])
+
+
+class _SlowWaitVectorEnv(gym.vector.VectorWrapper):
+  """CartPole stepped asynchronously: step_wait takes `wait_s` (a stuck receive)."""
+
+  def __init__(self, wait_s):
+    super().__init__(gym.make_vec('CartPole-v1', num_envs=1, vectorization_mode='sync'))
+    self.wait_s, self._actions = wait_s, None
+
+  def step_async(self, actions):
+    self._actions = actions
+
+  def step_wait(self):
+    time.sleep(self.wait_s)
+    return self.env.step(self._actions)
+
+
+def test_asynchronous_step_watchdog_times_the_wait_not_the_callers_work_between():
+  from tfrl.envs import step_watchdog  # pylint: disable=import-outside-toplevel
+  fired = []
+  env = step_watchdog.timed_vector_env(_SlowWaitVectorEnv(0.0), 'CartPole-v1', 0.5,
+                                       on_timeout=fired.append)
+  assert isinstance(env, step_watchdog.TimedAsyncVectorEnv)
+  env.reset(seed=0)
+  env.step_async(np.zeros(1, np.int64))
+  time.sleep(1.5)  # the caller's own work (a writer held back by a rate limiter)
+  env.step_wait()
+  assert not fired
+  env.env.wait_s = 3.0
+  env.step_async(np.zeros(1, np.int64))
+  threading.Thread(target=env.step_wait, daemon=True).start()
+  deadline = time.monotonic() + 30
+  while not fired and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert len(fired) == 1 and 'longer than the env step timeout (0.5 s)' in str(fired[0])
+  # A synchronous env keeps the plain watchdog (it has no step_async to time).
+  plain = step_watchdog.timed_vector_env(
+      gym.make_vec('CartPole-v1', num_envs=1, vectorization_mode='sync'), 'CartPole-v1', 1)
+  assert type(plain) is step_watchdog.TimedVectorEnv  # pylint: disable=unidiomatic-typecheck
+  plain.close()

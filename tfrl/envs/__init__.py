@@ -23,17 +23,20 @@ import numpy as np
 
 from tfrl import logs
 from tfrl.envs import atari_wrappers
+from tfrl.envs import envpool_env
 from tfrl.envs import sources
 from tfrl.envs import video
 from tfrl.envs import toy
 from tfrl.envs.shape_check import ObservationShapeError
 from tfrl.envs.shape_check import ShapeCheckWrappers
-from tfrl.envs.step_watchdog import TimedVectorEnv
+from tfrl.envs.step_watchdog import timed_vector_env
 from tfrl.envs.worker_env import EnvStepTimeoutError, WorkerError, WorkerVectorEnv
 
 __all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
            'MissingExtraError', 'NonFiniteEnvError', 'ObservationShapeError', 'stack_frames',
-           'WorkerError', 'EnvStepTimeoutError', 'check_registered']
+           'WorkerError', 'EnvStepTimeoutError', 'check_registered', 'BACKENDS',
+           'EnvPoolUnsupportedError']
+EnvPoolUnsupportedError = envpool_env.EnvPoolUnsupportedError
 
 
 def __getattr__(name):
@@ -51,6 +54,8 @@ def __getattr__(name):
 toy.register()
 # AtariPreprocessing's default: 4 frames stacked.
 ATARI_FRAME_STACK = 4
+# What steps the envs: gymnasium's vector envs, or EnvPool's pools (tfrl.envs.envpool_env).
+BACKENDS = ('gymnasium', 'envpool')
 
 
 class UnknownEnvironmentError(ValueError):
@@ -141,6 +146,7 @@ def make(env_id: 'sources.EnvLike',
          num_workers: int = 0,
          step_timeout_s: float = 0.0,
          video_dir: Optional[str] = None,
+         backend: str = 'gymnasium',
          **kwargs) -> 'BatchedEnv':
   """Makes a batched environment of `num_envs` copies of a gymnasium env.
 
@@ -192,7 +198,14 @@ def make(env_id: 'sources.EnvLike',
     video_dir: record every episode of the first sub-env as an MP4 there
       (`tfrl.envs.video`; needs the 'video' extra and an env that renders 'rgb_array');
       in this process only (no num_workers or async mode).
-    **kwargs: passed to the environment's constructor or factory (e.g. `render_mode`).
+    backend: 'gymnasium', or 'envpool' (the 'envpool' extra): EnvPool's C++ envs
+      stepped in its own threads, asynchronously while the policy acts, for the
+      classic-control, Box2D, MuJoCo and Atari ids it has, with the same TimeStep
+      semantics (`tfrl.envs.envpool_env`). It takes registered ids only, and none of
+      num_workers, asynchronous, vectorization_mode, observation_indices,
+      observation_keys or video_dir; frame_stack for Atari only.
+    **kwargs: passed to the environment's constructor or factory (e.g. `render_mode`);
+      with the envpool backend, EnvPool's own options (e.g. `num_threads`).
 
   Returns:
     A `BatchedEnv`.
@@ -208,7 +221,9 @@ def make(env_id: 'sources.EnvLike',
       environment's flat Box observation, a negative frame_stack, frame_stack on
       an observation that is not a Box, terminal_on_life_loss or fire_reset without
       atari, or fire_reset on a game whose FIRE is not action 1 (WorkerError from
-      env workers).
+      env workers); an unknown backend.
+    EnvPoolUnsupportedError: (a ValueError) an env or option the envpool backend does
+      not have.
   """
   if num_envs < 1:
     raise ValueError(f'num_envs must be >= 1, got {num_envs}.')
@@ -216,6 +231,26 @@ def make(env_id: 'sources.EnvLike',
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
   if (terminal_on_life_loss or fire_reset) and not atari:
     raise ValueError('terminal_on_life_loss and fire_reset need atari=True (an ALE game).')
+  if backend not in BACKENDS:
+    raise ValueError(f'backend must be one of {", ".join(BACKENDS)}, got {backend!r}.')
+  if backend == 'envpool':
+    not_taken = {name: value for name, value in dict(
+        num_workers=num_workers, asynchronous=asynchronous,
+        vectorization_mode=vectorization_mode, observation_indices=observation_indices,
+        observation_keys=observation_keys, video_dir=video_dir).items() if value}
+    if not_taken:
+      raise envpool_env.EnvPoolUnsupportedError(
+          f'The envpool backend takes none of {", ".join(sorted(not_taken))} (EnvPool '
+          'steps its envs in its own threads): use the gymnasium backend.')
+    if not isinstance(env_id, str):
+      raise envpool_env.EnvPoolUnsupportedError(
+          f'The envpool backend takes env ids only, not {sources.display_name(env_id)}.')
+    vector_env = envpool_env.EnvPoolVectorEnv(
+        env_id, num_envs, atari=atari, frame_stack=frame_stack,
+        terminal_on_life_loss=terminal_on_life_loss, fire_reset=fire_reset,
+        clip_reward=clip_reward, seed=seed, **kwargs)
+    game_scores = atari and (terminal_on_life_loss or fire_reset or clip_reward)
+    return _batched(vector_env, env_id, seed, step_timeout_s, game_scores)
   source = sources.resolve(env_id)
   mode = vectorization_mode or ('async' if asynchronous else 'sync')
   recorder = None
@@ -250,16 +285,24 @@ def make(env_id: 'sources.EnvLike',
       vector_env = _make_vector_env(source, mode, wrapping, kwargs, num_envs,
                                     index_offset=0 if mode == 'sync' else None,
                                     recorder=recorder)
-      if step_timeout_s > 0:
-        vector_env = TimedVectorEnv(vector_env, env_id, step_timeout_s)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
     extra = ((_simulator_extra(source.env_id) if source.env_id is not None else None) or
              ('atari' if atari else None))
     if extra is None:
       raise
     raise _missing_extra(env_id, extra, e) from e
+  return _batched(vector_env, env_id, seed, 0.0 if num_workers else step_timeout_s,
+                  wrapping.game_scores)
+
+
+def _batched(vector_env: gym.vector.VectorEnv, env_id: str, seed: Optional[int],
+             step_timeout_s: float, game_scores: bool) -> 'BatchedEnv':
+  """The BatchedEnv over an in-process vector env (timed when step_timeout_s > 0),
+  reset once with `seed` when given."""
+  if step_timeout_s > 0:
+    vector_env = timed_vector_env(vector_env, env_id, step_timeout_s)
   from tfrl.envs.batched_env import BatchedEnv  # pylint: disable=g-import-not-at-top
-  env = BatchedEnv(vector_env, env_id=env_id, game_scores=wrapping.game_scores)
+  env = BatchedEnv(vector_env, env_id=env_id, game_scores=game_scores)
   if seed is not None:
     env.reset(seed=seed)
     # Later unseeded resets continue from here; also seed action-space sampling.

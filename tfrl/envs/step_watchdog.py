@@ -79,3 +79,33 @@ class TimedVectorEnv(gym.vector.VectorWrapper):
   def close(self, **kwargs):
     self._closed.set()
     return self.env.close(**kwargs)
+
+
+class TimedAsyncVectorEnv(TimedVectorEnv):
+  """`TimedVectorEnv` for a vector env that steps asynchronously (step_async /
+  step_wait: gymnasium's AsyncVectorEnv, EnvPool). The timer runs during the wait
+  only: what the caller does between send and wait (a Reverb writer that a rate
+  limiter holds back) is not the env's time."""
+
+  def step_async(self, actions) -> None:
+    self.env.step_async(actions)
+
+  def step_wait(self, **kwargs):
+    self._step_started = time.monotonic()
+    try:
+      return self.env.step_wait(**kwargs)
+    finally:
+      self._step_started = None
+
+
+def timed_vector_env(env: gym.vector.VectorEnv, env_id: str, step_timeout_s: float,
+                     on_timeout: Optional[Callable[[EnvStepTimeoutError], None]] = None
+                    ) -> TimedVectorEnv:
+  """`env` under a step timeout (see `TimedVectorEnv`), keeping its asynchronous
+  stepping where it has one.
+
+  Raises:
+    ValueError: step_timeout_s not above 0.
+  """
+  timed = TimedAsyncVectorEnv if hasattr(env, 'step_async') else TimedVectorEnv
+  return timed(env, env_id, step_timeout_s, on_timeout)
