@@ -17,7 +17,7 @@ that ends on its target exports exactly the confirmed policy.
 """
 import csv
 import dataclasses
-import json
+import io
 import os
 import threading
 import time
@@ -35,6 +35,7 @@ from learners import program
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
+from tfrl import files
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
@@ -75,27 +76,20 @@ class ResultsLog:
 
   def __init__(self, root_dir: str):
     self.directory = os.path.join(root_dir, EVAL_DIR)
-    os.makedirs(self.directory, exist_ok=True)
+    tf.io.gfile.makedirs(self.directory)  # any TensorFlow filesystem (tfrl.files)
     self._json_path = os.path.join(self.directory, RESULTS_JSON)
-    self.rows = []
-    if os.path.exists(self._json_path):
-      with open(self._json_path) as f:
-        self.rows = json.load(f)
+    self.rows = files.read_json(self._json_path) or []
     self._writer = metrics.create_summary_writer(self.directory)
 
   def add(self, row: Dict[str, Any]) -> None:
     self.rows.append(row)
-    tmp = self._json_path + '.tmp'
-    with open(tmp, 'w') as f:
-      json.dump(self.rows, f, indent=1)
-    os.replace(tmp, self._json_path)  # readers (the launcher) never see half a file
-    csv_path = os.path.join(self.directory, RESULTS_CSV)
-    new_file = not os.path.exists(csv_path)
-    with open(csv_path, 'a', newline='') as f:
-      writer = csv.DictWriter(f, fieldnames=sorted(row))
-      if new_file:
-        writer.writeheader()
-      writer.writerow(row)
+    files.write_json(self._json_path, self.rows)  # readers never see half a file
+    # Rewritten whole (an object store cannot append), through a rename as the JSON.
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=sorted({k for r in self.rows for k in r}))
+    writer.writeheader()
+    writer.writerows(self.rows)
+    files.write_text(os.path.join(self.directory, RESULTS_CSV), text.getvalue())
     with self._writer.as_default():
       tf.summary.scalar('eval/AverageReturn', row['return'], step=row['train_step'])
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', row['return'],

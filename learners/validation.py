@@ -254,6 +254,12 @@ def check_root_dir(root_dir: Optional[str], flag: str = '--root_dir') -> None:
   """
   if not root_dir:
     raise ValidationError(f'{flag} is required: the job directory')
+  if '://' in root_dir and not root_dir.startswith('file://'):  # gs://, ...
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top (local paths need none)
+    if tf.io.gfile.exists(root_dir) and not tf.io.gfile.isdir(root_dir):
+      raise ValidationError(f'{flag} = {root_dir}: is a file; it must be a directory (or '
+                            'a path where one can be made)')
+    return
   path = os.path.abspath(root_dir)
   while path and not os.path.exists(path):
     parent = os.path.dirname(path)

@@ -5,16 +5,17 @@ restarts from step 0 beside its own checkpoints, and a newest checkpoint that fa
 read stops every resume with a traceback naming no file. `restore_newest` instead scans
 the `ckpt-N.index` files, tries them newest first, moves an unreadable one aside (into
 `unreadable/`, so the manager never lists or overwrites evidence) saying which and why,
-and rewrites the state file to list the readable ones.
+and rewrites the state file to list the readable ones. Paths go through `tf.io.gfile`,
+so a root_dir on gs:// (or any TensorFlow filesystem) resumes as a local one does.
 """
 import os
 import re
-import shutil
 from typing import Any, Callable, Dict, List, Optional
 
 from absl import logging
 import tensorflow as tf
 
+from tfrl import files
 from tfrl import logs
 from tfrl import run_dir
 
@@ -29,10 +30,10 @@ class NoReadableCheckpoint(run_dir.RootDirNotResumable):
 
 def checkpoint_prefixes(directory: str) -> List[str]:
   """The `ckpt-N` prefixes in `directory` with an index file, newest (highest N) first."""
-  if not os.path.isdir(directory):
+  if not tf.io.gfile.isdir(directory):
     return []
   found = [(int(m.group(1)), os.path.join(directory, name[:-len('.index')]))
-           for name in os.listdir(directory) for m in [_INDEX.match(name)] if m]
+           for name in tf.io.gfile.listdir(directory) for m in [_INDEX.match(name)] if m]
   return [prefix for _, prefix in sorted(found, reverse=True)]
 
 
@@ -44,14 +45,12 @@ def remove_stale_temporaries(directory: str) -> List[str]:
   Returns:
     The paths removed.
   """
-  if not os.path.isdir(directory):
+  if not tf.io.gfile.isdir(directory):
     return []
-  removed = [os.path.join(directory, n) for n in os.listdir(directory) if _TEMP.match(n)]
+  removed = [os.path.join(directory, n.rstrip('/'))
+             for n in tf.io.gfile.listdir(directory) if _TEMP.match(n)]
   for path in removed:
-    if os.path.isdir(path):
-      shutil.rmtree(path, ignore_errors=True)
-    else:
-      os.remove(path)
+    files.remove_tree(path)
     logging.info('Removed %s, left by a failed checkpoint write.', path)
   return removed
 
@@ -59,10 +58,11 @@ def remove_stale_temporaries(directory: str) -> List[str]:
 def _move_aside(prefix: str) -> str:
   directory, base = os.path.split(prefix)
   target = os.path.join(directory, UNREADABLE_DIR)
-  os.makedirs(target, exist_ok=True)
-  for name in os.listdir(directory):
+  tf.io.gfile.makedirs(target)
+  for name in tf.io.gfile.listdir(directory):
     if name.startswith(base + '.'):
-      os.replace(os.path.join(directory, name), os.path.join(target, name))
+      tf.io.gfile.rename(os.path.join(directory, name), os.path.join(target, name),
+                         overwrite=True)
   return os.path.join(target, base)
 
 
@@ -101,7 +101,7 @@ def restore_newest(directory: str, restore_fn: Callable[[str], None]) -> Optiona
     if failures:
       logs.progress('Restored %s because %s could not be read.', prefix,
                     ', '.join(failures))
-    readable = [p for p in prefixes if os.path.exists(p + '.index')]
+    readable = [p for p in prefixes if tf.io.gfile.exists(p + '.index')]
     tf.compat.v1.train.update_checkpoint_state(
         directory, prefix, all_model_checkpoint_paths=list(reversed(readable)))
     return prefix
@@ -171,9 +171,16 @@ class TrainCheckpoint:
       Whatever the write raised (a full disk, an interrupt), after removing the
       `ckpt-N_temp` it left.
     """
+    number = int(self._train_step.numpy())
+    if not files.is_local(self.directory):
+      # A checkpoint of this number written again (the final save at an interval's
+      # step): TensorFlow's ram:// filesystem appends to a file opened for writing
+      # rather than replacing it, which corrupts the index; delete the old files first.
+      prefix = os.path.join(self.directory, f'ckpt-{number}')
+      for path in tf.io.gfile.glob(prefix + '.*'):
+        tf.io.gfile.remove(path)
     try:
-      return self._checkpoint_manager().save(
-          checkpoint_number=int(self._train_step.numpy()))
+      return self._checkpoint_manager().save(checkpoint_number=number)
     except BaseException:
       remove_stale_temporaries(self.directory)
       raise

@@ -1,14 +1,13 @@
 """Paths on the local disk or a TensorFlow filesystem (gs://, s3://, ...).
 
-Exports, their versions for TF Serving and a run's id go through here. Only local
-paths are tested so far: through TF's ram:// filesystem (the stand-in for gs:// here)
-a re-export kept its old variables, a directory's listing missing the subdirectories
-TensorFlow's SavedModel writer made there. What differs on an object store is
-atomicity: locally a
-directory takes its place in one rename (an export's swap in one
-`renameat2(RENAME_EXCHANGE)`), while an object store renames object by object, so there
-a directory is copied into place file by file, `saved_model.pb` last (a loader that
-finds it finds the rest).
+Exports, their versions for TF Serving and a run's id go through here, on the local
+disk and, tested through TF's ram:// filesystem (the stand-in for gs:// here), on
+other TensorFlow filesystems. Remote paths are joined and compared by name only:
+`os.path.normpath` would turn 'gs://bucket/x' into the local relative path
+'gs:/bucket/x'. What differs on an object store is atomicity: locally a directory takes
+its place in one rename (an export's swap in one `renameat2(RENAME_EXCHANGE)`), while
+an object store renames object by object, so there a directory is copied into place
+file by file, `saved_model.pb` last (a loader that finds it finds the rest).
 """
 import json
 import os
@@ -73,17 +72,30 @@ def remove_tree(path: str) -> None:
         tf.io.gfile.remove(os.path.join(directory, name))
 
 
+def _below(path: str, root: str) -> str:
+  """`path` relative to `root` ('' for root itself), by its name alone: os.path.relpath
+  and normpath would fold 'gs://bucket' into the local path 'gs:/bucket'."""
+  path, root = path.rstrip('/'), root.rstrip('/')
+  if path != root and not path.startswith(root + '/'):
+    raise ValueError(f'{path!r} is not below {root!r}.')
+  return path[len(root):].lstrip('/')
+
+
+def join(directory: str, relative: str) -> str:
+  """`directory`/`relative`, unnormalized ('' -> `directory`): fine on any filesystem."""
+  return os.path.join(directory, relative) if relative else directory
+
+
 def copy_tree(source: str, target: str) -> None:
   """Copies the directory `source` into `target` (made if missing), file by file,
   `saved_model.pb` files last."""
   files: List[str] = []
   for directory, _, names in tf.io.gfile.walk(source):
-    relative = os.path.relpath(directory, source)
-    tf.io.gfile.makedirs(os.path.normpath(os.path.join(target, relative)))
-    files += [os.path.normpath(os.path.join(relative, name)) for name in names]
+    relative = _below(directory, source)
+    tf.io.gfile.makedirs(join(target, relative))
+    files += [join(relative, name) for name in names]
   for name in sorted(files, key=lambda n: os.path.basename(n) == SAVED_MODEL_PB):
-    tf.io.gfile.copy(os.path.join(source, name), os.path.join(target, name),
-                     overwrite=True)
+    tf.io.gfile.copy(join(source, name), join(target, name), overwrite=True)
 
 
 def move_into_place(source: str, target: str) -> None:
@@ -105,9 +117,15 @@ def read_json(path: str) -> Optional[Any]:
     return None
 
 
-def write_json(path: str, value: Any) -> None:
-  """Writes `value` to `path` through a temporary file and a rename."""
+def write_text(path: str, text: str) -> None:
+  """Writes `text` to `path` through a temporary file and a rename: a reader finds the
+  old file or the new one."""
   tmp = f'{path}.tmp-{uuid.uuid4().hex[:8]}'
   with tf.io.gfile.GFile(tmp, 'w') as f:
-    json.dump(value, f)
+    f.write(text)
   tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def write_json(path: str, value: Any) -> None:
+  """Writes `value` to `path` as JSON, as `write_text` writes."""
+  write_text(path, json.dumps(value))

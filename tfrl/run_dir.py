@@ -8,12 +8,14 @@ stale: it is reported as such and taken over.
 
 `run_id` reads (or, on a job's first start, creates) `root_dir/run.json`, a random id
 that checkpoints' and exports' lineage is checked against: a resumed job reuses it.
+
+A root_dir on another TensorFlow filesystem (gs://...) has no flock: its lock is not
+taken (a warning says so), and everything else here goes through `tf.io.gfile`.
 """
 import datetime
 import fcntl
 import json
 import os
-import shutil
 import socket
 import sys
 import uuid
@@ -57,8 +59,14 @@ class RootDirLock:
     Raises:
       RootDirBusy: another live process holds it.
     """
-    os.makedirs(root_dir, exist_ok=True)
     self.path = os.path.join(root_dir, LOCK_FILE)
+    self._fd = None
+    if not files.is_local(root_dir):
+      logging.warning('root_dir %s is not on the local disk: it has no job lock, so a '
+                      'second job on it is not detected (run one job per root_dir).',
+                      root_dir)
+      return
+    os.makedirs(root_dir, exist_ok=True)
     # O_CREAT without O_TRUNC: the holder's record stays readable until we own the lock.
     self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -128,10 +136,7 @@ def new_run_id(root_dir: str) -> str:
   Returns:
     The new id.
   """
-  try:
-    os.remove(os.path.join(root_dir, RUN_FILE))
-  except FileNotFoundError:
-    pass
+  files.remove_tree(os.path.join(root_dir, RUN_FILE))
   return run_id(root_dir)
 
 
@@ -170,10 +175,10 @@ def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
     checkpoint_dir = os.path.join(root_dir, learner.TRAIN_DIR, learner.CHECKPOINT_DIR)
     policy_dir = os.path.join(root_dir, triggers.POLICY_DIR)
     has_checkpoints = bool(checkpoints.checkpoint_prefixes(checkpoint_dir))
-    has_exports = os.path.isdir(os.path.join(policy_dir, triggers.GREEDY_POLICY))
+    has_exports = tf.io.gfile.isdir(os.path.join(policy_dir, triggers.GREEDY_POLICY))
     if overwrite and (has_checkpoints or has_exports):
       for path in (checkpoint_dir, policy_dir):
-        shutil.rmtree(path, ignore_errors=True)
+        files.remove_tree(path)
       logging.warning('--overwrite: deleted the checkpoints and exports in %s.', root_dir)
       new_run_id(root_dir)
     elif has_exports and not has_checkpoints:

@@ -188,3 +188,9 @@ def test_serving(tmp_path):
   # The LSTM export served with its state carried by the caller plays whole episodes.
   assert _number(r'RECURRENT_SERVED_RETURN = ([\d.]+)', text) >= 8.0
   assert "state inputs: ['policy_state" in text
+  # predict on numpy acts as the signatures do, and carries the LSTM's state.
+  assert 'PREDICT_EQUALS_SIGNATURE = True' in text, text[-3000:]
+  assert 'PREDICT_RETURNS_EQUAL = True' in text, text[-3000:]
+  # The TF Serving version directory exists and the request's answer has one action each.
+  assert re.search(r"\| versions: \['\d+'", text), text[-3000:]
+  assert re.search(r'answer: \{"predictions": \[\d, \d\]\}', text), text[-3000:]

@@ -1,4 +1,5 @@
-"""The env case table (docs/ENVIRONMENTS.md), run on both backends of tfrl.envs.make.
+"""The env case table (docs/ARCHITECTURE.md, Environments), run on both backends of
+tfrl.envs.make.
 
 Each case states what learners rely on from a batched env (step types, discounts,
 rewards at episode boundaries, seeding, asynchronous stepping, Atari games and lives)
