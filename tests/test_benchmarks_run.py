@@ -31,7 +31,7 @@ TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
     'Experiment.num_train_steps=64', 'Experiment.eval_interval=32',
     'Experiment.num_eval_episodes=1', 'Experiment.initial_collect_steps=64')]
 SMOKE_ARGS: Dict[str, List[str]] = {
-    'atari_throughput': ['--paths=raw', '--seconds=0.5', '--rounds=1'],
+    'atari_throughput': ['--paths=raw,raw-envpool', '--seconds=0.5', '--rounds=1'],
     'collect_throughput': ['--paths=tfrl,raw', '--seconds=0.5', '--num_envs=4'],
     'learner_throughput': ['--paths=tfrl,ceiling', '--seconds=0.3', '--rounds=1',
                            '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
@@ -52,7 +52,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
 NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
 # What each run must print: a regex whose groups are figures that must be > 0.
 EXPECTED = {
-    'atari_throughput': rf'(?m)^raw\s+({NUMBER})\s+({NUMBER})\s+random actions',
+    'atari_throughput': rf'(?m)^raw\s+({NUMBER})\s+({NUMBER})\s+random actions(?:.*\n)*?'
+                        rf'^raw-envpool\s+({NUMBER})\s+({NUMBER})\s+the raw path on EnvPool',
     'collect_throughput': rf'measured tfrl: ({NUMBER}) env steps/s.*\n.*'
                           rf'measured raw: ({NUMBER}) env steps/s',
     'learner_throughput': rf'(?m)^tfrl K=4\s+({NUMBER})\s(?:.*\n)*?'
