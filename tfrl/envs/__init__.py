@@ -234,23 +234,14 @@ def make(env_id: 'sources.EnvLike',
   if backend not in BACKENDS:
     raise ValueError(f'backend must be one of {", ".join(BACKENDS)}, got {backend!r}.')
   if backend == 'envpool':
-    not_taken = {name: value for name, value in dict(
-        num_workers=num_workers, asynchronous=asynchronous,
-        vectorization_mode=vectorization_mode, observation_indices=observation_indices,
-        observation_keys=observation_keys, video_dir=video_dir).items() if value}
-    if not_taken:
-      raise envpool_env.EnvPoolUnsupportedError(
-          f'The envpool backend takes none of {", ".join(sorted(not_taken))} (EnvPool '
-          'steps its envs in its own threads): use the gymnasium backend.')
-    if not isinstance(env_id, str):
-      raise envpool_env.EnvPoolUnsupportedError(
-          f'The envpool backend takes env ids only, not {sources.display_name(env_id)}.')
-    vector_env = envpool_env.EnvPoolVectorEnv(
-        env_id, num_envs, atari=atari, frame_stack=frame_stack,
+    vector_env = envpool_env.make_vector_env(
+        env_id, num_envs, seed, atari=atari, frame_stack=frame_stack,
         terminal_on_life_loss=terminal_on_life_loss, fire_reset=fire_reset,
-        clip_reward=clip_reward, seed=seed, **kwargs)
-    game_scores = atari and (terminal_on_life_loss or fire_reset or clip_reward)
-    return _batched(vector_env, env_id, seed, step_timeout_s, game_scores)
+        clip_reward=clip_reward, gymnasium_only=dict(
+            num_workers=num_workers, asynchronous=asynchronous,
+            vectorization_mode=vectorization_mode, observation_indices=observation_indices,
+            observation_keys=observation_keys, video_dir=video_dir), **kwargs)
+    return _batched(vector_env, env_id, seed, step_timeout_s, vector_env.game_scores)
   source = sources.resolve(env_id)
   mode = vectorization_mode or ('async' if asynchronous else 'sync')
   recorder = None

@@ -79,6 +79,33 @@ def task_id(env_id: str, atari: bool) -> str:
   return name
 
 
+def make_vector_env(env_id: Any, num_envs: int, seed: Optional[int],
+                    gymnasium_only: Dict[str, Any], **options) -> 'EnvPoolVectorEnv':
+  """`tfrl.envs.make`'s envpool backend: checks what it was asked, then makes the pool.
+
+  Args:
+    env_id: what `make` was given (an id is all this backend takes).
+    num_envs: sub-environments.
+    seed: the pool's seed.
+    gymnasium_only: `make`'s options this backend does not have, by name: any set
+      (truthy) is refused.
+    **options: `EnvPoolVectorEnv`'s options.
+
+  Raises:
+    EnvPoolUnsupportedError: a factory instead of an id, or an option it does not have.
+  """
+  not_taken = sorted(name for name, value in gymnasium_only.items() if value)
+  if not_taken:
+    raise EnvPoolUnsupportedError(
+        f'The envpool backend takes none of {", ".join(not_taken)} (EnvPool steps its '
+        'envs in its own threads): use the gymnasium backend.')
+  if not isinstance(env_id, str):
+    from tfrl.envs import sources  # pylint: disable=g-import-not-at-top
+    raise EnvPoolUnsupportedError(
+        f'The envpool backend takes env ids only, not {sources.display_name(env_id)}.')
+  return EnvPoolVectorEnv(env_id, num_envs, seed=seed, **options)
+
+
 def _float32_actions(space: gym.Space) -> gym.Space:
   """A float64 Box action space as float32 (gymnasium's MuJoCo envs take float32
   actions; the specs, hence the exported policies, stay the same on both backends)."""
@@ -119,7 +146,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     envpool = import_envpool()
     self._task = task_id(env_id, atari)
     self._atari = atari
-    self._game_scores = atari and (terminal_on_life_loss or fire_reset or clip_reward)
+    # Whether whole games' scores are reported (`BatchedEnv.game_ends`), as with the
+    # gymnasium backend's AtariWrapper options.
+    self.game_scores = atari and (terminal_on_life_loss or fire_reset or clip_reward)
     options = dict(kwargs)
     if atari:
       options.setdefault('repeat_action_probability', _V5_STICKY_ACTIONS)
@@ -222,7 +251,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     order = self._order(info)
     observation = self._observation(observation, order)
     reward, terminated, truncated = (_take(x, order) for x in (reward, terminated, truncated))
-    infos = self._game_infos(info, order, truncated) if self._game_scores else {}
+    infos = self._game_infos(info, order, truncated) if self.game_scores else {}
     return observation, reward, terminated, truncated, infos
 
   def _game_infos(self, info: Dict[str, Any], order: np.ndarray,
