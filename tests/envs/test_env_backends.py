@@ -186,6 +186,45 @@ def test_atari_lives_end_episodes_and_games_report_raw_scores(backend):
     assert length >= 5 * 10
 
 
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_atari_fire_reset_starts_every_life_for_a_policy_that_never_fires(backend):
+  # NOOP only: without FIRE after each reset (a lost life's too) Breakout never
+  # launches the ball and the game runs to its 108,000-frame limit.
+  with envs.make('ALE/Breakout-v5', num_envs=2, seed=1, backend=backend,
+                 **ATARI_OPTIONS) as env:
+    env.reset()
+    lives_lost, games = np.zeros(2, int), []
+    for _ in range(600):
+      time_step = env.step(np.zeros(2, np.int64))
+      lives_lost += time_step.step_type == LAST
+      games += [(lives_lost[i], env.game_ends.lengths[i])
+                for i in np.flatnonzero(env.game_ends.ended)]
+      lives_lost[env.game_ends.ended] = 0
+  assert len(games) >= 2, games
+  for lives, length in games:
+    # 5 lives, each a ball launched and (mostly) missed: a few dozen steps each, where
+    # a stalled game would run to 27,000.
+    assert lives == 5 and 5 * 20 <= length <= 1000, games
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_atari_clipped_rewards_alone_keep_lives_in_one_episode_and_score_games(backend):
+  actions = np.random.default_rng(5).integers(0, 4, (900, 2))
+  with envs.make('ALE/Breakout-v5', num_envs=2, seed=2, backend=backend, atari=True,
+                 clip_reward=True) as env:
+    env.reset()
+    clipped, episodes, games = np.zeros(2), [], []
+    for action in actions:
+      time_step = env.step(action)
+      clipped += time_step.reward
+      episodes += [clipped[i] for i in np.flatnonzero(time_step.step_type == LAST)]
+      games += list(env.game_ends.returns[env.game_ends.ended])
+      clipped[time_step.step_type == LAST] = 0.0
+  # No life ends an episode here: each episode is a whole game, scored raw.
+  assert len(games) == len(episodes) >= 1, (games, episodes)
+  assert all(raw >= clipped_sum for raw, clipped_sum in zip(games, episodes))
+
+
 def test_envpool_specs_equal_gymnasium_ones():
   # Shapes and dtypes of both; the action bounds too (a squashed policy scales to
   # them). Observation bounds may differ: EnvPool's LunarLander has none.

@@ -16,13 +16,14 @@ backends in tests/envs/test_env_backends.py):
 
 Atari ids ('ALE/Breakout-v5') need `atari=True`: EnvPool's Atari envs preprocess
 themselves as gymnasium's AtariPreprocessing does (no-op starts up to 30, frame skip 4
-with max-pooling, 84 x 84 grayscale with area interpolation, 4 stacked frames), and
-take RL-Zoo's AtariWrapper options natively (`terminal_on_life_loss` is EnvPool's
-`episodic_life`, `fire_reset` its `use_fire_reset`, `clip_reward` its `reward_clip`).
-Their frames come channel-first and are transposed here to tfrl's [84, 84, 4]. ALE's
-v5 ids keep sticky actions (repeat_action_probability 0.25, EnvPool's default is 0)
-and end games at 108,000 frames, as gymnasium's do. Whole games' raw scores are
-reported as `tfrl.envs.atari_wrappers.GameScore` reports them (`BatchedEnv.game_ends`).
+with max-pooling, 84 x 84 grayscale with area interpolation, 4 stacked frames). Their
+frames come channel-first and are transposed here to tfrl's [84, 84, 4]. ALE's v5 ids
+keep sticky actions (repeat_action_probability 0.25, EnvPool's default is 0) and end
+games at 108,000 frames, as gymnasium's do. RL-Zoo's AtariWrapper options are
+`tfrl.envs.envpool_atari`'s, not EnvPool's own: its `use_fire_reset` presses FIRE for
+one frame, which Breakout ignores (an untrained policy then never starts a game, and an
+evaluation runs to the 108,000-frame limit), and its `episodic_life` cannot be followed
+by the no-op and FIRE steps SB3's wrappers take after a lost life.
 """
 import difflib
 import warnings
@@ -30,8 +31,6 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
-
-from tfrl.envs import atari_wrappers
 
 ATARI_PREFIX = 'ALE/'
 # gymnasium's ALE v5 ids: sticky actions with this probability (ale-py's registration).
@@ -103,6 +102,13 @@ def make_vector_env(env_id: Any, num_envs: int, seed: Optional[int],
     from tfrl.envs import sources  # pylint: disable=g-import-not-at-top
     raise EnvPoolUnsupportedError(
         f'The envpool backend takes env ids only, not {sources.display_name(env_id)}.')
+  wrapper_options = ('terminal_on_life_loss', 'fire_reset', 'clip_reward')
+  if options.get('atari') and any(options.get(name) for name in wrapper_options):
+    # RL-Zoo's AtariWrapper, and whole games' raw scores (tfrl.envs.envpool_atari).
+    from tfrl.envs import envpool_atari  # pylint: disable=g-import-not-at-top
+    return envpool_atari.AtariGames(env_id, num_envs, seed=seed, **options)
+  options.pop('terminal_on_life_loss', None)
+  options.pop('fire_reset', None)
   return EnvPoolVectorEnv(env_id, num_envs, seed=seed, **options)
 
 
@@ -121,9 +127,14 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
   metadata = {'autoreset_mode': gym.vector.AutoresetMode.NEXT_STEP}
 
+  # Whether whole games' scores are reported (`BatchedEnv.game_ends`): with the
+  # AtariWrapper options (`envpool_atari.AtariGames`).
+  game_scores = False
+  # Results the pool returns per recv: all envs, or one (AtariGames steps envs alone).
+  _per_env = False
+
   def __init__(self, env_id: str, num_envs: int, atari: bool = False,
-               frame_stack: int = 0, terminal_on_life_loss: bool = False,
-               fire_reset: bool = False, clip_reward: bool = False,
+               frame_stack: int = 0, clip_reward: bool = False,
                seed: Optional[int] = None, **kwargs):
     """Makes the pool.
 
@@ -133,8 +144,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
       num_envs: sub-environments.
       atari: required for (and only for) ALE ids; see the module docstring.
       frame_stack: (atari) frames stacked, 4 when 0.
-      terminal_on_life_loss, fire_reset, clip_reward: (atari) RL-Zoo's AtariWrapper
-        options, as `tfrl.envs.make` takes them.
+      clip_reward: (atari) rewards clipped to their sign (EnvPool's reward_clip).
       seed: the pool's seed (sub-env i: seed + i); None: EnvPool's default.
       **kwargs: EnvPool's own options (`envpool.make_spec(id).config`), e.g.
         max_episode_steps, num_threads, repeat_action_probability.
@@ -146,14 +156,15 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     envpool = import_envpool()
     self._task = task_id(env_id, atari)
     self._atari = atari
-    # Whether whole games' scores are reported (`BatchedEnv.game_ends`), as with the
-    # gymnasium backend's AtariWrapper options.
-    self.game_scores = atari and (terminal_on_life_loss or fire_reset or clip_reward)
     options = dict(kwargs)
     if atari:
       options.setdefault('repeat_action_probability', _V5_STICKY_ACTIONS)
-      options.update(stack_num=frame_stack or 4, episodic_life=terminal_on_life_loss,
-                     use_fire_reset=fire_reset, reward_clip=clip_reward)
+      options.update(stack_num=frame_stack or 4, episodic_life=False,
+                     use_fire_reset=False, reward_clip=clip_reward)
+    elif clip_reward:
+      raise EnvPoolUnsupportedError(
+          f'clip_reward on {env_id}: the envpool backend clips Atari rewards only; use '
+          'the gymnasium backend.')
     elif frame_stack:
       raise EnvPoolUnsupportedError(
           f'frame_stack={frame_stack} on {env_id}: the envpool backend stacks frames '
@@ -184,12 +195,10 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
     self._action_dtype = np.int32 if isinstance(
         self.single_action_space, gym.spaces.Discrete) else np.float64
-    self._game_return = np.zeros(self.num_envs)
-    self._game_length = np.zeros(self.num_envs, np.int64)
-    self._game_over = np.zeros(self.num_envs, bool)  # the last step ended the game
 
   def _make_pool(self, seed: Union[int, Sequence[int], None]):
-    options = dict(self._options, num_envs=self.num_envs, batch_size=self.num_envs)
+    options = dict(self._options, num_envs=self.num_envs,
+                   batch_size=1 if self._per_env else self.num_envs)
     if isinstance(seed, (list, tuple, np.ndarray)):
       if len(seed) != self.num_envs:
         raise ValueError(f'{len(seed)} seeds for {self.num_envs} envs.')
@@ -226,14 +235,11 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     """
     if options:
       raise EnvPoolUnsupportedError('EnvPool envs take no reset options.')
-    if seed is not None and (self._stepped or not _same_seed(seed, self._seed)):
+    if seed is not None and (self._stepped or not same_seed(seed, self._seed)):
       self._pool = self._make_pool(seed)
       self._seed = seed
     self._stepped = True
     observation, info = self._pool.reset()
-    self._game_return[:] = 0.0
-    self._game_length[:] = 0
-    self._game_over[:] = False
     return self._observation(observation, self._order(info)), {}
 
   def step(self, actions):
@@ -251,27 +257,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     order = self._order(info)
     observation = self._observation(observation, order)
     reward, terminated, truncated = (_take(x, order) for x in (reward, terminated, truncated))
-    infos = self._game_infos(info, order, truncated) if self.game_scores else {}
-    return observation, reward, terminated, truncated, infos
-
-  def _game_infos(self, info: Dict[str, Any], order: np.ndarray,
-                  truncated: np.ndarray) -> Dict[str, Any]:
-    """The games that ended at this step, as `atari_wrappers.GameScore` reports them:
-    their raw (unclipped) return and length in agent steps."""
-    # The step after a game's end starts a new game (the autoreset step, whose reward
-    # EnvPool gives as 0); a lost life's autoreset step goes on with the same game.
-    new_game = self._game_over
-    self._game_return[new_game] = 0.0
-    self._game_length[new_game] = 0
-    self._game_return += np.where(new_game, 0.0, _take(info['reward'], order))
-    self._game_length += ~new_game
-    game_over = _take(info['terminated'], order).astype(bool)
-    self._game_over = np.logical_and(np.logical_or(game_over, truncated), ~new_game)
-    ended = self._game_over
-    return {atari_wrappers.GAME_RETURN: np.where(ended, self._game_return, 0.0),
-            '_' + atari_wrappers.GAME_RETURN: ended.copy(),
-            atari_wrappers.GAME_LENGTH: np.where(ended, self._game_length, 0),
-            '_' + atari_wrappers.GAME_LENGTH: ended.copy()}
+    return observation, reward, terminated, truncated, {}
 
   def render(self):
     raise EnvPoolUnsupportedError('The envpool backend does not render; record videos '
@@ -291,7 +277,8 @@ def _take(batch: Any, order: Optional[np.ndarray]) -> Any:
   return batch[order]
 
 
-def _same_seed(a, b) -> bool:
+def same_seed(a, b) -> bool:
+  """Whether two seeds (ints, per-env lists or None) are the same."""
   if a is None or b is None:
     return a is b
   return np.array_equal(np.atleast_1d(a), np.atleast_1d(b))
