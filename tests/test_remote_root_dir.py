@@ -121,3 +121,19 @@ def test_root_dir_checks_and_the_lock_on_a_remote_filesystem(local_cwd, caplog):
   assert 'has no job lock' in caplog.text
   lock.release()
   assert os.listdir(local_cwd) == []
+
+
+def test_evaluator_results_on_ram_are_whole_files_that_a_restart_continues(local_cwd):
+  from learners import eval as eval_program  # pylint: disable=import-outside-toplevel
+  root = _ram_dir('eval')
+  log = eval_program.ResultsLog(root)
+  log.add({'train_step': 10, 'env_steps': 100, 'return': 1.5})
+  log.add({'train_step': 20, 'env_steps': 200, 'return': 2.5})
+  restarted = eval_program.ResultsLog(root)  # a restarted evaluator reads them back
+  restarted.add({'train_step': 30, 'env_steps': 300, 'return': 3.5})
+  assert files.read_json(f'{root}/eval/results.json') == restarted.rows
+  assert [row['train_step'] for row in restarted.rows] == [10, 20, 30]
+  with tf.io.gfile.GFile(f'{root}/eval/results.csv') as f:
+    lines = f.read().splitlines()
+  assert lines == ['env_steps,return,train_step', '100,1.5,10', '200,2.5,20', '300,3.5,30']
+  assert os.listdir(local_cwd) == []
