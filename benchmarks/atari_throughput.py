@@ -134,46 +134,35 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
       return actor.env_steps - before
     return collect
 
-  fill_server = collect_actor = None
-  if {'collect', 'learner', 'ceiling'} & set(FLAGS.paths):
+  def actor_with_its_table(env):
+    """A warmed-up Actor (policy traced, writer open) writing into a table of its own."""
     table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
                            reverb.selectors.Uniform())
-    fill_server = tfrl.replay.ReplayServer([table])
-    stack.callback(fill_server.stop)
-    collect_actor = tfrl.actors.Actor(exp.make_env(seed=exp.seed + 2), agent.collect_policy,
-                                      [layout.make_writer(fill_server.client)])
-    stack.callback(collect_actor.close)
-    collect_actor.run(exp.layout.unroll_length)  # warm-up: traces the policy, opens the writer
+    server = tfrl.replay.ReplayServer([table])
+    stack.callback(server.stop)
+    stack.callback(env.close)
+    actor = tfrl.actors.Actor(env, agent.collect_policy, [layout.make_writer(server.client)])
+    stack.callback(actor.close)
+    actor.run(exp.layout.unroll_length)
+    return actor, server
+
+  fill_server = collect_actor = None
+  if {'collect', 'learner', 'ceiling'} & set(FLAGS.paths):
+    collect_actor, fill_server = actor_with_its_table(exp.make_env(seed=exp.seed + 2))
     if 'collect' in FLAGS.paths:
       measurements.append(common.Measurement(
           'collect', timed_collect(collect_actor),
           f'{exp.num_envs} envs, Nature CNN collect policy, unrolls of '
           f'{exp.layout.unroll_length + 1} into Reverb'))
   if 'collect-workers' in FLAGS.paths:
-    table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
-                           reverb.selectors.Uniform())
-    workers_server = tfrl.replay.ReplayServer([table])
-    stack.callback(workers_server.stop)
-    worker_env = tfrl.envs.make(exp.env_name, num_envs=exp.num_envs, seed=exp.seed + 4,
-                                atari=True, num_workers=FLAGS.env_workers)
-    stack.callback(worker_env.close)
-    workers_actor = tfrl.actors.Actor(worker_env, agent.collect_policy,
-                                      [layout.make_writer(workers_server.client)])
-    stack.callback(workers_actor.close)
-    workers_actor.run(exp.layout.unroll_length)
+    workers_actor, _ = actor_with_its_table(tfrl.envs.make(
+        exp.env_name, num_envs=exp.num_envs, seed=exp.seed + 4, atari=True,
+        num_workers=FLAGS.env_workers))
     measurements.append(common.Measurement(
         'collect-workers', timed_collect(workers_actor),
         f'the collect path, envs in {FLAGS.env_workers} worker processes'))
   if 'collect-envpool' in FLAGS.paths:
-    table = dropping_table(layout.experience_table, signature, FLAGS.fill_unrolls,
-                           reverb.selectors.Uniform())
-    envpool_server = tfrl.replay.ReplayServer([table])
-    stack.callback(envpool_server.stop)
-    envpool_actor = tfrl.actors.Actor(make_envpool_env(exp, exp.seed + 6),
-                                      agent.collect_policy,
-                                      [layout.make_writer(envpool_server.client)])
-    stack.callback(envpool_actor.close)
-    envpool_actor.run(exp.layout.unroll_length)
+    envpool_actor, _ = actor_with_its_table(make_envpool_env(exp, exp.seed + 6))
     measurements.append(common.Measurement(
         'collect-envpool', timed_collect(envpool_actor),
         'the collect path on EnvPool, stepping while the policy and writer run'))
