@@ -119,6 +119,14 @@ class EpisodicLife(gym.Wrapper):
     return observation, info
 
 
+def check_fire_is_action_one(meanings, name: str) -> None:
+  """Raises ValueError unless action 1 of `meanings` (at least 3) is FIRE, as
+  FireResetEnv requires."""
+  if len(meanings) < 3 or meanings[_FIRE] != 'FIRE':
+    raise ValueError(f'fire_reset needs FIRE as action 1 of at least 3 actions; '
+                     f'{name} has {meanings}.')
+
+
 class FireReset(gym.Wrapper):
   """Presses FIRE, then action 2, after every reset (see the module docstring).
 
@@ -129,10 +137,8 @@ class FireReset(gym.Wrapper):
 
   def __init__(self, env: gym.Env):
     super().__init__(env)
-    meanings = env.unwrapped.get_action_meanings()
-    if len(meanings) < 3 or meanings[_FIRE] != 'FIRE':
-      raise ValueError(f'fire_reset needs FIRE as action 1 of at least 3 actions; '
-                       f'{env.spec.id if env.spec else env} has {meanings}.')
+    check_fire_is_action_one(env.unwrapped.get_action_meanings(),
+                             env.spec.id if env.spec else str(env))
 
   def reset(self, **kwargs):
     observation, info = self.env.reset(**kwargs)

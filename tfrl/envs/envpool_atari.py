@@ -68,9 +68,7 @@ def _game_has_fire(env_id: str) -> bool:
     env.close()
   if 'FIRE' not in meanings:
     return False
-  if len(meanings) < 3 or meanings[_FIRE] != 'FIRE':
-    raise ValueError(f'fire_reset needs FIRE as action 1 of at least 3 actions; '
-                     f'{env_id} has {meanings}.')
+  atari_wrappers.check_fire_is_action_one(meanings, env_id)
   return True
 
 
@@ -162,12 +160,7 @@ class AtariGames(envpool_env.EnvPoolVectorEnv):
             options: Optional[Dict[str, Any]] = None):
     """Resets every sub-env (a new game each, fired where fire_reset); a seed starts a
     fresh pool with it (see `EnvPoolVectorEnv.reset`)."""
-    if options:
-      raise envpool_env.EnvPoolUnsupportedError('EnvPool envs take no reset options.')
-    if seed is not None and (self._stepped or not envpool_env.same_seed(seed, self._seed)):
-      self._pool = self._make_pool(seed)
-      self._seed = seed
-    self._stepped = True
+    self._reseed(seed, options)
     self._pool.async_reset()
     results = self._receive(self.num_envs)
     self._game_return[:], self._game_length[:] = 0.0, 0

@@ -233,14 +233,24 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     Raises:
       ValueError: options (EnvPool's reset takes none), or a seed list of another length.
     """
+    self._reseed(seed, options)
+    observation, info = self._pool.reset()
+    return self._observation(observation, self._order(info)), {}
+
+  def _reseed(self, seed: Union[int, Sequence[int], None],
+              options: Optional[Dict[str, Any]]) -> None:
+    """Before a reset: a fresh pool with `seed` where one is given (EnvPool seeds at
+    construction), unless the pool was just made with it and never used.
+
+    Raises:
+      EnvPoolUnsupportedError: reset options (EnvPool's reset takes none).
+    """
     if options:
       raise EnvPoolUnsupportedError('EnvPool envs take no reset options.')
-    if seed is not None and (self._stepped or not same_seed(seed, self._seed)):
+    if seed is not None and (self._stepped or not _same_seed(seed, self._seed)):
       self._pool = self._make_pool(seed)
       self._seed = seed
     self._stepped = True
-    observation, info = self._pool.reset()
-    return self._observation(observation, self._order(info)), {}
 
   def step(self, actions):
     self.step_async(actions)
@@ -277,7 +287,7 @@ def _take(batch: Any, order: Optional[np.ndarray]) -> Any:
   return batch[order]
 
 
-def same_seed(a, b) -> bool:
+def _same_seed(a, b) -> bool:
   """Whether two seeds (ints, per-env lists or None) are the same."""
   if a is None or b is None:
     return a is b
