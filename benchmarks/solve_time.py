@@ -290,6 +290,10 @@ flags.DEFINE_string('report_from', None,
 flags.DEFINE_string('curves_dir', None,
                     'Write each algo\'s learning curves (both sides, every seed) to '
                     '<curves_dir>/solve_time_<algo>.png.')
+flags.DEFINE_integer('peer_max_env_steps', 0,
+                     "Stop SB3's runs once they have this many env steps (0: no cap), for "
+                     'comparisons at equal env steps; stop tfrl there with '
+                     '--tfrl_gin_bindings="Experiment.num_train_steps = N".')
 flags.DEFINE_integer('jobs', 1,
                      'Runs at a time. 1: one after another, each with every CPU, tfrl and '
                      "SB3 interleaved per seed. N > 1: N runs at once, each pinned to a CPU "
@@ -500,7 +504,8 @@ def run_peer(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   task = ALGOS[algo]
   cmd = [peer_python(), PEER_SCRIPT, f'--algo={task.peer}', f'--seed={seed}',
          f'--max_seconds={_training_cap(task)}',
-         f'--torch_threads={FLAGS.peer_torch_threads}', *task.peer_args]
+         f'--torch_threads={FLAGS.peer_torch_threads}',
+         f'--max_env_steps={FLAGS.peer_max_env_steps}', *task.peer_args]
   run = Run('SB3', algo, seed, load_start=common.load_1min())
   rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), cpu=cpu)
   run.load_end = common.load_1min()

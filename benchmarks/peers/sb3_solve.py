@@ -266,8 +266,9 @@ class SolveCallback(BaseCallback):
   """
 
   def __init__(self, eval_env, eval_freq, n_eval_episodes, threshold, max_seconds,
-               train_returns=False):
+               train_returns=False, max_env_steps=None):
     super().__init__()
+    self.max_env_steps = max_env_steps
     self.eval_env = eval_env
     self.eval_freq = eval_freq
     self.n_eval_episodes = n_eval_episodes
@@ -322,6 +323,12 @@ class SolveCallback(BaseCallback):
                           mean_return)
         self.stopped_by = 'solved'
         return False
+    if self.max_env_steps and self.num_timesteps >= self.max_env_steps:
+      # An equal-env-steps comparison: stop where the other side stops, with the
+      # learning-rate schedule still the one over n_timesteps (RL-Zoo's).
+      self.stopped_by = 'env-step cap'
+      self._record()
+      return False
     if time.perf_counter() - self.start > self.max_seconds:
       self.stopped_by = 'time cap'
       if self.threshold is None:
@@ -361,6 +368,9 @@ def main():
                       help='eval env copies (RL-Zoo default 1)')
   parser.add_argument('--max_seconds', type=float, default=480.0,
                       help='training time cap (s)')
+  parser.add_argument('--max_env_steps', type=int, default=0,
+                      help='stop once this many env steps are done (0: no cap); '
+                      'the schedules still span the task\'s n_timesteps')
   parser.add_argument('--torch_threads', type=int, default=0,
                       help="torch intra-op threads (0: torch's default, one per core)")
   parser.add_argument('--env_id', default=None,
@@ -393,7 +403,8 @@ def main():
                           **params['kwargs'])
   n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
   callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
-                           args.max_seconds, train_returns=train_returns)
+                           args.max_seconds, train_returns=train_returns,
+                           max_env_steps=args.max_env_steps)
   startup_seconds = seconds_since_process_start()
   callback.start_clock()
   model.learn(total_timesteps=params['n_timesteps'], callback=callback)
