@@ -432,6 +432,8 @@ def test_trainer_whose_server_never_returns_exits_naming_it(programs):
   errors = [line for line in programs.log('train').splitlines()
             if line.startswith('error: ')]
   assert errors and address in errors[-1] and 'did not come back within 5 s' in errors[-1]
+  # The collector, waiting on the same lost server, ends cleanly on the scheduler's SIGTERM.
+  assert programs.stop('collect', grace_s=20) == 0, programs.tail('collect')
 
 
 _UP_AND_SLEEP = ('import signal, time; signal.signal(signal.SIGTERM, signal.{action}); '

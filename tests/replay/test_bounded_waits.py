@@ -159,6 +159,29 @@ def test_pull_is_bounded_when_the_table_empties_before_the_read(
   assert server.address in str(error) and "'variables'" in str(error)
 
 
+def test_pull_waiting_on_a_lost_server_stops_at_the_stop_signal():
+  # A collector waiting for its first push when the server dies: SIGTERM must end the
+  # wait in seconds, not after the pull's timeout (it once sat out the scheduler's grace).
+  container = replay.VariableContainer(unused_address(), {'w': tf.Variable([1.0])})
+  stop_event = threading.Event()
+  threading.Timer(0.5, stop_event.set).start()
+
+  error = raised_within(10, lambda: container.pull(timeout_s=600, stop_event=stop_event))
+
+  assert isinstance(error, replay.VariablesNotPushedError), error
+
+
+def test_pull_from_a_lost_server_fails_naming_it_at_the_timeout():
+  address = unused_address()
+  container = replay.VariableContainer(address, {'w': tf.Variable([1.0])})
+
+  error = raised_within(15, lambda: container.pull(timeout_s=3,
+                                                   stop_event=threading.Event()))
+
+  assert isinstance(error, replay.ReplayServerUnreachableError), error
+  assert address in str(error)
+
+
 # A writer held back by a rate limiter.
 
 

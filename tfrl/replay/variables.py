@@ -13,6 +13,8 @@ from tfrl.replay import tables
 
 DEFAULT_PULL_TIMEOUT_S = 60.0
 DEFAULT_PUSH_TIMEOUT_S = 60.0
+# How long one question to the server may take while a stop signal is watched.
+_STOPPABLE_WAIT_S = 2.0
 
 
 class VariablesNotPushedError(TimeoutError):
@@ -109,8 +111,17 @@ class VariableContainer:
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     while True:
-      info = server_lib.wait_for_server(self._address, max(1.0, deadline - time.monotonic()))
-      if info[self._table].current_size > 0:
+      wait_s = max(1.0, deadline - time.monotonic())
+      if stop_event is not None:
+        # A lost server must not hold up a stop: ask in short calls, watching the signal.
+        wait_s = min(wait_s, _STOPPABLE_WAIT_S)
+      try:
+        info = server_lib.wait_for_server(self._address, wait_s, self._client)
+      except server_lib.ReplayServerUnreachableError:
+        if stop_event is None or (time.monotonic() >= deadline and not stop_event.is_set()):
+          raise
+        info = None  # asked again below, unless stopped
+      if info is not None and info[self._table].current_size > 0:
         break
       if time.monotonic() >= deadline or (stop_event is not None and stop_event.is_set()):
         raise VariablesNotPushedError(
