@@ -40,13 +40,20 @@ RAY = ['ray==2.60.0']
 # pins pillow < 12); the files are written with imageio's ffmpeg writer.
 VIDEO = ['moviepy>=2.1,<3', 'imageio>=2.14.1', 'imageio-ffmpeg>=0.4']
 
+# RLDS datasets (tfrl.datasets): TFDS's RLDS format and its SequentialWriter. TFDS
+# 4.9.10 takes any tensorflow-metadata; from 1.17 on those need protobuf 5, which
+# TensorFlow 2.15 refuses, and pip does not backtrack over it: pinned here.
+OFFLINE = ['tensorflow-datasets>=4.9.4,<4.10', 'tensorflow-metadata>=1.14,<1.17',
+           'protobuf>=4.25,<5']
+
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
     'ray': RAY,
     'video': VIDEO,
     'envpool': ENVPOOL,
+    'offline': OFFLINE,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + sorted(
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.

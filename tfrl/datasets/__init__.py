@@ -1,0 +1,1 @@
+"""Datasets of episodes: RLDS recording and reading, and feeding them to replay."""

@@ -1,0 +1,88 @@
+"""Feeds a dataset's episodes through a replay writer, as a vector env's collector would.
+
+The writers (`tfrl.replay.NStepTransitionWriter`, ...) turn a stream of batched steps
+into items: n-step folding, the truncation bootstrap, boundary rows. A dataset enters
+replay through the same writer, so an offline row is built by exactly the code that
+builds an online one. Episodes are dealt to `num_slots` slots (the writer's "envs"),
+longest first to the slot with the fewest steps, and each slot plays its episodes back
+to back: at an episode's end the slot's next step is a LAST -> FIRST boundary row, as
+after gymnasium's autoreset. A slot that runs out of episodes repeats its final (LAST)
+step, so its padding rows start at LAST and are masked like every boundary row.
+"""
+import heapq
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import policy_step as policy_step_lib
+
+from tfrl.datasets import rlds
+
+# The policy version tagged on dataset rows (random warm-up rows carry -1 too).
+DATASET_POLICY_VERSION = -1
+
+
+def slot_streams(arrays: rlds.EpisodeArrays, num_slots: int) -> List[np.ndarray]:
+  """Each slot's step indices: whole episodes, balanced by steps (longest first)."""
+  starts = arrays.episode_starts()
+  ends = np.append(starts[1:], arrays.num_steps)
+  order = np.argsort(-(ends - starts), kind='stable')
+  slots = [(0, slot, []) for slot in range(num_slots)]  # (steps, slot, episodes)
+  heapq.heapify(slots)
+  for episode in order:
+    steps, slot, episodes = heapq.heappop(slots)
+    episodes.append(episode)
+    heapq.heappush(slots, (steps + ends[episode] - starts[episode], slot, episodes))
+  streams = [None] * num_slots
+  for _, slot, episodes in slots:
+    episodes.sort()  # the dataset's order within a slot
+    streams[slot] = (np.concatenate([np.arange(starts[e], ends[e]) for e in episodes])
+                     if episodes else np.zeros(0, np.int64))
+  return streams
+
+
+def feed(arrays: rlds.EpisodeArrays, writer: Any, num_slots: int, policy_info_spec: Any = (),
+         flush_steps: int = 0, on_progress: Optional[Callable[[int, int], None]] = None
+         ) -> int:
+  """Writes every transition of `arrays` through `writer` from `num_slots` slots.
+
+  Args:
+    arrays: the dataset (`rlds.read`).
+    writer: a batched writer for `num_slots` envs (`write`, `flush`).
+    num_slots: envs the writer was made for.
+    policy_info_spec: the agent's collect-time policy info; a dataset holds none, so
+      only agents without one (DQN, SAC, BC, CQL) train on datasets.
+    flush_steps: padding steps after the last episode (n - 1 for n-step transitions:
+      a row is written n - 1 steps after it starts).
+    on_progress: called with (vector steps written, vector steps in all) every ~1,000.
+
+  Returns:
+    The vector steps written.
+
+  Raises:
+    ValueError: an agent whose collected data holds policy info, or more slots than
+      episodes.
+  """
+  if tf.nest.flatten(policy_info_spec):
+    raise ValueError('The agent keeps policy info with its experience (e.g. logits for '
+                     'an off-policy correction), which a dataset does not hold: train '
+                     'from datasets with DQN, SAC, BC or CQL agents.')
+  if arrays.num_episodes < num_slots:
+    raise ValueError(f'The dataset has {arrays.num_episodes} episodes, fewer than the '
+                     f'{num_slots} envs it is written as: use num_envs <= '
+                     f'{arrays.num_episodes}.')
+  streams = slot_streams(arrays, num_slots)
+  length = max(len(s) for s in streams) + flush_steps
+  # [length, num_slots] step indices; padding repeats each slot's final LAST step.
+  indices = np.stack([np.concatenate([s, np.full(length - len(s), s[-1])])
+                      for s in streams], axis=1)
+  next_step = arrays.time_steps(indices[0])
+  for t in range(length - 1):
+    time_step, next_step = next_step, arrays.time_steps(indices[t + 1])
+    action = arrays.actions(indices[t])
+    writer.write(time_step, policy_step_lib.PolicyStep(action, (), ()), next_step,
+                 DATASET_POLICY_VERSION)
+    if on_progress is not None and (t + 1) % 1000 == 0:
+      on_progress(t + 1, length - 1)
+  writer.flush()
+  return length - 1

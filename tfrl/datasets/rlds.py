@@ -1,0 +1,346 @@
+"""Episodes as RLDS datasets (TFDS files): recorded from any actor, read back as arrays.
+
+RLDS (the format envlogger writes and tf-agents / Acme read) stores an episode as a
+list of steps. Step i holds the observation o_i, the action a_i taken there, the reward
+and discount that followed it, and `is_first` / `is_last` / `is_terminal`. The last step
+(`is_last`) holds the final observation with a zero action, reward and discount;
+`is_terminal` tells an episode that terminated (no bootstrap) from one that was cut
+short (truncated: it bootstraps). Observations keep their dtype (uint8 frames stay
+uint8, zlib-compressed on disk).
+
+A tf-agents `TimeStep` is the same stream one field over: time step i carries the reward
+and discount that *arrived* with o_i. `EpisodeArrays.time_steps` does that conversion;
+`RldsRecorder` the reverse, as a writer an `Actor` or `Evaluator` hands its batched
+steps to.
+
+TFDS comes with tfrl's 'offline' extra (`pip install 'tfrl[offline]'`), imported here
+only when a dataset is written or read.
+"""
+import dataclasses
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+EXTRA = 'offline'
+# The dataset name inside a directory (TFDS names its files after it).
+DATASET_NAME = 'tfrl_episodes'
+# uint8 arrays of at least this many elements (frames) are zlib-compressed on disk.
+_COMPRESS_MIN_SIZE = 1024
+_FIRST, _MID, _LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST))
+
+
+class DatasetSpecError(ValueError):
+  """A dataset whose observations or actions differ from what the job expects."""
+
+
+def import_tfds():
+  """tensorflow_datasets, or an ImportError naming the extra that installs it."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f"RLDS datasets need tfrl's {EXTRA!r} extra: pip install "
+                      f"'tfrl[{EXTRA}]' (in a clone: .venv/bin/pip install -e "
+                      f'".[{EXTRA}]"); {e}') from e
+  return tfds
+
+
+def _feature(spec: tf.TensorSpec):
+  tfds = import_tfds()
+  dtype = spec.dtype.as_numpy_dtype
+  compress = (spec.dtype == tf.uint8 and
+              int(np.prod(spec.shape.as_list())) >= _COMPRESS_MIN_SIZE)
+  return tfds.features.Tensor(
+      shape=tuple(spec.shape.as_list()), dtype=dtype,
+      encoding=tfds.features.Encoding.ZLIB if compress else tfds.features.Encoding.NONE)
+
+
+def _features(spec_nest: Any):
+  """A TFDS feature (or a dict of them, for a Dict observation) for a spec nest."""
+  if isinstance(spec_nest, dict):
+    return {key: _features(value) for key, value in spec_nest.items()}
+  if isinstance(spec_nest, (list, tuple)):
+    raise DatasetSpecError(f'RLDS datasets hold arrays or dicts of arrays, not '
+                           f'{type(spec_nest).__name__} observations or actions.')
+  return _feature(spec_nest)
+
+
+def _plain(spec_nest: Any) -> Any:
+  return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec_nest)
+
+
+def describe(spec_nest: Any) -> str:
+  """A spec nest as one readable line: `{'image': uint8[84, 84, 4], ...}` or `float32[4]`."""
+  if isinstance(spec_nest, dict):
+    return '{' + ', '.join(f'{k!r}: {describe(v)}' for k, v in sorted(spec_nest.items())) + '}'
+  return f'{spec_nest.dtype.name}{spec_nest.shape.as_list()}'
+
+
+def check_specs(dataset_specs: Dict[str, Any], observation_spec: Any, action_spec: Any,
+                where: str) -> None:
+  """Refuses a dataset whose observation or action specs differ from the job's.
+
+  Raises:
+    DatasetSpecError: naming both specs.
+  """
+  for name, expected in (('observation', observation_spec), ('action', action_spec)):
+    got, want = dataset_specs[name], _plain(expected)
+    same = _same_structure(got, want) and all(
+        a.shape == b.shape and a.dtype == b.dtype
+        for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)))
+    if not same:
+      raise DatasetSpecError(
+          f'The dataset at {where} has {name}s {describe(got)}, but the job\'s env has '
+          f'{describe(want)}: record the dataset with this env (or these env options).')
+
+
+def _same_structure(a: Any, b: Any) -> bool:
+  try:
+    tf.nest.assert_same_structure(a, b)
+  except (ValueError, TypeError):
+    return False
+  return True
+
+
+def _row(nest: Any, env: int) -> Any:
+  return tf.nest.map_structure(lambda x: np.asarray(x)[env], nest)
+
+
+def _rlds_step(observation: Any, env: int, action: Any, reward, discount, is_first: bool
+               ) -> dict:
+  """One RLDS step: env `env`'s observation, the action taken there and what followed."""
+  return {'observation': _row(observation, env), 'action': action,
+          'reward': np.float32(reward), 'discount': np.float32(discount),
+          'is_first': bool(is_first), 'is_last': False, 'is_terminal': False}
+
+
+class RldsRecorder:
+  """Writes whole episodes of a batched actor to an RLDS dataset directory.
+
+  A writer as `tfrl.actors.Actor` takes them (`write(time_step, policy_step,
+  next_time_step, policy_version, policy_state)`): per env, steps are gathered from an
+  episode's FIRST time step and the episode is written when it ends, so an episode
+  already under way when recording starts, or cut off by `reset`/`close`, is dropped.
+  """
+
+  def __init__(self, directory: str, time_step_spec: ts.TimeStep, action_spec: Any,
+               metadata: Optional[Dict[str, Any]] = None, max_episodes: Optional[int] = None,
+               episodes_per_file: int = 1000):
+    """Args:
+      directory: where the dataset goes; it must not hold files yet.
+      time_step_spec, action_spec: the env's (observation, reward and action dtypes).
+      metadata: JSON-serializable facts kept beside the data (`read_metadata`): the
+        env, the policy, its train step.
+      max_episodes: stop writing after this many episodes (None: every one).
+      episodes_per_file: episodes per TFRecord shard.
+
+    Raises:
+      FileExistsError: `directory` already holds files.
+      ImportError: the 'offline' extra is not installed.
+    """
+    tfds = import_tfds()
+    if tf.io.gfile.exists(directory) and tf.io.gfile.listdir(directory):
+      raise FileExistsError(f'{directory} already holds files: record each dataset into '
+                            'a new directory.')
+    tf.io.gfile.makedirs(directory)
+    self.directory = directory
+    self.max_episodes = max_episodes
+    self.episodes = 0
+    self.steps = 0
+    self._action_spec = action_spec
+    config = tfds.rlds.rlds_base.DatasetConfig(
+        name=DATASET_NAME,
+        observation_info=_features(_plain(time_step_spec.observation)),
+        action_info=_features(_plain(action_spec)),
+        reward_info=_feature(_plain(time_step_spec.reward)),
+        discount_info=_feature(_plain(time_step_spec.discount)))
+    identity = tfds.core.DatasetIdentity(name=DATASET_NAME,
+                                         version=tfds.core.Version('1.0.0'),
+                                         data_dir=directory, module_name='')
+    info = tfds.rlds.rlds_base.build_info(config, identity,
+                                          ds_metadata={'tfrl': dict(metadata or {})})
+    info.set_file_format('tfrecord')
+    self._writer = tfds.core.SequentialWriter(info, episodes_per_file, overwrite=False)
+    self._writer.initialize_splits(['train'], fail_if_exists=True)
+    self._zero_action = tf.nest.map_structure(
+        lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), action_spec)
+    self._open: Dict[int, List[dict]] = {}
+
+  @property
+  def full(self) -> bool:
+    return self.max_episodes is not None and self.episodes >= self.max_episodes
+
+  def write(self, time_step, policy_step, next_time_step, policy_version: int = 0,
+            policy_state: Any = ()) -> None:
+    """Adds one batched step; writes the episodes it ends."""
+    del policy_version, policy_state
+    step_types = np.asarray(time_step.step_type)
+    next_types = np.asarray(next_time_step.step_type)
+    for env in range(step_types.shape[0]):
+      if step_types[env] == _FIRST:
+        self._open[env] = []
+      steps = self._open.get(env)
+      if steps is None or step_types[env] == _LAST:  # joined mid-episode, or a boundary
+        continue
+      steps.append(_rlds_step(time_step.observation, env, _row(policy_step.action, env),
+                              next_time_step.reward[env], next_time_step.discount[env],
+                              is_first=step_types[env] == _FIRST))
+      if next_types[env] == _LAST:
+        final = _rlds_step(next_time_step.observation, env, self._zero_action, 0.0, 0.0,
+                           is_first=False)
+        final.update(is_last=True, is_terminal=bool(next_time_step.discount[env] == 0))
+        steps.append(final)
+        del self._open[env]
+        self._add_episode(steps)
+
+  def _add_episode(self, steps: List[dict]) -> None:
+    if self.full:
+      return
+    self._writer.add_examples({'train': [{'steps': steps}]})
+    self.episodes += 1
+    self.steps += len(steps) - 1
+
+  def reset(self) -> None:
+    """Drops the episodes under way (the actor reset its envs)."""
+    self._open = {}
+
+  def flush(self) -> None:
+    """Episodes are written as they end; nothing is held back."""
+
+  def close(self) -> None:
+    """Drops the episodes under way and closes the files."""
+    self._open = {}
+    self._writer.close_all()
+
+
+def read_metadata(directory: str) -> Dict[str, Any]:
+  """The `metadata` a dataset was recorded with ({} for a dataset tfrl did not write)."""
+  path = os.path.join(directory, 'metadata.json')
+  if not tf.io.gfile.exists(path):
+    return {}
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f).get('tfrl', {})
+
+
+@dataclasses.dataclass
+class EpisodeArrays:
+  """A dataset's steps as arrays (every episode, in order), with its specs.
+
+  Attributes:
+    observation, action: nests of [S, ...] arrays over all S steps.
+    reward, discount: [S] (what followed each step's action).
+    is_first, is_last, is_terminal: [S] bools.
+    specs: {'observation': spec nest, 'action': spec nest}.
+  """
+  observation: Any
+  action: Any
+  reward: np.ndarray
+  discount: np.ndarray
+  is_first: np.ndarray
+  is_last: np.ndarray
+  is_terminal: np.ndarray
+  specs: Dict[str, Any]
+
+  @property
+  def num_steps(self) -> int:
+    return int(self.is_first.shape[0])
+
+  @property
+  def num_episodes(self) -> int:
+    return int(np.sum(self.is_first))
+
+  @property
+  def num_transitions(self) -> int:
+    """Steps with an action that counts: all but each episode's final observation."""
+    return self.num_steps - int(np.sum(self.is_last))
+
+  def episode_starts(self) -> np.ndarray:
+    return np.flatnonzero(self.is_first)
+
+  def episode_returns(self) -> np.ndarray:
+    """Each episode's undiscounted return."""
+    episode = np.cumsum(self.is_first) - 1
+    return np.bincount(episode, weights=np.where(self.is_last, 0.0, self.reward),
+                       minlength=self.num_episodes)
+
+  def time_steps(self, indices: np.ndarray) -> ts.TimeStep:
+    """The tf-agents time steps at step `indices` (any shape): the reward and discount
+    that arrived with each observation (a terminal final step's discount is 0)."""
+    previous = np.maximum(indices - 1, 0)
+    first, last = self.is_first[indices], self.is_last[indices]
+    step_type = np.where(first, _FIRST, np.where(last, _LAST, _MID)).astype(np.int32)
+    reward = np.where(first, 0.0, self.reward[previous]).astype(np.float32)
+    discount = np.where(first, 1.0, np.where(last & self.is_terminal[indices], 0.0,
+                                             self.discount[previous])).astype(np.float32)
+    observation = tf.nest.map_structure(lambda x: x[indices], self.observation)
+    return ts.TimeStep(step_type, reward, discount, observation)
+
+  def actions(self, indices: np.ndarray) -> Any:
+    return tf.nest.map_structure(lambda x: x[indices], self.action)
+
+
+def _specs_of(features) -> Dict[str, Any]:
+  steps = features['steps'].feature
+  def spec(feature):
+    if isinstance(feature, dict) or hasattr(feature, 'items'):
+      return {key: spec(value) for key, value in feature.items()}
+    return tf.TensorSpec(feature.shape, tf.as_dtype(feature.np_dtype))
+  return {'observation': spec(steps['observation']), 'action': spec(steps['action'])}
+
+
+def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
+  """Reads an RLDS dataset (tfrl's or any TFDS RLDS directory) into arrays.
+
+  Args:
+    directory: the dataset's directory (the one with dataset_info.json).
+    max_steps: stop after the episode that reaches this many steps (None: all).
+
+  Raises:
+    FileNotFoundError: no dataset there.
+    ValueError: the dataset has no episodes, or steps without an RLDS field.
+  """
+  tfds = import_tfds()
+  if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
+    raise FileNotFoundError(f'No RLDS dataset at {directory} (no dataset_info.json).')
+  builder = tfds.builder_from_directory(directory)
+  specs = _specs_of(builder.info.features)
+  steps = builder.as_dataset(split='train').flat_map(lambda episode: episode['steps'])
+  chunks: List[Dict[str, Any]] = []
+  total = 0
+  for chunk in steps.batch(4096).as_numpy_iterator():
+    chunks.append(chunk)
+    total += chunk['is_first'].shape[0]
+    if max_steps is not None and total >= max_steps:
+      break
+  if not chunks:
+    raise ValueError(f'The RLDS dataset at {directory} holds no episodes.')
+  joined = tf.nest.map_structure(lambda *xs: np.concatenate(xs), *chunks)
+  arrays = EpisodeArrays(
+      observation=joined['observation'], action=joined['action'],
+      reward=joined['reward'].astype(np.float32),
+      discount=joined['discount'].astype(np.float32), is_first=joined['is_first'],
+      is_last=joined['is_last'], is_terminal=joined['is_terminal'], specs=specs)
+  return _whole_episodes(arrays, directory)
+
+
+def _whole_episodes(arrays: EpisodeArrays, directory: str) -> EpisodeArrays:
+  """Cuts a partial last episode off (a `max_steps` read) and checks the episodes'
+  shape: each starts with is_first and ends with is_last."""
+  ends = np.flatnonzero(arrays.is_last)
+  if not ends.size:
+    raise ValueError(f'The RLDS dataset at {directory} has no step with is_last: tfrl '
+                     'reads episodes whose last step holds the final observation.')
+  keep = ends[-1] + 1
+  cut = lambda x: x[:keep]
+  arrays = EpisodeArrays(
+      tf.nest.map_structure(cut, arrays.observation), tf.nest.map_structure(
+          cut, arrays.action), *(cut(getattr(arrays, f)) for f in (
+              'reward', 'discount', 'is_first', 'is_last', 'is_terminal')), arrays.specs)
+  starts = arrays.episode_starts()
+  if starts.size != ends.size or starts[0] != 0 or np.any(starts[1:] != ends[:-1] + 1):
+    raise ValueError(f'The RLDS dataset at {directory} has steps outside episodes '
+                     '(each episode must run from an is_first step to an is_last one).')
+  return arrays
