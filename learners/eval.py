@@ -40,6 +40,9 @@ from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl import triggers
+from tfrl.datasets import behaviour
+from tfrl.datasets import rlds
+from tfrl.envs import sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,16 @@ flags.DEFINE_string('saved_model_dir', None,
 flags.DEFINE_string('video_dir', None,
                     "Record the evaluation episodes of the first eval env as MP4s here "
                     "(needs tfrl's 'video' extra).")
+flags.DEFINE_string('record_dir', None,
+                    'With --saved_model_dir: also record the evaluated episodes as an RLDS '
+                    "dataset in this new directory (tfrl.datasets; needs tfrl's 'offline' "
+                    'extra), e.g. for Experiment.dataset_dir. --num_episodes sets how many.')
+flags.DEFINE_float('record_noise', 0.0,
+                   'With --record_dir: the recorded policy explores: epsilon for discrete '
+                   'actions, Gaussian noise (x the half range) for continuous ones.')
+flags.DEFINE_integer('num_episodes', None,
+                     'With --saved_model_dir: episodes to play (default: '
+                     'Experiment.num_eval_episodes).')
 config.define_flags(Options)
 FLAGS = flags.FLAGS
 PAUSE_TIMEOUT_S = 60.0  # for the trainer to hold still for a candidate policy
@@ -97,33 +110,63 @@ class ResultsLog:
 
 
 def evaluate_saved_model(experiment: Experiment, path: str,
-                         video_dir: Optional[str] = None) -> Dict[str, Any]:
+                         video_dir: Optional[str] = None, record_dir: Optional[str] = None,
+                         record_noise: float = 0.0, num_episodes: Optional[int] = None
+                         ) -> Dict[str, Any]:
   """Evaluates an exported policy once on the Experiment's eval env.
 
   Args:
     experiment: the job's settings (its eval env, episodes and seed).
     path: the policy's SavedModel directory.
     video_dir: record the first eval env's episodes there as MP4s.
+    record_dir: record the episodes as an RLDS dataset there (`tfrl.datasets.rlds`).
+    record_noise: exploration added to the policy (`tfrl.datasets.behaviour`).
+    num_episodes: episodes to play (default: experiment.num_eval_episodes).
 
   Returns:
     The evaluator's result (AverageReturn, NumberOfEpisodes, ...).
 
   Raises:
     FileNotFoundError, tfrl.export.NotAPolicyError: no exported policy at `path`.
+    FileExistsError: `record_dir` already holds files.
+    ValueError: recording the lives of Atari games (terminal_on_life_loss), or a bad
+      `record_noise`.
   """
-  policy = export.load_policy(path)
+  loaded = export.load_policy(path)
+  policy = (behaviour.NoisyPolicy(loaded, record_noise, seed=experiment.seed)
+            if record_noise else loaded)
+  episodes = num_episodes or experiment.num_eval_episodes
+  experiment = dataclasses.replace(experiment, num_eval_episodes=episodes)
   env = experiment.make_eval_env(video_dir)
+  recorder = None
   try:
-    result = actors.Evaluator(env, policy, experiment.num_eval_episodes,
-                              seed=experiment.seed + 10_000).run()
+    if record_dir:
+      recorder = _recorder(experiment, env, record_dir, path, record_noise)
+    result = actors.Evaluator(env, policy, episodes, seed=experiment.seed + 10_000,
+                              recorder=recorder).run()
   finally:
+    if recorder is not None:
+      recorder.close()
     env.close()  # a video's last file is written here
   logs.progress('SavedModel %s (train step %d): average return %s over %d episodes.',
-               path, policy.get_train_step(), metrics.format_return(result['AverageReturn']),
+               path, loaded.get_train_step(), metrics.format_return(result['AverageReturn']),
                result['NumberOfEpisodes'])
   if video_dir:
     logs.progress('Videos of its episodes in %s.', video_dir)
+  if recorder is not None:
+    logs.progress('Recorded %d episodes (%d transitions) as an RLDS dataset in %s.',
+                  recorder.episodes, recorder.steps, record_dir)
   return result
+
+
+def _recorder(experiment: Experiment, env, record_dir: str, path: str, noise: float
+              ) -> rlds.RldsRecorder:
+  if experiment.terminal_on_life_loss:
+    raise ValueError('Recording with terminal_on_life_loss would store lives, not games: '
+                     'record with Experiment.terminal_on_life_loss = False.')
+  return rlds.RldsRecorder(record_dir, env.time_step_spec(), env.action_spec(), metadata={
+      'env': sources.display_name(experiment.env_name), 'policy': path,
+      'noise': noise, 'seed': experiment.seed + 10_000})
 
 
 def follow(experiment: Experiment, root_dir: str, address: str,
@@ -231,12 +274,17 @@ def _main() -> None:
   experiment = config.parse_from_flags()
   if FLAGS.saved_model_dir:
     try:
-      evaluate_saved_model(experiment, FLAGS.saved_model_dir, FLAGS.video_dir)
+      evaluate_saved_model(experiment, FLAGS.saved_model_dir, FLAGS.video_dir,
+                           FLAGS.record_dir, FLAGS.record_noise, FLAGS.num_episodes)
     except (FileNotFoundError, export.NotAPolicyError) as e:
       config.fail(f'--saved_model_dir: {e}')
-    except ImportError as e:  # the video extra
-      config.fail(f'--video_dir: {e}')
+    except (FileExistsError, ValueError) as e:
+      config.fail(f'--record_dir: {e}')
+    except ImportError as e:  # the video or offline extra
+      config.fail(f'--video_dir / --record_dir: {e}')
     return
+  if FLAGS.record_dir:
+    config.fail('--record_dir records an exported policy: give --saved_model_dir too.')
   options = config.options_from_flags(Options, FLAGS)
   process.run_program(
       lambda stop_event: follow(experiment, FLAGS.root_dir, FLAGS.reverb_address,

@@ -98,6 +98,12 @@ class Experiment:
     max_train_seconds: (one process) a wall-clock budget: training stops at the first
       iteration past this many seconds from the first train step, then evaluates,
       checkpoints and exports as at the end of num_train_steps (None: no budget).
+    dataset_dir: (one process) train offline from this RLDS dataset (`tfrl.datasets`:
+      episodes recorded by `tfrl-eval --record_dir` or any RLDS writer, with this
+      job's observations and actions): it is written into the replay table through
+      the collectors' writer before the first train step, and nothing is collected;
+      the envs only evaluate. For transition-replay agents (DQN, SAC); the table's
+      capacity must hold it. None: collect as usual.
     num_eval_episodes: episodes per evaluation.
     target_return: stop once a confirmed evaluation reaches it.
     checkpoint_interval: train steps between learner checkpoints.
@@ -133,6 +139,7 @@ class Experiment:
   eval_interval: int = 1_000
   log_interval: Optional[int] = None
   max_train_seconds: Optional[float] = None
+  dataset_dir: Optional[str] = None
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
   checkpoint_interval: int = 10_000
@@ -155,6 +162,10 @@ class Experiment:
       raise ValueError(f'Experiment.env_workers = {self.env_workers} with env_backend = '
                        "'envpool': EnvPool steps the envs in its own threads; set "
                        'env_workers = 0.')
+    if self.dataset_dir is not None and not isinstance(self.layout,
+                                                       layouts.TransitionReplay):
+      raise ValueError(f'Experiment.dataset_dir is for transition-replay agents (DQN, SAC); '
+                       f'this agent trains from {type(self.layout).__name__}.')
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement

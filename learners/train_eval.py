@@ -35,6 +35,8 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
+from tfrl.datasets import feeder
+from tfrl.datasets import rlds
 from tfrl.envs import sources
 from learners import config
 from learners import callbacks as callbacks_lib
@@ -186,9 +188,22 @@ class _OneProcessJob:
             self.collect_actor.env_steps)
 
   def warm_up(self) -> None:
-    """The layout's collection before the first train step (random actions for replay)."""
-    self.exp.layout.warm_up(self.collect_actor, self.random_actor,
-                            self.exp.initial_collect_steps)
+    """The layout's collection before the first train step (random actions for replay),
+    or an offline job's dataset, written into the replay table."""
+    exp = self.exp
+    if exp.dataset_dir is None:
+      exp.layout.warm_up(self.collect_actor, self.random_actor, exp.initial_collect_steps)
+      return
+    start = time.perf_counter()
+    data = feeder.load_into_replay(
+        exp.dataset_dir, exp.layout, self.writer, self.agent, self.env,
+        on_progress=lambda done, total: logs.progress(
+            'Loading the dataset: %d of %d vector steps written.', done, total))
+    returns = data.episode_returns()
+    logs.progress('Loaded %d transitions (%d episodes, mean return %s) from %s into the '
+                  'replay table in %.1f s; training offline.', data.num_transitions,
+                  data.num_episodes, metrics.format_return(float(returns.mean())),
+                  exp.dataset_dir, time.perf_counter() - start)
 
   def collect_and_train(self) -> bool:
     """Collects, trains and evaluates until the budget or a confirmed target.
@@ -238,7 +253,9 @@ class _OneProcessJob:
     return False
 
   def collect(self) -> None:
-    """One iteration's vector steps."""
+    """One iteration's vector steps (none offline)."""
+    if self.exp.dataset_dir is not None:
+      return
     with self.collect_throughput.timing():
       self.collect_actor.run(self.exp.collect_steps_per_iteration)
       if self.exp.layout.trains_on_collected_items:
@@ -410,6 +427,8 @@ def _main() -> None:
     result = process.run_until_signal(work, 'train_eval')
   except run_dir.START_ERRORS as e:
     config.fail(str(e))
+  except rlds.DatasetError as e:
+    config.fail(f'Experiment.dataset_dir: {e}')
   except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
     print(f'error: {e}', file=sys.stderr, flush=True)
     process.exit_now(process.EXIT_STALLED)

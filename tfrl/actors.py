@@ -1,5 +1,5 @@
 """Batched actors: one compiled policy call per vector step, all envs at once."""
-from typing import Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -212,7 +212,8 @@ class Evaluator:
   """
 
   def __init__(self, env: BatchedEnv, policy: tf_policy.TFPolicy, num_episodes: int = 10,
-               seed: Optional[int] = None, max_steps: int = 1_000_000):
+               seed: Optional[int] = None, max_steps: int = 1_000_000,
+               recorder: Optional[Any] = None):
     """Args:
       env: a `tfrl.envs.BatchedEnv`, ideally with num_envs <= num_episodes.
       policy: the policy to evaluate (usually greedy).
@@ -221,6 +222,9 @@ class Evaluator:
         are reproducible; otherwise the env's own stream continues.
       max_steps: vector steps after which an evaluation gives up (an env whose episodes
         never end), raising an error that says so.
+      recorder: a writer that keeps whole episodes (`tfrl.datasets.rlds.RldsRecorder`):
+        it gets every step and, with each env's quota (`set_quota`), keeps exactly the
+        episodes this evaluation counts.
     """
     self._env = env
     self._policy = policy
@@ -232,6 +236,7 @@ class Evaluator:
     self._action_fn = CompiledActionFn(policy, env.num_envs)
     n = env.num_envs
     self._quota = np.array([num_episodes // n + (i < num_episodes % n) for i in range(n)])
+    self._recorder = recorder
 
   def run(self) -> Dict[str, float]:
     """Evaluates once.
@@ -247,6 +252,9 @@ class Evaluator:
     self.last_seed = seed  # an Evaluator(seed=last_seed) replays these episodes
     time_step = self._env.reset(seed=seed)
     state = self._policy.get_initial_state(self._env.num_envs)
+    if self._recorder is not None:
+      self._recorder.reset()
+      self._recorder.set_quota(self._quota)
     n = self._env.num_envs
     done = np.zeros(n, dtype=np.int64)
     running_return = np.zeros(n)
@@ -255,6 +263,8 @@ class Evaluator:
     for _ in range(self._max_steps):
       policy_step = self._action_fn(time_step, state)
       next_time_step = self._env.step(policy_step.action)
+      if self._recorder is not None:
+        self._recorder.write(time_step, policy_step, next_time_step)
       counting = (done < self._quota) & (next_time_step.step_type != ts.StepType.FIRST)
       running_return += np.where(counting, next_time_step.reward, 0.0)
       running_length += counting

@@ -110,7 +110,7 @@ def test_dataset_rows_are_the_online_writers_rows(recorded, reverb_server_factor
       recorded['policy'].collect_data_spec, num_slots)
   server = reverb_server_factory([replay.queue_table('offline', 10_000, signature)])
   writer = n_step_writer(server, 'offline', num_slots)
-  feeder.feed(data, writer, num_slots, flush_steps=N_STEP - 1)
+  feeder.feed(data, writer, feeder.padded_indices(data, num_slots, N_STEP - 1))
   offline = queue_rows(server, 'offline')
   online_valid = {row for row, valid in recorded['online'] if valid}
   offline_valid = [row for row, valid in offline if valid]

@@ -41,48 +41,89 @@ def slot_streams(arrays: rlds.EpisodeArrays, num_slots: int) -> List[np.ndarray]
   return streams
 
 
-def feed(arrays: rlds.EpisodeArrays, writer: Any, num_slots: int, policy_info_spec: Any = (),
-         flush_steps: int = 0, on_progress: Optional[Callable[[int, int], None]] = None
-         ) -> int:
-  """Writes every transition of `arrays` through `writer` from `num_slots` slots.
+def padded_indices(arrays: rlds.EpisodeArrays, num_slots: int, flush_steps: int = 0
+                   ) -> np.ndarray:
+  """[L, num_slots] step indices: each slot's stream (`slot_streams`), then its final
+  (LAST) step repeated, to the longest stream's length plus `flush_steps`.
+
+  Raises:
+    rlds.DatasetError: fewer episodes than slots.
+  """
+  if arrays.num_episodes < num_slots:
+    raise rlds.DatasetError(
+        f'The dataset has {arrays.num_episodes} episodes, fewer than the {num_slots} envs '
+        f'it is written as: use Experiment.num_envs <= {arrays.num_episodes}.')
+  streams = slot_streams(arrays, num_slots)
+  length = max(len(s) for s in streams) + flush_steps
+  return np.stack([np.concatenate([s, np.full(length - len(s), s[-1])]) for s in streams],
+                  axis=1)
+
+
+def feed(arrays: rlds.EpisodeArrays, writer: Any, indices: np.ndarray,
+         policy_info_spec: Any = (),
+         on_progress: Optional[Callable[[int, int], None]] = None) -> int:
+  """Writes every transition of `arrays` through `writer`, slot by slot.
 
   Args:
     arrays: the dataset (`rlds.read`).
-    writer: a batched writer for `num_slots` envs (`write`, `flush`).
-    num_slots: envs the writer was made for.
+    writer: a batched writer for as many envs as `indices` has slots.
+    indices: `padded_indices(arrays, num_slots, flush_steps)`; flush_steps is n - 1 for
+      n-step transitions (a row is written n - 1 steps after it starts).
     policy_info_spec: the agent's collect-time policy info; a dataset holds none, so
       only agents without one (DQN, SAC, BC, CQL) train on datasets.
-    flush_steps: padding steps after the last episode (n - 1 for n-step transitions:
-      a row is written n - 1 steps after it starts).
     on_progress: called with (vector steps written, vector steps in all) every ~1,000.
 
   Returns:
-    The vector steps written.
+    The vector steps written (each writes a row per slot).
 
   Raises:
-    ValueError: an agent whose collected data holds policy info, or more slots than
-      episodes.
+    ValueError: an agent whose collected data holds policy info.
   """
   if tf.nest.flatten(policy_info_spec):
     raise ValueError('The agent keeps policy info with its experience (e.g. logits for '
                      'an off-policy correction), which a dataset does not hold: train '
                      'from datasets with DQN, SAC, BC or CQL agents.')
-  if arrays.num_episodes < num_slots:
-    raise ValueError(f'The dataset has {arrays.num_episodes} episodes, fewer than the '
-                     f'{num_slots} envs it is written as: use num_envs <= '
-                     f'{arrays.num_episodes}.')
-  streams = slot_streams(arrays, num_slots)
-  length = max(len(s) for s in streams) + flush_steps
-  # [length, num_slots] step indices; padding repeats each slot's final LAST step.
-  indices = np.stack([np.concatenate([s, np.full(length - len(s), s[-1])])
-                      for s in streams], axis=1)
+  steps = indices.shape[0] - 1
   next_step = arrays.time_steps(indices[0])
-  for t in range(length - 1):
+  for t in range(steps):
     time_step, next_step = next_step, arrays.time_steps(indices[t + 1])
     action = arrays.actions(indices[t])
     writer.write(time_step, policy_step_lib.PolicyStep(action, (), ()), next_step,
                  DATASET_POLICY_VERSION)
     if on_progress is not None and (t + 1) % 1000 == 0:
-      on_progress(t + 1, length - 1)
+      on_progress(t + 1, steps)
   writer.flush()
-  return length - 1
+  return steps
+
+
+def load_into_replay(directory: str, layout: Any, writer: Any, agent: Any, env: Any,
+                     on_progress: Optional[Callable[[int, int], None]] = None
+                     ) -> rlds.EpisodeArrays:
+  """Reads the RLDS dataset at `directory` and writes it into a transition layout's
+  replay table through `writer` (made by `layout.make_writer`, for `layout.num_envs`).
+
+  Returns:
+    The dataset's arrays (for its size and returns).
+
+  Raises:
+    rlds.DatasetError: no dataset there, observations or actions unlike `env`'s
+      (DatasetSpecError), fewer episodes than envs, or a table too small for it.
+    ValueError: a layout other than transition replay, or an agent whose collected
+      data holds policy info.
+  """
+  # Imported here: tfrl.layouts imports the agents' modules, which need not import this.
+  from tfrl import layouts  # pylint: disable=g-import-not-at-top
+  if not isinstance(layout, layouts.TransitionReplay):
+    raise ValueError(f'Datasets train agents of the TransitionReplay layout (DQN, SAC, '
+                     f'BC, CQL); this agent trains from {type(layout).__name__}.')
+  arrays = rlds.read(directory)
+  rlds.check_specs(arrays.specs, env.time_step_spec().observation, env.action_spec(),
+                   directory)
+  indices = padded_indices(arrays, layout.num_envs, flush_steps=layout.n_step - 1)
+  rows = (indices.shape[0] - 1) * layout.num_envs  # boundary and padding rows included
+  if rows > layout.capacity:
+    raise rlds.DatasetError(
+        f'The dataset at {directory} makes {rows} rows, more than the replay table holds '
+        f'(TransitionReplay.capacity = {layout.capacity}): raise the capacity.')
+  feed(arrays, writer, indices, agent.collect_data_spec.policy_info, on_progress)
+  return arrays

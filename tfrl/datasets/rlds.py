@@ -19,7 +19,7 @@ only when a dataset is written or read.
 import dataclasses
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -33,7 +33,11 @@ _COMPRESS_MIN_SIZE = 1024
 _FIRST, _MID, _LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST))
 
 
-class DatasetSpecError(ValueError):
+class DatasetError(ValueError):
+  """A dataset a job cannot train from (the message names the dataset and why)."""
+
+
+class DatasetSpecError(DatasetError):
   """A dataset whose observations or actions differ from what the job expects."""
 
 
@@ -150,7 +154,6 @@ class RldsRecorder:
     self.max_episodes = max_episodes
     self.episodes = 0
     self.steps = 0
-    self._action_spec = action_spec
     config = tfds.rlds.rlds_base.DatasetConfig(
         name=DATASET_NAME,
         observation_info=_features(_plain(time_step_spec.observation)),
@@ -168,6 +171,13 @@ class RldsRecorder:
     self._zero_action = tf.nest.map_structure(
         lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), action_spec)
     self._open: Dict[int, List[dict]] = {}
+    self._quota: Optional[np.ndarray] = None  # per env, episodes still to keep
+    self.returns: List[float] = []  # each written episode's return, in order
+
+  def set_quota(self, episodes_per_env: Sequence[int]) -> None:
+    """From now on keeps only each env's next `episodes_per_env[i]` episodes (what an
+    `Evaluator` counts); the rest are dropped."""
+    self._quota = np.array(episodes_per_env, dtype=np.int64)
 
   @property
   def full(self) -> bool:
@@ -194,7 +204,10 @@ class RldsRecorder:
         final.update(is_last=True, is_terminal=bool(next_time_step.discount[env] == 0))
         steps.append(final)
         del self._open[env]
-        self._add_episode(steps)
+        if self._quota is None or self._quota[env] > 0:
+          self._add_episode(steps)
+          if self._quota is not None:
+            self._quota[env] -= 1
 
   def _add_episode(self, steps: List[dict]) -> None:
     if self.full:
@@ -202,6 +215,7 @@ class RldsRecorder:
     self._writer.add_examples({'train': [{'steps': steps}]})
     self.episodes += 1
     self.steps += len(steps) - 1
+    self.returns.append(float(sum(step['reward'] for step in steps)))
 
   def reset(self) -> None:
     """Drops the episodes under way (the actor reset its envs)."""
@@ -299,12 +313,11 @@ def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
     max_steps: stop after the episode that reaches this many steps (None: all).
 
   Raises:
-    FileNotFoundError: no dataset there.
-    ValueError: the dataset has no episodes, or steps without an RLDS field.
+    DatasetError: no dataset there, no episodes in it, or steps outside episodes.
   """
   tfds = import_tfds()
   if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
-    raise FileNotFoundError(f'No RLDS dataset at {directory} (no dataset_info.json).')
+    raise DatasetError(f'No RLDS dataset at {directory} (no dataset_info.json).')
   builder = tfds.builder_from_directory(directory)
   specs = _specs_of(builder.info.features)
   steps = builder.as_dataset(split='train').flat_map(lambda episode: episode['steps'])
@@ -316,7 +329,7 @@ def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
     if max_steps is not None and total >= max_steps:
       break
   if not chunks:
-    raise ValueError(f'The RLDS dataset at {directory} holds no episodes.')
+    raise DatasetError(f'The RLDS dataset at {directory} holds no episodes.')
   joined = tf.nest.map_structure(lambda *xs: np.concatenate(xs), *chunks)
   arrays = EpisodeArrays(
       observation=joined['observation'], action=joined['action'],
@@ -331,7 +344,7 @@ def _whole_episodes(arrays: EpisodeArrays, directory: str) -> EpisodeArrays:
   shape: each starts with is_first and ends with is_last."""
   ends = np.flatnonzero(arrays.is_last)
   if not ends.size:
-    raise ValueError(f'The RLDS dataset at {directory} has no step with is_last: tfrl '
+    raise DatasetError(f'The RLDS dataset at {directory} has no step with is_last: tfrl '
                      'reads episodes whose last step holds the final observation.')
   keep = ends[-1] + 1
   cut = lambda x: x[:keep]
@@ -341,6 +354,6 @@ def _whole_episodes(arrays: EpisodeArrays, directory: str) -> EpisodeArrays:
               'reward', 'discount', 'is_first', 'is_last', 'is_terminal')), arrays.specs)
   starts = arrays.episode_starts()
   if starts.size != ends.size or starts[0] != 0 or np.any(starts[1:] != ends[:-1] + 1):
-    raise ValueError(f'The RLDS dataset at {directory} has steps outside episodes '
+    raise DatasetError(f'The RLDS dataset at {directory} has steps outside episodes '
                      '(each episode must run from an is_first step to an is_last one).')
   return arrays

@@ -1,0 +1,127 @@
+"""Datasets end to end: `tfrl-eval` records an exported policy's episodes, an offline
+`train_eval` job trains from them (no collection) and exports a policy that plays."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.policies import tf_policy
+from tf_agents.trajectories import policy_step
+
+from tfrl import envs
+from tfrl import export
+from tfrl.datasets import behaviour
+from tfrl.datasets import rlds
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class BalancingPolicy(tf_policy.TFPolicy):
+  """CartPole's textbook controller: push toward where the pole falls (returns 500)."""
+
+  def _distribution(self, time_step, policy_state):
+    raise NotImplementedError
+
+  def _action(self, time_step, policy_state, seed):
+    obs = time_step.observation
+    push_right = obs[:, 2] + 0.5 * obs[:, 3] + 0.05 * obs[:, 1] > 0
+    return policy_step.PolicyStep(tf.cast(push_right, tf.int64), policy_state, ())
+
+
+@pytest.fixture(scope='module')
+def demonstrator(tmp_path_factory):
+  env = envs.make('CartPole-v1', num_envs=1)
+  path = str(tmp_path_factory.mktemp('demo') / 'policy')
+  export.export_policy(BalancingPolicy(env.time_step_spec(), env.action_spec()), path)
+  env.close()
+  return path
+
+
+def run(args, timeout=600):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  return subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=timeout)
+
+
+def test_eval_records_the_episodes_it_evaluates(demonstrator, tmp_path):
+  record = str(tmp_path / 'data')
+  result = run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+                f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
+                '--num_episodes=12', '--record_noise=0.2'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  data = rlds.read(record)
+  assert data.num_episodes == 12
+  logged = float(result.stderr.split('average return ')[1].split()[0])
+  assert np.mean(data.episode_returns()) == pytest.approx(logged, abs=0.051)  # 1 decimal
+  # Epsilon 0.2 shortens some episodes of a controller that balances for 500 steps.
+  assert data.episode_returns().min() < 500
+  assert rlds.read_metadata(record)['noise'] == 0.2
+  # Recording again into the same directory is refused in one line.
+  again = run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+               f'--saved_model_dir={demonstrator}', f'--record_dir={record}'])
+  assert again.returncode != 0 and 'already holds files' in again.stderr
+
+
+def test_noisy_policy_explores_at_its_rate():
+  env = envs.make('CartPole-v1', num_envs=1)
+  policy = behaviour.NoisyPolicy(BalancingPolicy(env.time_step_spec(), env.action_spec()),
+                                 0.5, seed=1)
+  time_step = env.reset()
+  batch = tf.nest.map_structure(lambda x: tf.repeat(x, 4000, axis=0), time_step)
+  greedy = BalancingPolicy(env.time_step_spec(), env.action_spec()).action(batch).action
+  noisy = policy.action(batch).action.numpy()
+  # Half the actions are random, and half of those differ from the greedy one.
+  assert np.mean(noisy != greedy.numpy()) == pytest.approx(0.25, abs=0.03)
+  env.close()
+  with pytest.raises(ValueError, match='epsilon in'):
+    behaviour.NoisyPolicy(policy, 1.5)
+
+
+def test_offline_job_trains_from_the_dataset_alone_and_exports(demonstrator, tmp_path):
+  record = str(tmp_path / 'data')
+  assert run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+              f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
+              '--num_episodes=20', '--record_noise=0.3']).returncode == 0
+  root = str(tmp_path / 'job')
+  result = run(['learners.train_eval', f'--root_dir={root}', '--gin_file=dqn_cartpole.gin',
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'",
+                '--gin_bindings=Experiment.num_train_steps = 200',
+                '--gin_bindings=Experiment.eval_interval = 100',
+                '--gin_bindings=Experiment.num_eval_episodes = 2',
+                '--gin_bindings=Experiment.target_return = None'])
+  assert result.returncode == 0, result.stderr[-3000:]
+  data = rlds.read(record)
+  assert f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes' in \
+      result.stderr
+  # Nothing collected: the job's env steps stay 0; the export is at the last step.
+  lines = [l for l in result.stderr.splitlines() if '| env steps ' in l]
+  assert lines and all('| env steps         0 |' in l for l in lines), lines
+  final_step = int(result.stdout.split('Trained to step ')[1].split()[0])
+  assert final_step >= 200
+  policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
+  assert policy.get_train_step() == final_step
+
+
+def test_a_dataset_of_another_env_fails_the_job_naming_both(demonstrator, tmp_path):
+  record = str(tmp_path / 'data')
+  assert run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+              f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
+              '--num_episodes=2']).returncode == 0
+  result = run(['learners.train_eval', f'--root_dir={tmp_path / "job"}',
+                '--gin_file=dqn_cartpole.gin',
+                "--gin_bindings=Experiment.env_name = 'Acrobot-v1'",
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
+  assert result.returncode != 0
+  error = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
+  assert error and 'float32[4]' in error[-1] and 'float32[6]' in error[-1], \
+      result.stderr[-2000:]
+  # Fewer episodes than the job's envs: one line that names the setting to change.
+  result = run(['learners.train_eval', f'--root_dir={tmp_path / "job2"}',
+                '--gin_file=dqn_cartpole.gin',
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
+  assert 'error: Experiment.dataset_dir: The dataset has 2 episodes, fewer than the 16 ' \
+      'envs it is written as: use Experiment.num_envs <= 2.' in result.stderr, \
+      result.stderr[-2000:]
