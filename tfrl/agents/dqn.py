@@ -83,6 +83,37 @@ def _per_entry(nest, make_layer):
   return type(nest)(*layers) if hasattr(nest, '_fields') else type(nest)(layers)
 
 
+def q_network_for(observation_spec, action_spec, fc_layer_params: Sequence[int],
+                  cnn='nature') -> q_network.QNetwork:
+  """A Q-network (one output per action) for any observation tfrl's encoders serve.
+
+  A flat vector observation gets a fully connected network. Image observations (uint8
+  [H, W, C]) and nested ones (Dicts) get tfrl's encoder as the network's preprocessing
+  layer (`tfrl.networks.encoders.make_encoder`): a CNN for images (which casts and
+  scales uint8 to [0, 1] itself), and for a nest each image key's CNN features
+  concatenated with the other keys' flattened values; `fc_layer_params` then follow.
+
+  Raises:
+    ValueError: an observation no encoder serves (see `make_encoder`).
+  """
+  preprocessing, combiner = None, None
+  if tf.nest.is_nested(observation_spec):
+    # One tfrl encoder per top-level entry, concatenated: DictEncoder's features, in
+    # the form tf-agents' EncodingNetwork takes (it wants a combiner for a nest).
+    preprocessing = _per_entry(observation_spec, lambda key, spec: encoders.make_encoder(
+        spec, fc_layer_params=(), name=f'q_encoder_{key}', cnn=cnn))
+    combiner = tf.keras.layers.Concatenate(axis=-1)
+  elif encoders.is_image_spec(observation_spec):
+    # EncodingNetwork applies it to the batch-squashed [N, H, W, C] observation, what
+    # tfrl's encoders take, and copies it (get_config/from_config) for the target.
+    preprocessing = encoders.make_encoder(observation_spec, fc_layer_params=(),
+                                          name='q_encoder', cnn=cnn)
+  return q_network.QNetwork(observation_spec, action_spec,
+                            preprocessing_layers=preprocessing,
+                            preprocessing_combiner=combiner,
+                            fc_layer_params=tuple(fc_layer_params))
+
+
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 def create_dqn_agent(time_step_spec,
@@ -102,12 +133,8 @@ def create_dqn_agent(time_step_spec,
                      cnn: str = 'nature') -> DqnAgent:
   """Returns an initialized (Double) DQN agent.
 
-  A flat vector observation gets a fully connected Q-network. Image observations (uint8
-  [H, W, C]) and nested ones (Dicts) get tfrl's encoder as the Q-network's
-  preprocessing layer, the same torso classes the actor-critic agents use
-  (`tfrl.networks.encoders.make_encoder`): a CNN for images (which casts and scales
-  uint8 to [0, 1] itself), and for a nest each image key's CNN features concatenated
-  with the other keys' flattened values; `fc_layer_params` then follow.
+  The Q-network is `q_network_for`'s: fully connected for vectors, tfrl's encoders
+  (the torso classes the actor-critic agents use) for images and Dicts.
 
   Args:
     time_step_spec, action_spec: from the environment.
@@ -141,23 +168,7 @@ def create_dqn_agent(time_step_spec,
   if gradient_clipping is not None and global_gradient_clipping is not None:
     raise ValueError('Set one of gradient_clipping (per variable) and '
                      'global_gradient_clipping (global norm), not both.')
-  observation_spec = time_step_spec.observation
-  preprocessing, combiner = None, None
-  if tf.nest.is_nested(observation_spec):
-    # One tfrl encoder per top-level entry, concatenated: DictEncoder's features, in
-    # the form tf-agents' EncodingNetwork takes (it wants a combiner for a nest).
-    preprocessing = _per_entry(observation_spec, lambda key, spec: encoders.make_encoder(
-        spec, fc_layer_params=(), name=f'q_encoder_{key}', cnn=cnn))
-    combiner = tf.keras.layers.Concatenate(axis=-1)
-  elif encoders.is_image_spec(observation_spec):
-    # EncodingNetwork applies it to the batch-squashed [N, H, W, C] observation, what
-    # tfrl's encoders take, and copies it (get_config/from_config) for the target.
-    preprocessing = encoders.make_encoder(observation_spec, fc_layer_params=(),
-                                          name='q_encoder', cnn=cnn)
-  network = q_network.QNetwork(observation_spec, action_spec,
-                               preprocessing_layers=preprocessing,
-                               preprocessing_combiner=combiner,
-                               fc_layer_params=tuple(fc_layer_params))
+  network = q_network_for(time_step_spec.observation, action_spec, fc_layer_params, cnn)
 
   agent_class = DdqnAgent if double_q else DqnAgent
   agent = agent_class(
