@@ -156,12 +156,20 @@ class _Collector:
       layout.warm_up(self.actor, self.random_actor, experiment.initial_collect_steps)
     logs.progress('Collector %d waiting for the trainer\'s first variables push '
                  '(up to %.0f s).', task_id, self.options.variables_timeout_s)
-    try:
-      self._pull()
-    except replay.VariablesNotPushedError:
-      if self.stop_event.is_set():
-        return False
-      raise
+    while True:
+      try:
+        self._pull()
+        break
+      except replay.VariablesNotPushedError:
+        if self.stop_event.is_set():
+          return False
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        # A server lost while waiting is waited out as in the collect loop (`_reconnect`).
+        if not replay.is_server_lost(e):
+          raise
+        if self.stop_event.is_set() or not self._reconnect(e):
+          return False
     logs.progress('Collector %d acting with policy version %d.', task_id,
                  int(self.train_step))
     if layout.trains_on_collected_items:

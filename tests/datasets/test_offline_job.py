@@ -1,6 +1,5 @@
 """Datasets end to end: `tfrl-eval` records an exported policy's episodes, an offline
 `train_eval` job trains from them (no collection) and exports a policy that plays."""
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from tfrl import actors
 from tfrl import envs
 from tfrl import export
 from tfrl.datasets import behaviour
+from tfrl.datasets import feeder
 from tfrl.datasets import rlds
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,23 +47,32 @@ def run(args, timeout=600):
                         capture_output=True, timeout=timeout)
 
 
-def test_eval_records_the_episodes_it_evaluates(demonstrator, tmp_path):
-  record = str(tmp_path / 'data')
-  result = run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+@pytest.fixture(scope='module')
+def recording(demonstrator, tmp_path_factory):
+  """`tfrl-eval` plays 30 episodes of the controller with epsilon 0.2 and records them."""
+  root = tmp_path_factory.mktemp('recording')
+  record = str(root / 'data')
+  result = run(['learners.eval', '--gin_file=bc_cartpole.gin', f'--root_dir={root}',
                 f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
-                '--num_episodes=12', '--record_noise=0.2'])
+                '--num_episodes=30', '--record_noise=0.2'])
+  return result, record
+
+
+def test_eval_records_the_episodes_it_evaluates(recording, demonstrator, tmp_path):
+  result, record = recording
   assert result.returncode == 0, result.stderr[-3000:]
   data = rlds.read(record)
-  assert data.num_episodes == 12
+  assert data.num_episodes == 30
   logged = float(result.stderr.split('average return ')[1].split()[0])
   assert np.mean(data.episode_returns()) == pytest.approx(logged, abs=0.051)  # 1 decimal
   # Epsilon 0.2 shortens some episodes of a controller that balances for 500 steps.
   assert data.episode_returns().min() < 500
   assert rlds.read_metadata(record)['noise'] == 0.2
   # Recording again into the same directory is refused in one line.
-  again = run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
+  again = run(['learners.eval', '--gin_file=bc_cartpole.gin', f'--root_dir={tmp_path}',
                f'--saved_model_dir={demonstrator}', f'--record_dir={record}'])
-  assert again.returncode != 0 and 'already holds files' in again.stderr
+  assert again.returncode != 0 and 'error: --record_dir: ' in again.stderr
+  assert 'already holds files' in again.stderr
 
 
 def test_noisy_policy_explores_at_its_rate():
@@ -81,68 +90,44 @@ def test_noisy_policy_explores_at_its_rate():
     behaviour.NoisyPolicy(policy, 1.5)
 
 
-def test_offline_job_trains_from_the_dataset_alone_and_exports(demonstrator, tmp_path):
-  record = str(tmp_path / 'data')
-  assert run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
-              f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
-              '--num_episodes=20', '--record_noise=0.3']).returncode == 0
-  root = str(tmp_path / 'job')
-  result = run(['learners.train_eval', f'--root_dir={root}', '--gin_file=dqn_cartpole.gin',
-                f"--gin_bindings=Experiment.dataset_dir = '{record}'",
-                '--gin_bindings=Experiment.num_train_steps = 200',
-                '--gin_bindings=Experiment.eval_interval = 100',
-                '--gin_bindings=Experiment.num_eval_episodes = 2',
-                '--gin_bindings=Experiment.target_return = None'])
-  assert result.returncode == 0, result.stderr[-3000:]
+def test_behaviour_cloning_offline_reaches_the_demonstrators_return(recording, tmp_path):
+  """BC (bc_cartpole.gin) from the recording alone: nothing collected, and the clone
+  acts greedily, so it plays at least as well as the recorded (noisy) demonstrator, at
+  475+, in the job's confirmed evaluation and in the export's fresh episodes."""
+  _, record = recording
   data = rlds.read(record)
-  assert f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes' in \
-      result.stderr
-  # Nothing collected: the job's env steps stay 0; the export is at the last step.
-  lines = [l for l in result.stderr.splitlines() if '| env steps ' in l]
-  assert lines and all('| env steps         0 |' in l for l in lines), lines
-  final_step = int(result.stdout.split('Trained to step ')[1].split()[0])
-  assert final_step >= 200
-  policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
-  assert policy.get_train_step() == final_step
-
-
-def test_a_dataset_of_another_env_fails_the_job_naming_both(demonstrator, tmp_path):
-  record = str(tmp_path / 'data')
-  assert run(['learners.eval', '--gin_file=dqn_cartpole.gin', f'--root_dir={tmp_path}',
-              f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
-              '--num_episodes=2']).returncode == 0
-  result = run(['learners.train_eval', f'--root_dir={tmp_path / "job"}',
-                '--gin_file=dqn_cartpole.gin',
-                "--gin_bindings=Experiment.env_name = 'Acrobot-v1'",
-                f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
-  assert result.returncode != 0
-  error = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
-  assert error and 'float32[4]' in error[-1] and 'float32[6]' in error[-1], \
-      result.stderr[-2000:]
-  # Fewer episodes than the job's envs: one line that names the setting to change.
-  result = run(['learners.train_eval', f'--root_dir={tmp_path / "job2"}',
-                '--gin_file=dqn_cartpole.gin',
-                f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
-  assert 'error: Experiment.dataset_dir: The dataset has 2 episodes, fewer than the 16 ' \
-      'envs it is written as: use Experiment.num_envs <= 2.' in result.stderr, \
-      result.stderr[-2000:]
-
-
-def test_behaviour_cloning_reaches_the_demonstrators_return(demonstrator, tmp_path):
-  """BC on 30 episodes of the controller with epsilon 0.2: the clone acts greedily,
-  so it plays at least as well as the recorded (noisy) demonstrator, and at 475+."""
-  record = str(tmp_path / 'data')
-  assert run(['learners.eval', '--gin_file=bc_cartpole.gin', f'--root_dir={tmp_path}',
-              f'--saved_model_dir={demonstrator}', f'--record_dir={record}',
-              '--num_episodes=30', '--record_noise=0.2']).returncode == 0
-  demonstrated = float(np.mean(rlds.read(record).episode_returns()))
   root = str(tmp_path / 'bc')
   result = run(['learners.train_eval', f'--root_dir={root}', '--gin_file=bc_cartpole.gin',
                 f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
   assert result.returncode == 0, result.stderr[-3000:]  # a confirmed 475 was reached
-  # The export plays fresh episodes (seeds the job never evaluated) as well.
+  assert f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes' in \
+      result.stderr
+  lines = [l for l in result.stderr.splitlines() if '| env steps ' in l]
+  assert lines and all('| env steps         0 |' in l for l in lines), lines
+  final_step = int(result.stdout.split('Trained to step ')[1].split()[0])
   env = envs.make('CartPole-v1', num_envs=10, seed=777)
   policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
+  assert policy.get_train_step() == final_step
   played = actors.Evaluator(env, policy, 10).run()['AverageReturn']
   env.close()
-  assert played >= max(demonstrated, 475.0), (played, demonstrated)
+  assert played >= max(float(np.mean(data.episode_returns())), 475.0), played
+
+
+def test_a_dataset_of_another_env_fails_the_job_in_one_line_naming_both(recording,
+                                                                         tmp_path):
+  _, record = recording
+  result = run(['learners.train_eval', f'--root_dir={tmp_path / "job"}',
+                '--gin_file=bc_cartpole.gin',
+                "--gin_bindings=Experiment.env_name = 'Acrobot-v1'",
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'"])
+  assert result.returncode != 0
+  error = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
+  assert error and error[-1].startswith('error: Experiment.dataset_dir: ')
+  assert 'float32[4]' in error[-1] and 'float32[6]' in error[-1], result.stderr[-2000:]
+
+
+def test_fewer_episodes_than_envs_is_refused_naming_the_setting(recording):
+  data = rlds.read(recording[1])
+  with pytest.raises(rlds.DatasetError, match=r'The dataset has 30 episodes, fewer than '
+                     r'the 32 envs it is written as: use Experiment.num_envs <= 30\.'):
+    feeder.padded_indices(data, 32)

@@ -182,6 +182,23 @@ def test_pull_from_a_lost_server_fails_naming_it_at_the_timeout():
   assert address in str(error)
 
 
+@pytest.mark.parametrize('error, lost', [
+    (RuntimeError('Connection reset by peer'), True),  # the server died mid-call
+    (RuntimeError('an unrelated bug'), False),
+])
+def test_wait_for_server_tells_a_lost_connection_from_a_bug(error, lost):
+  def server_info(timeout):
+    del timeout
+    raise error
+  client = types.SimpleNamespace(server_info=server_info)
+  if lost:
+    with pytest.raises(replay.ReplayServerUnreachableError):
+      replay.wait_for_server('127.0.0.1:1', 1, client)
+  else:
+    with pytest.raises(RuntimeError, match='unrelated bug'):
+      replay.wait_for_server('127.0.0.1:1', 1, client)
+
+
 # A writer held back by a rate limiter.
 
 

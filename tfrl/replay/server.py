@@ -12,6 +12,7 @@ import tree
 
 # Re-exported: callers catch `server.ReplayServerUnreachableError`.
 from tfrl import logs
+from tfrl.replay import errors
 from tfrl.replay import fallback
 from tfrl.replay import network
 from tfrl.replay.errors import CheckpointMismatchError
@@ -38,12 +39,16 @@ def wait_for_server(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     Table name -> TableInfo (signature, size, ...).
 
   Raises:
-    ReplayServerUnreachableError: nobody answered within `timeout_s`.
+    ReplayServerUnreachableError: nobody answered within `timeout_s`, or the
+      connection was lost during the call (`errors.is_server_lost`).
   """
   client = client or reverb.Client(address)
   try:
     return client.server_info(timeout=max(1, int(round(timeout_s))))
-  except (reverb.errors.DeadlineExceededError, ConnectionError) as e:
+  except Exception as e:  # pylint: disable=broad-except
+    # A server that dies mid-call resets the connection (a RuntimeError): lost as well.
+    if not errors.is_server_lost(e):
+      raise
     raise ReplayServerUnreachableError(
         f'No Reverb server answered at {address!r} within {timeout_s:.0f} s. Check that '
         'the reverb_server program is running, the host and port, and the firewall.'

@@ -117,10 +117,15 @@ class VariableContainer:
         wait_s = min(wait_s, _STOPPABLE_WAIT_S)
       try:
         info = server_lib.wait_for_server(self._address, wait_s, self._client)
-      except server_lib.ReplayServerUnreachableError:
-        if stop_event is None or (time.monotonic() >= deadline and not stop_event.is_set()):
+      except server_lib.ReplayServerUnreachableError as e:
+        # A short call that timed out is asked again (one long call would have waited on
+        # for a server not up yet); a connection that broke is the caller's lost server.
+        timed_out = isinstance(e.__cause__, reverb.errors.DeadlineExceededError)
+        stopped = stop_event is not None and stop_event.is_set()
+        if not stopped and (stop_event is None or not timed_out or
+                            time.monotonic() >= deadline):
           raise
-        info = None  # asked again below, unless stopped
+        info = None  # stopped (raises below), or asked again
       if info is not None and info[self._table].current_size > 0:
         break
       if time.monotonic() >= deadline or (stop_event is not None and stop_event.is_set()):
