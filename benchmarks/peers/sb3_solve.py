@@ -356,7 +356,7 @@ def versions(model) -> dict:
   return found
 
 
-def main():
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--algo', choices=sorted(HYPERPARAMS), required=True)
   parser.add_argument('--seed', type=int, default=0)
@@ -375,6 +375,11 @@ def main():
                       help="torch intra-op threads (0: torch's default, one per core)")
   parser.add_argument('--env_id', default=None,
                       help="the Atari game for ppo_atari / dqn_atari (default ALE/Pong-v5)")
+  return parser
+
+
+def main():
+  parser = _parser()
   args = parser.parse_args()
   if args.torch_threads:
     torch.set_num_threads(args.torch_threads)
