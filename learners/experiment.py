@@ -105,6 +105,10 @@ class Experiment:
       the collectors' writer before the first train step, and nothing is collected;
       the envs only evaluate. For transition-replay agents (DQN, SAC); the table's
       capacity must hold it. None: collect as usual.
+    record_dir: (one process) also record every collected episode, random warm-up
+      included, as an RLDS dataset in this new directory (a job's whole experience, as
+      D4RL's 'medium-replay' sets are). Not with terminal_on_life_loss (a dataset's
+      episodes would be lives).
     num_eval_episodes: episodes per evaluation.
     target_return: stop once a confirmed evaluation reaches it.
     checkpoint_interval: train steps between learner checkpoints.
@@ -141,6 +145,7 @@ class Experiment:
   log_interval: Optional[int] = None
   max_train_seconds: Optional[float] = None
   dataset_dir: Optional[str] = None
+  record_dir: Optional[str] = None
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
   checkpoint_interval: int = 10_000
@@ -167,6 +172,9 @@ class Experiment:
                                                        layouts.TransitionReplay):
       raise ValueError(f'Experiment.dataset_dir is for transition-replay agents (DQN, SAC); '
                        f'this agent trains from {type(self.layout).__name__}.')
+    if self.record_dir is not None and self.terminal_on_life_loss:
+      raise ValueError('Experiment.record_dir with terminal_on_life_loss would record '
+                       'lives, not games: record without terminal_on_life_loss.')
     # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
     # replay share that rounds to nothing) fail at configuration time.
     self.layout.items_per_train_step  # pylint: disable=pointless-statement

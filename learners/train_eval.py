@@ -141,11 +141,17 @@ class _OneProcessJob:
     cleanup.callback(self.server.stop)
     self.writer = layout.make_writer(self.server.client)
     cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
-    self.collect_actor = actors.Actor(self.env, self.agent.collect_policy, [self.writer],
+    writers = [self.writer]
+    if exp.record_dir is not None:
+      writers.append(rlds.RldsRecorder(
+          exp.record_dir, self.env.time_step_spec(), self.env.action_spec(),
+          metadata={'env': sources.display_name(exp.env_name), 'job': root_dir}))
+      cleanup.callback(writers[-1].close)  # the episodes that ended are on disk
+    self.collect_actor = actors.Actor(self.env, self.agent.collect_policy, writers,
                                       policy_version=self.train_step,
                                       summary_dir=os.path.join(root_dir, 'collect'))
     self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
-        self.env.time_step_spec(), self.env.action_spec()), [self.writer])
+        self.env.time_step_spec(), self.env.action_spec()), writers)
     self.evaluator = actors.Evaluator(eval_env, triggers.greedy(self.agent),
                                       exp.num_eval_episodes, seed=exp.seed + 10_000)
     # The job's env steps, checkpointed with the agent: a resumed job counts on from

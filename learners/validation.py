@@ -117,6 +117,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'log_interval': optional(integer(1)),
     'max_train_seconds': optional(number(0.0, low_open=True)),
     'dataset_dir': optional(NONEMPTY_STRING),
+    'record_dir': optional(NONEMPTY_STRING),
     'num_eval_episodes': integer(1),
     'target_return': optional(number()),
     'checkpoint_interval': integer(1),

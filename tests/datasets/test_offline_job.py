@@ -131,3 +131,18 @@ def test_fewer_episodes_than_envs_is_refused_naming_the_setting(recording):
   with pytest.raises(rlds.DatasetError, match=r'The dataset has 30 episodes, fewer than '
                      r'the 32 envs it is written as: use Experiment.num_envs <= 30\.'):
     feeder.padded_indices(data, 32)
+
+
+def test_a_job_records_every_episode_it_collects(tmp_path):
+  from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
+  record = str(tmp_path / 'experience')
+  result = train_eval.run(str(tmp_path / 'job'), ['dqn_cartpole.gin'], [
+      f"Experiment.record_dir = '{record}'", 'Experiment.num_train_steps = 256',
+      'Experiment.eval_interval = 256', 'Experiment.num_eval_episodes = 1',
+      'Experiment.target_return = None'])
+  data = rlds.read(record)
+  # Every episode that ended, random warm-up included; at most one unfinished episode
+  # per env (16 envs, CartPole's 500 steps) is left out.
+  assert data.num_episodes > 16
+  assert result['env_steps'] - 16 * 500 <= data.num_transitions <= result['env_steps']
+  assert rlds.read_metadata(record)['env'] == 'CartPole-v1'

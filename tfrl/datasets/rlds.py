@@ -225,9 +225,11 @@ class RldsRecorder:
     """Episodes are written as they end; nothing is held back."""
 
   def close(self) -> None:
-    """Drops the episodes under way and closes the files."""
+    """Drops the episodes under way and closes the files (again: nothing to do)."""
     self._open = {}
-    self._writer.close_all()
+    if self._writer is not None:
+      self._writer.close_all()
+      self._writer = None
 
 
 def read_metadata(directory: str) -> Dict[str, Any]:
