@@ -49,11 +49,39 @@ class EpsilonSchedule:
 
 
 class _ReplayAgentInterface:
-  """What tfrl's trainers ask of a DQN agent (see `tfrl.agents.interface`)."""
+  """What tfrl's trainers ask of a DQN agent (see `tfrl.agents.interface`), and the
+  conservative (CQL) term for training from datasets."""
 
-  def __init__(self, *args, epsilon_schedule: EpsilonSchedule, **kwargs):
+  def __init__(self, *args, epsilon_schedule: EpsilonSchedule, cql_alpha: float = 0.0,
+               **kwargs):
     self._epsilon_schedule = epsilon_schedule
+    self._cql_alpha = float(cql_alpha)
     super().__init__(*args, epsilon_greedy=epsilon_schedule, **kwargs)
+
+  def _loss(self, experience, td_errors_loss_fn=None, gamma=1.0, reward_scale_factor=1.0,
+            weights=None, training=False):
+    """DQN's TD loss, plus with `cql_alpha` > 0 CQL(H)'s conservative term.
+
+    CQL (Kumar et al. 2020, eq. 4, the discrete form in their code and in d3rlpy's
+    DiscreteCQL): alpha * E_s[logsumexp_a Q(s, a) - Q(s, a_data)], which lowers the
+    values of actions the data does not take. Averaged like the TD loss: over the
+    global batch, boundary rows weighing 0.
+    """
+    loss_info = super()._loss(experience, td_errors_loss_fn=td_errors_loss_fn,
+                              gamma=gamma, reward_scale_factor=reward_scale_factor,
+                              weights=weights, training=training)
+    if not self._cql_alpha:
+      return loss_info
+    time_steps, policy_steps, _ = self._as_transition(experience)
+    q_values, _ = self._q_network(time_steps.observation, step_type=time_steps.step_type,
+                                  training=training)
+    data_q = common.index_with_actions(q_values, tf.cast(policy_steps.action, tf.int32))
+    gap = tf.reduce_logsumexp(q_values, axis=-1) - data_q
+    valid = tf.cast(~time_steps.is_last(), tf.float32)
+    conservative = common.aggregate_losses(per_example_loss=valid * gap,
+                                           sample_weight=weights).total_loss
+    tf.summary.scalar('Losses/cql_gap', conservative, step=self.train_step_counter)
+    return loss_info._replace(loss=loss_info.loss + self._cql_alpha * conservative)
 
   def priorities(self, loss_info: tf_agent.LossInfo) -> tf.Tensor:
     """|TD error| per row: prioritized replay's priorities."""
@@ -130,7 +158,8 @@ def create_dqn_agent(time_step_spec,
                      epsilon_decay_steps: int = 5000,
                      gradient_clipping: float = None,
                      global_gradient_clipping: float = None,
-                     cnn: str = 'nature') -> DqnAgent:
+                     cnn: str = 'nature',
+                     cql_alpha: float = 0.0) -> DqnAgent:
   """Returns an initialized (Double) DQN agent.
 
   The Q-network is `q_network_for`'s: fully connected for vectors, tfrl's encoders
@@ -157,6 +186,8 @@ def create_dqn_agent(time_step_spec,
       `tfrl.networks.encoders.make_encoder`).
       Nature DQN's own network is cnn='nature' with fc_layer_params=() (the CNN ends
       in its 512-unit layer).
+    cql_alpha: > 0 adds CQL's conservative term with this weight (offline training
+      from a dataset, `Experiment.dataset_dir`; d3rlpy's DiscreteCQL uses 1.0).
 
   Returns:
     A `DqnAgent` (or `DdqnAgent`, a subclass of tf-agents' `DqnAgent` too).
@@ -178,6 +209,7 @@ def create_dqn_agent(time_step_spec,
                                          global_clipnorm=global_gradient_clipping),
       epsilon_schedule=EpsilonSchedule(epsilon_start, epsilon_end, epsilon_decay_steps,
                                        train_step),
+      cql_alpha=cql_alpha,
       gamma=gamma,
       target_update_period=target_update_period,
       target_update_tau=target_update_tau,
