@@ -99,12 +99,14 @@ class Experiment:
     max_train_seconds: (one process) a wall-clock budget: training stops at the first
       iteration past this many seconds from the first train step, then evaluates,
       checkpoints and exports as at the end of num_train_steps (None: no budget).
-    dataset_dir: (one process) train offline from this RLDS dataset (`tfrl.datasets`:
+    dataset_dir: (one process) train from this RLDS dataset (`tfrl.datasets`:
       episodes recorded by `tfrl-eval --record_dir` or any RLDS writer, with this
-      job's observations and actions): it is written into the replay table through
-      the collectors' writer before the first train step, and nothing is collected;
-      the envs only evaluate. For transition-replay agents (DQN, SAC); the table's
-      capacity must hold it. None: collect as usual.
+      job's observations and actions), written through the collectors' writer before
+      the first train step. Offline (the default): it is the replay table, nothing is
+      collected and the envs only evaluate. Hybrid (`TransitionReplay.dataset_fraction`):
+      it fills a table of its own, collection goes on, and each batch mixes both. For
+      transition-replay agents (DQN, SAC, BC); its table must hold it. None: collect
+      as usual.
     record_dir: (one process) also record every collected episode, random warm-up
       included, as an RLDS dataset in this new directory (a job's whole experience, as
       D4RL's 'medium-replay' sets are). Not with terminal_on_life_loss (a dataset's
@@ -172,6 +174,9 @@ class Experiment:
                                                        layouts.TransitionReplay):
       raise ValueError(f'Experiment.dataset_dir is for transition-replay agents (DQN, SAC); '
                        f'this agent trains from {type(self.layout).__name__}.')
+    if getattr(self.layout, 'hybrid', False) and self.dataset_dir is None:
+      raise ValueError('TransitionReplay.dataset_fraction mixes a dataset into each batch: '
+                       'set Experiment.dataset_dir too.')
     if self.record_dir is not None and self.terminal_on_life_loss:
       raise ValueError('Experiment.record_dir with terminal_on_life_loss would record '
                        'lives, not games: record without terminal_on_life_loss.')
@@ -203,6 +208,12 @@ class Experiment:
     if issubclass(layout_class, layouts.TransitionReplay):
       settings.update(gamma=self.gamma, beta_anneal_steps=self.num_train_steps)
     return layouts.build(layout_class, self.num_envs, self.batch_size, **settings)
+
+  @property
+  def offline(self) -> bool:
+    """Trains from `dataset_dir` alone (no collection): a dataset and no
+    `TransitionReplay.dataset_fraction` (which mixes it with collected experience)."""
+    return self.dataset_dir is not None and not getattr(self.layout, 'hybrid', False)
 
   # -- Builders -------------------------------------------------------------------
 

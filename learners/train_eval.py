@@ -197,19 +197,26 @@ class _OneProcessJob:
     """The layout's collection before the first train step (random actions for replay),
     or an offline job's dataset, written into the replay table."""
     exp = self.exp
-    if exp.dataset_dir is None:
+    if exp.dataset_dir is not None:
+      self.load_dataset()
+    if not exp.offline:
       exp.layout.warm_up(self.collect_actor, self.random_actor, exp.initial_collect_steps)
-      return
+
+  def load_dataset(self) -> None:
+    """Writes `Experiment.dataset_dir` into the layout's table for datasets."""
+    exp = self.exp
     start = time.perf_counter()
     data = feeder.load_into_replay(
-        exp.dataset_dir, exp.layout, self.writer, self.agent, self.env,
+        exp.dataset_dir, exp.layout, self.server.client, self.agent, self.env,
         on_progress=lambda done, total: logs.progress(
             'Loading the dataset: %d of %d vector steps written.', done, total))
     returns = data.episode_returns()
-    logs.progress('Loaded %d transitions (%d episodes, mean return %s) from %s into the '
-                  'replay table in %.1f s; training offline.', data.num_transitions,
-                  data.num_episodes, metrics.format_return(float(returns.mean())),
-                  exp.dataset_dir, time.perf_counter() - start)
+    how = ('training offline' if exp.offline else
+           f'{exp.layout.dataset_rows} of each batch\'s {exp.batch_size} rows come from it')
+    logs.progress('Loaded %d transitions (%d episodes, mean return %s) from %s in %.1f s; '
+                  '%s.', data.num_transitions, data.num_episodes,
+                  metrics.format_return(float(returns.mean())), exp.dataset_dir,
+                  time.perf_counter() - start, how)
 
   def collect_and_train(self) -> bool:
     """Collects, trains and evaluates until the budget or a confirmed target.
@@ -260,7 +267,7 @@ class _OneProcessJob:
 
   def collect(self) -> None:
     """One iteration's vector steps (none offline)."""
-    if self.exp.dataset_dir is not None:
+    if self.exp.offline:
       return
     with self.collect_throughput.timing():
       self.collect_actor.run(self.exp.collect_steps_per_iteration)

@@ -96,11 +96,12 @@ def feed(arrays: rlds.EpisodeArrays, writer: Any, indices: np.ndarray,
   return steps
 
 
-def load_into_replay(directory: str, layout: Any, writer: Any, agent: Any, env: Any,
+def load_into_replay(directory: str, layout: Any, client: Any, agent: Any, env: Any,
                      on_progress: Optional[Callable[[int, int], None]] = None
                      ) -> rlds.EpisodeArrays:
   """Reads the RLDS dataset at `directory` and writes it into a transition layout's
-  replay table through `writer` (made by `layout.make_writer`, for `layout.num_envs`).
+  table for datasets (`layout.make_dataset_writer`: the replay table offline, a table
+  of its own for hybrid jobs) as `layout.num_envs` envs' streams.
 
   Returns:
     The dataset's arrays (for its size and returns).
@@ -121,9 +122,15 @@ def load_into_replay(directory: str, layout: Any, writer: Any, agent: Any, env: 
                    directory)
   indices = padded_indices(arrays, layout.num_envs, flush_steps=layout.n_step - 1)
   rows = (indices.shape[0] - 1) * layout.num_envs  # boundary and padding rows included
-  if rows > layout.capacity:
+  capacity = layout.dataset_capacity_rows
+  if rows > capacity:
+    setting = 'dataset_capacity' if layout.hybrid else 'capacity'
     raise rlds.DatasetError(
-        f'The dataset at {directory} makes {rows} rows, more than the replay table holds '
-        f'(TransitionReplay.capacity = {layout.capacity}): raise the capacity.')
-  feed(arrays, writer, indices, agent.collect_data_spec.policy_info, on_progress)
+        f'The dataset at {directory} makes {rows} rows, more than its table holds '
+        f'(TransitionReplay.{setting} = {capacity}): raise it.')
+  writer = layout.make_dataset_writer(client)
+  try:
+    feed(arrays, writer, indices, agent.collect_data_spec.policy_info, on_progress)
+  finally:
+    writer.close()
   return arrays

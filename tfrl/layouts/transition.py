@@ -14,6 +14,12 @@ reaches the learner after ~`shuffle_buffer_batches` train steps.
 Prioritized replay keeps one transition per item (the writer creates num_envs items
 from each vector step's one append), so each transition has its own priority.
 
+Datasets (`tfrl.datasets`, `Experiment.dataset_dir`) are written through the same
+writer (`make_dataset_writer`): into the replay table itself for offline training, or,
+with `dataset_fraction` (hybrid), into a 'dataset' table of their own, each batch then
+holding that share of dataset rows and the rest from the online replay (RLPD's
+symmetric sampling is 0.5; Ball et al. 2023), split on the global batch in whole items.
+
 Prioritized replay follows Schaul et al. (2016, arXiv:1511.05952): P(i) ~ p_i^alpha;
 new items enter at the largest priority seen so far; after each train step the agent's
 `priorities(loss_info)` are written back; importance weights (N * P(i))^-beta are
@@ -38,6 +44,8 @@ from tfrl.replay import tables as tables_lib
 
 # Added to every written-back priority: a row with zero TD error stays sampleable.
 PRIORITY_FLOOR = 1e-6
+# A hybrid job's dataset rows (`dataset_fraction`).
+DATASET_TABLE = 'dataset'
 
 
 @gin.configurable(denylist=base.JOB_SETTINGS + ('gamma', 'beta_anneal_steps'))
@@ -57,9 +65,14 @@ class TransitionReplay(base.Layout):
     beta_anneal_steps: train steps over which beta reaches 1 (None: it stays).
     shuffle_buffer_batches: uniform replay's shuffle buffer, in batches (0: batches
       of whole items, as before issue 23).
+    dataset_fraction: hybrid training: the share of each batch sampled from the
+      dataset's own table, in (0, 1); None: a dataset, if the job has one, is the whole
+      replay (offline training).
+    dataset_capacity: the dataset table's size in transitions (hybrid).
 
   Raises:
-    ValueError: prioritized replay with steps_per_item > 1, or a negative buffer.
+    ValueError: prioritized replay with steps_per_item > 1 or with a dataset_fraction,
+      a negative buffer, or a dataset_fraction outside (0, 1).
   """
   n_step: int = 1
   gamma: float = 0.99
@@ -70,8 +83,17 @@ class TransitionReplay(base.Layout):
   importance_sampling_exponent: float = 0.4
   beta_anneal_steps: Optional[int] = None
   shuffle_buffer_batches: int = mixing.DEFAULT_BUFFER_BATCHES
+  dataset_fraction: Optional[float] = None
+  dataset_capacity: int = 1_000_000
 
   def __post_init__(self):
+    if self.dataset_fraction is not None:
+      if not 0.0 < self.dataset_fraction < 1.0:
+        raise ValueError(f'dataset_fraction must be in (0, 1) (None: offline, the dataset '
+                         f'is the whole replay), got {self.dataset_fraction}.')
+      if self.prioritized:
+        raise ValueError('dataset_fraction with prioritized replay: priorities are '
+                         'written back to one table; use uniform replay for hybrid jobs.')
     if self.prioritized and self.steps_per_item != 1:
       raise ValueError(f'steps_per_item={self.steps_per_item} with prioritized replay: '
                        'its items hold one transition each (a priority per transition).')
@@ -93,6 +115,40 @@ class TransitionReplay(base.Layout):
     """Uniform replay mixes a replica's `rows`-row batches (prioritized: none)."""
     return 0 if self.prioritized else mixing.buffer_rows_for(
         rows, self.shuffle_buffer_batches)
+
+  @property
+  def hybrid(self) -> bool:
+    return self.dataset_fraction is not None
+
+  @property
+  def dataset_rows(self) -> int:
+    """Rows of a (global) batch from the dataset table (hybrid), in whole items.
+
+    Raises:
+      ValueError: a fraction that rounds to no dataset rows or no online ones.
+    """
+    rows = int(round(self.batch_size * self.dataset_fraction / self.rows_per_item)
+               ) * self.rows_per_item
+    if not 0 < rows < self.batch_size:
+      raise ValueError(
+          f'dataset_fraction={self.dataset_fraction} of batch_size={self.batch_size} '
+          f'rounds to {rows} dataset rows (items hold {self.rows_per_item}): a hybrid '
+          'batch needs both kinds; change the fraction or the batch size.')
+    return rows
+
+  @property
+  def online_rows(self) -> int:
+    """Rows of a (global) batch from the online replay."""
+    return self.batch_size - self.dataset_rows if self.hybrid else self.batch_size
+
+  @property
+  def items_per_train_step(self) -> int:
+    return self.items_per_batch(self.online_rows)
+
+  @property
+  def dataset_capacity_rows(self) -> int:
+    """The rows a dataset may make: the dataset table's, or offline the replay's."""
+    return self.dataset_capacity if self.hybrid else self.capacity
 
   @property
   def rows_per_item(self) -> int:
@@ -118,7 +174,7 @@ class TransitionReplay(base.Layout):
       # The learners' shuffle buffers (and the chunks in flight to them) take item
       # samples ahead of training: the limiter must allow them, or a learner waiting
       # to fill its buffer and collectors waiting for samples would block each other.
-      ahead = 2 * mixing.fill_items(self.shuffle_rows(self.batch_size), self.rows_per_item)
+      ahead = 2 * mixing.fill_items(self.shuffle_rows(self.online_rows), self.rows_per_item)
       error_buffer = tables_lib.default_error_buffer(min_items, samples_per_insert) + ahead
     settings = dict(max_size=max(self.capacity // self.rows_per_item, min_items),
                     signature=self.item_signature(agent),
@@ -128,14 +184,52 @@ class TransitionReplay(base.Layout):
       return [replay.prioritized_table(self.experience_table,
                                        priority_exponent=self.priority_exponent,
                                        **settings)]
-    return [replay.uniform_table(self.experience_table, **settings)]
+    tables = [replay.uniform_table(self.experience_table, **settings)]
+    if self.hybrid:  # filled once, before training: no rate limiter
+      dataset_items = self.items_per_batch(self.dataset_rows)
+      tables.append(replay.uniform_table(
+          DATASET_TABLE, max(self.dataset_capacity // self.rows_per_item, dataset_items),
+          self.item_signature(agent), min_size_to_sample=dataset_items))
+    return tables
 
   def make_writer(self, client: reverb.Client, **kwargs):
     if self.prioritized:
       kwargs['priority'] = lambda: float(self._max_priority.numpy())
+    return self._writer(client, self.experience_table, **kwargs)
+
+  def make_dataset_writer(self, client: reverb.Client, **kwargs):
+    """The writer a dataset's episodes go through (`tfrl.datasets.feeder`): to the
+    dataset table when hybrid, else (offline) to the replay table."""
+    if self.prioritized:
+      kwargs['priority'] = lambda: float(self._max_priority.numpy())
+    return self._writer(client, DATASET_TABLE if self.hybrid else self.experience_table,
+                        **kwargs)
+
+  def _writer(self, client: reverb.Client, table: str, **kwargs):
     return replay.NStepTransitionWriter(
-        client, [self.experience_table], n=self.n_step, discount=self.gamma,
+        client, [table], n=self.n_step, discount=self.gamma,
         steps_per_item=self.steps_per_item, envs_per_item=self.envs_per_item, **kwargs)
+
+  def dataset_fn(self, server_address: str, agent: tf_agent.TFAgent,
+                 sample_timeout_ms: int = -1):
+    """The base's dataset, or (hybrid) batches of online rows then dataset rows, each
+    part mixed through its own shuffle buffer."""
+    if not self.hybrid:
+      return super().dataset_fn(server_address, agent, sample_timeout_ms)
+    signature = self.item_signature(agent)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+      replicas = context.num_replicas_in_sync
+      online = self.rows_per_replica(self.online_rows, replicas, 'online part')
+      offline = self.rows_per_replica(self.dataset_rows, replicas, 'dataset part')
+      return replay.make_mixed_dataset(
+          server_address, [(self.experience_table, online), (DATASET_TABLE, offline)],
+          signature, rows_per_item=self.rows_per_item, time_major=False,
+          experience_spec=agent.collect_data_spec,
+          rate_limiter_timeout_ms=sample_timeout_ms,
+          shuffle_rows=(self.shuffle_rows(online), self.shuffle_rows(offline)))
+
+    return dataset_fn
 
   def _extra_train_inputs(self, experience, info, agent) -> Dict[str, tf.Tensor]:
     # Boundary rows weigh 0 (DqnAgent masks them itself; SacAgent and others do not).

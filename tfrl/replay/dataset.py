@@ -183,7 +183,8 @@ def make_mixed_dataset(server_address: str,
                        rows_per_item: int,
                        time_major: bool,
                        experience_spec: Any = None,
-                       rate_limiter_timeout_ms: int = -1) -> tf.data.Dataset:
+                       rate_limiter_timeout_ms: int = -1,
+                       shuffle_rows: Sequence[int] = ()) -> tf.data.Dataset:
   """Batches whose rows come from several tables, in a fixed share per table.
 
   Each batch concatenates, in the order given, `rows` rows sampled from each table
@@ -197,6 +198,7 @@ def make_mixed_dataset(server_address: str,
       rows per item.
     item_signature, rows_per_item, time_major, experience_spec,
       rate_limiter_timeout_ms: see `make_dataset`.
+    shuffle_rows: per table, its rows' shuffle buffer (`make_dataset`); default none.
 
   Returns:
     A `tf.data.Dataset` of `(experience, info)` batches of sum(rows) rows.
@@ -214,7 +216,8 @@ def make_mixed_dataset(server_address: str,
     dataset = make_dataset(server_address, table, item_signature, rows,
                            rows_per_item=rows_per_item, time_major=time_major,
                            experience_spec=experience_spec,
-                           rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+                           rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+                           shuffle_rows=shuffle_rows[index] if shuffle_rows else 0)
     parts.append(dataset.map(lambda exp, info, index=index, rows=rows: (
         exp, dict(info, **{TABLE_INDEX: tf.fill([rows], index)}))))
   if len(parts) == 1:
