@@ -269,10 +269,19 @@ class Experiment:
     return {'policy': agent.collect_policy.variables(), 'train_step': train_step,
             **self.layout.pushed_variables()}
 
-  def tables(self, agent, train_step: tf.Variable) -> list:
-    """Every table a separate reverb_server serves: experience and variables."""
+  def tables(self, agent, train_step: tf.Variable, dataset_items: int = 0) -> list:
+    """Every table a separate reverb_server serves: experience and variables.
+
+    Args:
+      agent, train_step: the job's.
+      dataset_items: the size of `dataset_dir` in items (`feeder.LoadPlan.items`): its
+        table samples only once it holds them all. Offline, the replay table has no
+        rate limiter (nothing is inserted while training).
+    """
     signature = replay.VariableContainer.signature(self.pushed_variables(agent, train_step))
-    return (self.layout.tables(agent, self.samples_per_insert) +
+    samples_per_insert = None if self.offline else self.samples_per_insert
+    extra = dict(dataset_items=dataset_items) if dataset_items else {}
+    return (self.layout.tables(agent, samples_per_insert, **extra) +
             [replay.variables_table(signature)])
 
   def make_learner(self, root_dir: str, server_address: str, agent, train_step,

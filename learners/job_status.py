@@ -12,12 +12,15 @@ class StatusReader:
   """Reads alive/exit code per process, env steps/s, train steps/s and the last eval
   return; the rates are per second since the previous status that had the counter."""
 
-  def __init__(self, layout: 'layouts.Layout'):
+  def __init__(self, layout: 'layouts.Layout', offline: bool = False):
     """Args:
       layout: the job's data layout (which table counts env steps, and how many each
         item holds).
+      offline: the job collects nothing (its table's inserts are a dataset's rows):
+        env steps stay 0.
     """
     self._layout = layout
+    self._offline = offline
     # Rates between status lines; a counter the server cannot tell now is skipped.
     self._env_steps_rate, self._train_steps_rate = metrics.Throughput(), metrics.Throughput()
     self._counted = {'env_steps': False, 'train_step': False}
@@ -70,7 +73,8 @@ class StatusReader:
                 unpack_as_table_signature=True)),
             2.0, f'a sample of the variables table at {address}')
         train_step = int(sample.data['train_step'])
-      return items * self._layout.env_steps_per_item, train_step
+      env_steps = 0 if self._offline else items * self._layout.env_steps_per_item
+      return env_steps, train_step
     except replay.ReplayServerUnreachableError:
       return None, None  # server busy or restarting: the next status will tell
 

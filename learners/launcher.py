@@ -52,7 +52,7 @@ class Launcher:
     """Args:
       root_dir: the job directory (logs go to root_dir/logs).
       gin_files, gin_bindings: passed to every program (and parsed here for status).
-      num_collectors: collector processes.
+      num_collectors: collector processes (none for an offline job).
       port: Reverb port (0 picks a free one; with a backend, its node picks it).
       python: the interpreter that runs the programs (on every node).
       backend: a `ray_backend.RayBackend` places the programs on a Ray cluster's nodes;
@@ -78,7 +78,11 @@ class Launcher:
     # Absolute paths: a program on another node starts in another directory.
     self._gin_args = ([f'--gin_file={config.resolve_gin_file(f)}' for f in gin_files] +
                       [f'--gin_bindings={b}' for b in gin_bindings])
-    self._num_collectors = num_collectors
+    # An offline job (Experiment.dataset_dir alone) trains from the server's dataset.
+    self._num_collectors = 0 if experiment.offline else num_collectors
+    if experiment.offline:
+      logs.progress('Offline job: no collectors; the server loads %s.',
+                    experiment.dataset_dir)
     self._backend = backend
     self._overwrite = overwrite
     self.port = port or (0 if backend else portpicker.pick_unused_port())
@@ -86,7 +90,7 @@ class Launcher:
     self._python = python
     self.processes: Dict[str, Union[subprocess.Popen, 'ray_backend.RayProcess']] = {}
     self._logs = {}
-    self._status = job_status.StatusReader(experiment.layout)
+    self._status = job_status.StatusReader(experiment.layout, experiment.offline)
     self._problems = None  # set by stop()
     self.killed = set()  # what stop() had to kill
     self._stop_shares = stop_plan.shares(stop_grace_s)  # ValueError if not > 0

@@ -31,6 +31,8 @@ from learners.experiment import Experiment
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl.datasets import feeder
+from tfrl.datasets import rlds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +74,23 @@ def serve(experiment: Experiment, root_dir: str, stop_event: threading.Event,
   port, checkpoint_interval_s = options.port, options.checkpoint_interval_s
   train_step, agent = experiment.build_agent()
   checkpoint_dir = os.path.join(root_dir, REVERB_DIR)
-  server = replay.ReplayServer(experiment.tables(agent, train_step), port=port,
-                               checkpoint_dir=checkpoint_dir)
+  plan = None
+  if experiment.dataset_dir is not None:
+    env = experiment.make_env(num_envs=1, collect=False)  # for its specs
+    plan = feeder.plan_load(experiment.dataset_dir, experiment.layout, env)
+    env.close()
+  server = replay.ReplayServer(
+      experiment.tables(agent, train_step, dataset_items=plan.items if plan else 0),
+      port=port, checkpoint_dir=checkpoint_dir)
   info = server.table_info()
   logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
                port, {name: t.current_size for name, t in info.items()})
+  if plan is not None and not info[experiment.layout.dataset_table].current_size:
+    # Its table samples once it holds every item, so the trainer waits for all of it.
+    start = time.monotonic()
+    feeder.load_into_replay(plan, experiment.layout, server.client, agent)
+    logs.progress('%s', feeder.loaded_message(plan, experiment.layout,
+                                              time.monotonic() - start))
   writer = metrics.create_summary_writer(os.path.join(root_dir, REPLAY_SUMMARY_DIR))
   # Not a work activity: a server has no progress of its own to stall on, but a frozen
   # one stops beating and reads as 'not answering'.
@@ -120,6 +134,8 @@ def _main() -> None:
   except (replay.CheckpointMismatchError,  # tables differ from the checkpoint's
           replay.PortInUseError) as e:
     config.fail(str(e))
+  except rlds.DatasetError as e:
+    config.fail(f'Experiment.dataset_dir: {e}')
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)
     raise

@@ -137,7 +137,11 @@ class _OneProcessJob:
     # One process alternates collection and training, so the table has no ratio limiter
     # (it could block the learner while the actor is idle): the ratio is fixed by
     # collect/train steps per iteration instead.
-    self.server = replay.ReplayServer(layout.tables(self.agent, None))
+    # The dataset is read now: its table samples once it holds all of it.
+    self.dataset = (feeder.plan_load(exp.dataset_dir, layout, self.env)
+                    if exp.dataset_dir is not None else None)
+    self.server = replay.ReplayServer(layout.tables(
+        self.agent, None, **(dict(dataset_items=self.dataset.items) if self.dataset else {})))
     cleanup.callback(self.server.stop)
     self.writer = layout.make_writer(self.server.client)
     cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
@@ -204,19 +208,14 @@ class _OneProcessJob:
 
   def load_dataset(self) -> None:
     """Writes `Experiment.dataset_dir` into the layout's table for datasets."""
-    exp = self.exp
+    exp, plan = self.exp, self.dataset
     start = time.perf_counter()
-    data = feeder.load_into_replay(
-        exp.dataset_dir, exp.layout, self.server.client, self.agent, self.env,
-        on_progress=lambda done, total: logs.progress(
-            'Loading the dataset: %d of %d vector steps written.', done, total))
-    returns = data.episode_returns()
-    how = ('training offline' if exp.offline else
-           f'{exp.layout.dataset_rows} of each batch\'s {exp.batch_size} rows come from it')
-    logs.progress('Loaded %d transitions (%d episodes, mean return %s) from %s in %.1f s; '
-                  '%s.', data.num_transitions, data.num_episodes,
-                  metrics.format_return(float(returns.mean())), exp.dataset_dir,
-                  time.perf_counter() - start, how)
+    feeder.load_into_replay(plan, exp.layout, self.server.client, self.agent,
+                            on_progress=lambda done, total: logs.progress(
+                                'Loading the dataset: %d of %d vector steps written.',
+                                done, total))
+    logs.progress('%s', feeder.loaded_message(plan, exp.layout,
+                                              time.perf_counter() - start))
 
   def collect_and_train(self) -> bool:
     """Collects, trains and evaluates until the budget or a confirmed target.

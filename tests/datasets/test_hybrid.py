@@ -47,9 +47,10 @@ def test_each_batch_holds_the_configured_share_of_dataset_rows(random_dataset,
                                                                reverb_server_factory):
   exp = hybrid_experiment(random_dataset)
   _, agent = exp.build_agent()
-  server = reverb_server_factory(exp.layout.tables(agent))
   env = exp.make_env()
-  feeder.load_into_replay(random_dataset, exp.layout, server.client, agent, env)
+  plan = feeder.plan_load(random_dataset, exp.layout, env)
+  server = reverb_server_factory(exp.layout.tables(agent, dataset_items=plan.items))
+  feeder.load_into_replay(plan, exp.layout, server.client, agent)
   writer = exp.layout.make_writer(server.client)
   actors.Actor(env, agent.collect_policy, [writer], policy_version=ONLINE_VERSION).run(200)
   writer.close()
@@ -86,9 +87,10 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     exp = hybrid_experiment({dataset!r})
     strategy = tf.distribute.MirroredStrategy(devices)
     _, agent = exp.build_agent(strategy)
-    server = replay.ReplayServer(exp.layout.tables(agent))
     env = exp.make_env()
-    feeder.load_into_replay({dataset!r}, exp.layout, server.client, agent, env)
+    plan = feeder.plan_load({dataset!r}, exp.layout, env)
+    server = replay.ReplayServer(exp.layout.tables(agent, dataset_items=plan.items))
+    feeder.load_into_replay(plan, exp.layout, server.client, agent)
     writer = exp.layout.make_writer(server.client)
     actors.Actor(env, agent.collect_policy, [writer], policy_version=ONLINE_VERSION).run(200)
     writer.close()
@@ -117,3 +119,25 @@ def test_under_two_replicas_each_takes_its_share_of_both_parts(random_dataset):
     assert replica['table'] == [0] * 12 + [1] * 4
     assert replica['version'][12:] == [feeder.DATASET_POLICY_VERSION] * 4
     assert replica['version'][:12] == [ONLINE_VERSION] * 12
+
+
+@pytest.mark.parametrize('layout_settings', [
+    dict(n_step=3, steps_per_item=2, capacity=20_000),
+    dict(n_step=1, prioritized=True, capacity=20_000),  # an item per transition
+    dict(n_step=5, dataset_fraction=0.5, dataset_capacity=20_000),
+])
+def test_the_plan_counts_exactly_the_items_the_writer_makes(random_dataset,
+                                                            reverb_server_factory,
+                                                            layout_settings):
+  """The dataset's table samples once it holds `plan.items`: a count one too high
+  would block training for good."""
+  exp = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=8,
+                   dataset_dir=random_dataset, layout_settings=layout_settings)
+  _, agent = exp.build_agent()
+  env = exp.make_env()
+  plan = feeder.plan_load(random_dataset, exp.layout, env)
+  env.close()
+  server = reverb_server_factory(exp.layout.tables(agent, dataset_items=plan.items))
+  feeder.load_into_replay(plan, exp.layout, server.client, agent)
+  size = server.client.server_info()[exp.layout.dataset_table].current_size
+  assert size == plan.items > 0

@@ -146,6 +146,29 @@ def test_a_hybrid_job_collects_and_trains_on_both_halves(recording, tmp_path):
   assert env_steps > 0
 
 
+def test_offline_job_as_separate_programs_has_no_collectors(recording, tmp_path):
+  """`tfrl-launch` on an offline config: the server loads the dataset (its table
+  samples only once all of it is in), the trainer and the evaluator run, no collector
+  starts, and the job ends at its confirmed target with an export that plays."""
+  _, record = recording
+  root = str(tmp_path / 'launched')
+  result = run(['learners.launch', f'--root_dir={root}', '--gin_file=bc_cartpole.gin',
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'",
+                '--status_interval_s=2'])
+  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  assert 'Offline job: no collectors' in result.stderr
+  assert sorted(os.listdir(os.path.join(root, 'logs'))) == [
+      'eval.log', 'reverb_server.log', 'train.log']
+  with open(os.path.join(root, 'logs', 'reverb_server.log')) as f:
+    assert 'training offline' in f.read()
+  statuses = [l for l in result.stdout.splitlines() if '] env steps ' in l]
+  assert statuses and all('] env steps 0 ' in l for l in statuses), statuses
+  env = envs.make('CartPole-v1', num_envs=10, seed=778)
+  policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
+  assert actors.Evaluator(env, policy, 10).run()['AverageReturn'] >= 475.0
+  env.close()
+
+
 def test_a_dataset_of_another_env_fails_the_job_in_one_line_naming_both(recording,
                                                                          tmp_path):
   _, record = recording

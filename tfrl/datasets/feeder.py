@@ -9,6 +9,7 @@ to back: at an episode's end the slot's next step is a LAST -> FIRST boundary ro
 after gymnasium's autoreset. A slot that runs out of episodes repeats its final (LAST)
 step, so its padding rows start at LAST and are masked like every boundary row.
 """
+import dataclasses
 import heapq
 from typing import Any, Callable, List, Optional
 
@@ -96,21 +97,34 @@ def feed(arrays: rlds.EpisodeArrays, writer: Any, indices: np.ndarray,
   return steps
 
 
-def load_into_replay(directory: str, layout: Any, client: Any, agent: Any, env: Any,
-                     on_progress: Optional[Callable[[int, int], None]] = None
-                     ) -> rlds.EpisodeArrays:
-  """Reads the RLDS dataset at `directory` and writes it into a transition layout's
-  table for datasets (`layout.make_dataset_writer`: the replay table offline, a table
-  of its own for hybrid jobs) as `layout.num_envs` envs' streams.
+@dataclasses.dataclass
+class LoadPlan:
+  """A dataset read and laid out for a transition layout's table (`plan_load`).
 
-  Returns:
-    The dataset's arrays (for its size and returns).
+  Attributes:
+    directory: where it was read from.
+    arrays: its steps.
+    indices: the slots' step streams (`padded_indices`).
+    rows: the rows it makes (boundary and padding rows included).
+    items: the Reverb items those rows fill: the dataset table's minimum size to
+      sample, so no batch is drawn before the whole dataset is in.
+  """
+  directory: str
+  arrays: rlds.EpisodeArrays
+  indices: np.ndarray
+  rows: int
+  items: int
+
+
+def plan_load(directory: str, layout: Any, env: Any) -> LoadPlan:
+  """Reads the RLDS dataset at `directory` and lays it out for `layout`'s table for
+  datasets (`layout.make_dataset_writer`: the replay table offline, a table of its own
+  for hybrid jobs) as `layout.num_envs` envs' streams.
 
   Raises:
     rlds.DatasetError: no dataset there, observations or actions unlike `env`'s
       (DatasetSpecError), fewer episodes than envs, or a table too small for it.
-    ValueError: a layout other than transition replay, or an agent whose collected
-      data holds policy info.
+    ValueError: a layout other than transition replay.
   """
   # Imported here: tfrl.layouts imports the agents' modules, which need not import this.
   from tfrl import layouts  # pylint: disable=g-import-not-at-top
@@ -121,16 +135,41 @@ def load_into_replay(directory: str, layout: Any, client: Any, agent: Any, env: 
   rlds.check_specs(arrays.specs, env.time_step_spec().observation, env.action_spec(),
                    directory)
   indices = padded_indices(arrays, layout.num_envs, flush_steps=layout.n_step - 1)
-  rows = (indices.shape[0] - 1) * layout.num_envs  # boundary and padding rows included
+  # The writer's items: a row is written n - 1 steps after it starts, an item holds
+  # steps_per_item steps of envs_per_item envs (a last, partial one is not written).
+  rows_written = indices.shape[0] - 1 - (layout.n_step - 1)
+  items = ((rows_written // layout.steps_per_item) *
+           (layout.num_envs // layout.envs_per_item))
+  rows = items * layout.rows_per_item
   capacity = layout.dataset_capacity_rows
   if rows > capacity:
     setting = 'dataset_capacity' if layout.hybrid else 'capacity'
     raise rlds.DatasetError(
         f'The dataset at {directory} makes {rows} rows, more than its table holds '
         f'(TransitionReplay.{setting} = {capacity}): raise it.')
+  return LoadPlan(directory, arrays, indices, rows, items)
+
+
+def load_into_replay(plan: LoadPlan, layout: Any, client: Any, agent: Any,
+                     on_progress: Optional[Callable[[int, int], None]] = None) -> None:
+  """Writes a planned dataset into `layout`'s table for datasets through `client`.
+
+  Raises:
+    ValueError: an agent whose collected data holds policy info.
+  """
   writer = layout.make_dataset_writer(client)
   try:
-    feed(arrays, writer, indices, agent.collect_data_spec.policy_info, on_progress)
+    feed(plan.arrays, writer, plan.indices, agent.collect_data_spec.policy_info,
+         on_progress)
   finally:
     writer.close()
-  return arrays
+
+
+def loaded_message(plan: LoadPlan, layout: Any, seconds: float) -> str:
+  """The progress line of a dataset written into `layout`'s table for it."""
+  data = plan.arrays
+  how = (f"{layout.dataset_rows} of each batch's {layout.batch_size} rows come from it"
+         if layout.hybrid else 'training offline')
+  mean_return = float(np.mean(data.episode_returns()))
+  return (f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes, mean '
+          f'return {mean_return:.1f}) from {plan.directory} in {seconds:.1f} s; {how}.')

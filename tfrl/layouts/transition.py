@@ -166,9 +166,19 @@ class TransitionReplay(base.Layout):
     return replay.NStepTransitionWriter.item_signature(agent.collect_data_spec,
                                                        self.rows_per_item)
 
-  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None
-             ) -> List[reverb.Table]:
+  @property
+  def dataset_table(self) -> str:
+    """Where a dataset goes: its own table (hybrid), else the replay table."""
+    return DATASET_TABLE if self.hybrid else self.experience_table
+
+  def tables(self, agent: tf_agent.TFAgent, samples_per_insert: Optional[float] = None,
+             dataset_items: int = 0) -> List[reverb.Table]:
+    """The replay table (and with `dataset_fraction` the dataset's), where
+    `dataset_items` (a dataset's size, `tfrl.datasets.feeder.LoadPlan.items`) is the
+    dataset table's minimum size to sample: no batch before the whole dataset is in."""
     min_items = self.items_per_train_step
+    if dataset_items and not self.hybrid:
+      min_items = max(min_items, dataset_items)
     error_buffer = None
     if samples_per_insert is not None:
       # The learners' shuffle buffers (and the chunks in flight to them) take item
@@ -186,10 +196,10 @@ class TransitionReplay(base.Layout):
                                        **settings)]
     tables = [replay.uniform_table(self.experience_table, **settings)]
     if self.hybrid:  # filled once, before training: no rate limiter
-      dataset_items = self.items_per_batch(self.dataset_rows)
+      min_dataset_items = max(self.items_per_batch(self.dataset_rows), dataset_items)
       tables.append(replay.uniform_table(
-          DATASET_TABLE, max(self.dataset_capacity // self.rows_per_item, dataset_items),
-          self.item_signature(agent), min_size_to_sample=dataset_items))
+          DATASET_TABLE, max(self.dataset_capacity // self.rows_per_item, min_dataset_items),
+          self.item_signature(agent), min_size_to_sample=min_dataset_items))
     return tables
 
   def make_writer(self, client: reverb.Client, **kwargs):
@@ -202,8 +212,7 @@ class TransitionReplay(base.Layout):
     dataset table when hybrid, else (offline) to the replay table."""
     if self.prioritized:
       kwargs['priority'] = lambda: float(self._max_priority.numpy())
-    return self._writer(client, DATASET_TABLE if self.hybrid else self.experience_table,
-                        **kwargs)
+    return self._writer(client, self.dataset_table, **kwargs)
 
   def _writer(self, client: reverb.Client, table: str, **kwargs):
     return replay.NStepTransitionWriter(
