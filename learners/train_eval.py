@@ -441,6 +441,8 @@ def _main() -> None:
     config.fail(str(e))
   except rlds.DatasetError as e:
     config.fail(f'Experiment.dataset_dir: {e}')
+  except FileExistsError as e:  # a recording's directory holds files already
+    config.fail(f'Experiment.record_dir: {e}')
   except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
     print(f'error: {e}', file=sys.stderr, flush=True)
     process.exit_now(process.EXIT_STALLED)

@@ -72,7 +72,8 @@ def feed(arrays: rlds.EpisodeArrays, writer: Any, indices: np.ndarray,
       n-step transitions (a row is written n - 1 steps after it starts).
     policy_info_spec: the agent's collect-time policy info; a dataset holds none, so
       only agents without one (DQN, SAC, BC, CQL) train on datasets.
-    on_progress: called with (vector steps written, vector steps in all) every ~1,000.
+    on_progress: called with (vector steps written, vector steps in all) each tenth of
+      the way (and at least 1,000 steps apart).
 
   Returns:
     The vector steps written (each writes a row per slot).
@@ -85,13 +86,14 @@ def feed(arrays: rlds.EpisodeArrays, writer: Any, indices: np.ndarray,
                      'an off-policy correction), which a dataset does not hold: train '
                      'from datasets with DQN, SAC, BC or CQL agents.')
   steps = indices.shape[0] - 1
+  every = max(1000, steps // 10)
   next_step = arrays.time_steps(indices[0])
   for t in range(steps):
     time_step, next_step = next_step, arrays.time_steps(indices[t + 1])
     action = arrays.actions(indices[t])
     writer.write(time_step, policy_step_lib.PolicyStep(action, (), ()), next_step,
                  DATASET_POLICY_VERSION)
-    if on_progress is not None and (t + 1) % 1000 == 0:
+    if on_progress is not None and (t + 1) % every == 0:
       on_progress(t + 1, steps)
   writer.flush()
   return steps
