@@ -290,6 +290,9 @@ flags.DEFINE_string('report_from', None,
 flags.DEFINE_string('curves_dir', None,
                     'Write each algo\'s learning curves (both sides, every seed) to '
                     '<curves_dir>/solve_time_<algo>.png.')
+flags.DEFINE_list('env_step_budgets', [],
+                  "Replace the selected tasks' env-step budgets (the points both sides' "
+                  'returns are read at), e.g. to read runs that stopped short of them.')
 flags.DEFINE_integer('peer_max_env_steps', 0,
                      "Stop SB3's runs once they have this many env steps (0: no cap), for "
                      'comparisons at equal env steps; stop tfrl there with '
@@ -814,6 +817,10 @@ def run_all(planned: List[Tuple[str, int, str]], json_out) -> List[Run]:
 def main(argv):
   del argv
   common.check_choices('algos', FLAGS.algos, tuple(ALGOS))
+  if FLAGS.env_step_budgets:
+    budgets = tuple(int(n) for n in FLAGS.env_step_budgets)
+    for algo in FLAGS.algos:
+      ALGOS[algo] = dataclasses.replace(ALGOS[algo], env_step_budgets=budgets)
   if FLAGS.report_from:
     report_from_json(FLAGS.report_from)
     return
