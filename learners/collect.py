@@ -146,8 +146,17 @@ class _Collector:
     """The layout's warm-up around the wait for the trainer's first push.
 
     Returns:
-      False if stopped while waiting for the push.
+      False if stopped before or while waiting for the push (a job may end while a
+      collector's warm-up writes still wait on the rate limiter).
     """
+    try:
+      return self._warm_up_and_wait()
+    except (replay.WriterStoppedError, replay.VariablesNotPushedError):
+      if self.stop_event.is_set():  # a write or the pull that waited saw the stop
+        return False
+      raise
+
+  def _warm_up_and_wait(self) -> bool:
     experiment, layout, task_id = self.experiment, self.layout, self.task_id
     # Replay's warm-up (task 0's random actions) needs no policy: it runs while the
     # trainer starts. A sequence layout's warm-up acts with the policy: after its push.
@@ -161,9 +170,7 @@ class _Collector:
         self._pull()
         break
       except replay.VariablesNotPushedError:
-        if self.stop_event.is_set():
-          return False
-        raise
+        raise  # a timeout, not a lost server: the caller decides (stopped or not)
       except Exception as e:  # pylint: disable=broad-except
         # A server lost while waiting is waited out as in the collect loop (`_reconnect`).
         if not replay.is_server_lost(e):
