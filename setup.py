@@ -43,8 +43,10 @@ VIDEO = ['moviepy>=2.1,<3', 'imageio>=2.14.1', 'imageio-ffmpeg>=0.4']
 # RLDS datasets (tfrl.datasets): TFDS's RLDS format and its SequentialWriter. TFDS
 # 4.9.10 takes any tensorflow-metadata; from 1.17 on those need protobuf 5, which
 # TensorFlow 2.15 refuses, and pip does not backtrack over it: pinned here.
+# TFDS also pulls pyarrow, whose newest releases need NumPy 2: Ray then fails to start
+# (it imports pyarrow when present). 17 takes NumPy 1.x.
 OFFLINE = ['tensorflow-datasets>=4.9.4,<4.10', 'tensorflow-metadata>=1.14,<1.17',
-           'protobuf>=4.25,<5']
+           'protobuf>=4.25,<5', 'pyarrow>=14,<18']
 
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
