@@ -31,6 +31,7 @@ from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl import triggers as triggers_lib
 from tfrl.agents import bc  # pylint: disable=unused-import (registers gin names)
+from tfrl.agents import cql_sac  # pylint: disable=unused-import
 from tfrl.agents import dqn
 from tfrl.agents import interface
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)

@@ -18,6 +18,26 @@ from tfrl import layouts
 from tfrl.agents import interface
 
 
+def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[int],
+                 critic_joint_fc_layer_params: Sequence[int]):
+  """SAC's actor (a tanh-squashed Gaussian) and critic (Q of the observation and
+  action concatenated) for flat observations.
+
+  Returns:
+    (actor network, critic network); the agent copies the critic for its twin and
+    targets.
+  """
+  actor = actor_distribution_network.ActorDistributionNetwork(
+      observation_spec, action_spec, fc_layer_params=tuple(actor_fc_layer_params),
+      continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
+  critic = critic_network.CriticNetwork(
+      (observation_spec, action_spec), observation_fc_layer_params=None,
+      action_fc_layer_params=None,
+      joint_fc_layer_params=tuple(critic_joint_fc_layer_params),
+      kernel_initializer='glorot_uniform', last_kernel_initializer='glorot_uniform')
+  return actor, critic
+
+
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
@@ -44,15 +64,8 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
   Returns:
     The agent.
   """
-  observation_spec = time_step_spec.observation
-  actor = actor_distribution_network.ActorDistributionNetwork(
-      observation_spec, action_spec, fc_layer_params=tuple(actor_fc_layer_params),
-      continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
-  critic = critic_network.CriticNetwork(
-      (observation_spec, action_spec), observation_fc_layer_params=None,
-      action_fc_layer_params=None,
-      joint_fc_layer_params=tuple(critic_joint_fc_layer_params),
-      kernel_initializer='glorot_uniform', last_kernel_initializer='glorot_uniform')
+  actor, critic = sac_networks(time_step_spec.observation, action_spec,
+                               actor_fc_layer_params, critic_joint_fc_layer_params)
   agent = sac_agent.SacAgent(
       time_step_spec, action_spec, actor_network=actor, critic_network=critic,
       actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),

@@ -1,0 +1,66 @@
+"""Continuous actions from a dataset: CQL-SAC (cql_pendulum.gin) trained offline on a
+noisy swing-up controller's episodes plays better than the data it learned from."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.policies import tf_policy
+from tf_agents.trajectories import policy_step
+
+from tfrl import envs
+from tfrl import export
+from tfrl.datasets import rlds
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class SwingUpPolicy(tf_policy.TFPolicy):
+  """Pendulum-v1's energy-based swing-up: pump energy toward the upright state's, then
+  balance with a PD controller (returns about -140 on its own)."""
+
+  def _distribution(self, time_step, policy_state):
+    raise NotImplementedError
+
+  def _action(self, time_step, policy_state, seed):
+    cos, sin, velocity = tf.unstack(time_step.observation, axis=-1)
+    angle = tf.atan2(sin, cos)  # 0: upright
+    # theta'' = 15 sin(theta) + 3 u: 0.5 theta'^2 + 15 cos(theta) is 15 at the top.
+    energy = 0.5 * velocity * velocity + 15.0 * cos
+    pump = 2.0 * tf.sign(velocity * (15.0 - energy) + 1e-6)
+    torque = tf.where(cos > 0.85, -(12.0 * angle + 2.5 * velocity), pump)
+    return policy_step.PolicyStep(tf.clip_by_value(torque, -2.0, 2.0)[:, None],
+                                  policy_state, ())
+
+
+@pytest.fixture(scope='module')
+def noisy_swing_ups(tmp_path_factory):
+  """200 episodes of the controller with Gaussian noise of the whole half-range (std 2
+  on a torque in [-2, 2]), recorded by `tfrl-eval`: a mean return near -350."""
+  root = tmp_path_factory.mktemp('pendulum')
+  env = envs.make('Pendulum-v1', num_envs=1)
+  export.export_policy(SwingUpPolicy(env.time_step_spec(), env.action_spec()),
+                       str(root / 'policy'))
+  env.close()
+  record = str(root / 'data')
+  result = subprocess.run(
+      [sys.executable, '-m', 'learners.eval', '--gin_file=cql_pendulum.gin',
+       f'--root_dir={root / "rec"}', f'--saved_model_dir={root / "policy"}',
+       f'--record_dir={record}', '--num_episodes=200', '--record_noise=1.0'],
+      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return record
+
+
+def test_cql_sac_offline_beats_the_datasets_return(noisy_swing_ups, tmp_path):
+  from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
+  data_return = float(np.mean(rlds.read(noisy_swing_ups).episode_returns()))
+  assert -450 < data_return < -250, data_return  # a medium dataset, far from -140
+  result = train_eval.run(str(tmp_path / 'cql'), ['cql_pendulum.gin'],
+                          [f"Experiment.dataset_dir = '{noisy_swing_ups}'"])
+  # reached_target: an evaluation and its confirmation on fresh seeds at -200 or more.
+  assert result['reached_target'] and result['env_steps'] == 0, result['history']
+  assert result['eval_return'] >= -200.0 > data_return, result['history']

@@ -1,0 +1,183 @@
+"""CQL for continuous actions: tf-agents' CqlSacAgent, averaged as tfrl averages losses.
+
+Conservative Q-learning (Kumar et al. 2020, CQL(H), eq. 4) adds to SAC's critic loss
+alpha * E_s[logsumexp_a Q(s, a) - Q(s, a_data)], estimated for continuous actions by
+importance sampling (their appendix F): N actions from the policy and N uniform ones,
+each Q-value less its proposal's log density, inside one logsumexp.
+
+tf-agents' `CqlSacAgent` computes that term with a plain mean over the rows it is
+given, which departs from tfrl's losses in two ways this subclass fixes:
+
+- Under a `tf.distribute` strategy each replica holds a slice of the batch and the
+  replicas' gradients are summed, so every loss must be a replica's share of the
+  global batch mean (`common.aggregate_losses`, as SAC's own losses are). A per-replica
+  mean makes the term `num_replicas` times too strong, and the Lagrange multiplier's
+  budget `cql_tau` then counts once per replica.
+- Rows that do not hold a transition (episode boundaries, weight 0 in the transition
+  layout's inputs) count in the mean.
+
+The Q-values and samples themselves come from the parent's helpers, so the estimator
+is tf-agents' (no log 2N correction, like the CQL authors' code and d3rlpy), except the
+uniform proposal's log density, which is summed over the action's dimensions once
+(tf-agents multiplies the summed log range by the dimension again when the bounds are
+given per dimension).
+"""
+from typing import Optional, Sequence
+
+import gin
+import tensorflow as tf
+from tf_agents.agents.cql import cql_sac_agent
+from tf_agents.utils import common
+
+from tfrl import layouts
+from tfrl.agents import interface
+from tfrl.agents import sac
+
+
+def conservative_gap(q_policy: tf.Tensor, log_pi: tf.Tensor, q_uniform: tf.Tensor,
+                     log_uniform: tf.Tensor, q_data: tf.Tensor,
+                     temperature: float = 1.0) -> tf.Tensor:
+  """CQL(H)'s gap per row: the sampled logsumexp over actions less Q(s, a_data).
+
+  Args:
+    q_policy: [B, N] Q-values of N actions sampled from the policy.
+    log_pi: [B, N] the policy's log density of those actions.
+    q_uniform: [B, N] Q-values of N uniform actions.
+    log_uniform: the uniform proposal's log density (a scalar).
+    q_data: [B] Q-values of the dataset's actions.
+    temperature: the softmax temperature (1: the paper's logsumexp).
+
+  Returns:
+    [B] the gap, temperature-scaled logsumexp of (Q * temperature - log proposal)
+    over the 2N samples, less q_data.
+  """
+  samples = tf.concat([q_policy * temperature - log_pi,
+                       q_uniform * temperature - log_uniform], axis=1)
+  return tf.reduce_logsumexp(samples, axis=1) / temperature - q_data
+
+
+class CqlSacAgent(cql_sac_agent.CqlSacAgent):
+  """tf-agents' CqlSacAgent with the conservative term averaged over the global batch,
+  boundary rows (weight 0) left out, and one Lagrange budget per batch under any
+  strategy."""
+
+  _cql_row_weights = None  # set by _train while it traces
+
+  @property
+  def _cql_tau(self):
+    # The parent's multiplier loss is -alpha * (replica's share of the term - tau), and
+    # the replicas' gradients are summed: each replica holds tau / num_replicas.
+    replicas = tf.distribute.get_replica_context()
+    return self._cql_budget / (replicas.num_replicas_in_sync if replicas else 1)
+
+  @_cql_tau.setter
+  def _cql_tau(self, value):
+    self._cql_budget = value
+
+  def _train(self, experience, weights):
+    # The parent's _cql_loss is not given the row weights: kept for this trace.
+    self._cql_row_weights = weights
+    try:
+      return super()._train(experience, weights)
+    finally:
+      self._cql_row_weights = None
+
+  def _uniform_proposal(self, observation):
+    """One action drawn uniformly within the action bounds per row of `observation`.
+
+    Returns:
+      (actions [rows, ...action shape], the uniform density's log, a scalar).
+    """
+    spec = tf.nest.flatten(self.action_spec)[0]
+    low = tf.broadcast_to(tf.constant(spec.minimum, spec.dtype), spec.shape)
+    high = tf.broadcast_to(tf.constant(spec.maximum, spec.dtype), spec.shape)
+    rows = tf.shape(tf.nest.flatten(observation)[0])[:1]
+    unit = tf.random.uniform(tf.concat([rows, spec.shape], axis=0), dtype=spec.dtype,
+                             seed=self._action_seed_stream())
+    return low + unit * (high - low), -tf.reduce_sum(tf.math.log(high - low))
+
+  def _cql_loss(self, time_steps, actions, training=False):
+    """The conservative term: this replica's share of the weighted global mean gap
+    (averaged over the two critics)."""
+    batch_size = tf.shape(actions)[0]
+    num = self._num_cql_samples
+    tile = lambda x: tf.repeat(x, num, axis=0)  # row-major: [B * N], as the reshape reads
+    observation = tf.nest.map_structure(tile, time_steps.observation)
+    step_type = tile(time_steps.step_type)
+    policy_actions, log_pi = self._sample_and_transpose_actions_and_log_probs(
+        time_steps, num, training=False)  # [B, N, A], [B, N]
+    flat = lambda x: tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))
+    uniform_actions, log_uniform = self._uniform_proposal(observation)
+
+    def twin_q(obs, acts, steps, reshape_to, train):
+      q1, q2 = self._get_q_values((obs, acts), steps, reshape_to, training=train)
+      return q1[..., 0], q2[..., 0]
+
+    q_policy = twin_q(observation, flat(policy_actions), step_type, batch_size, False)
+    q_uniform = twin_q(observation, uniform_actions, step_type, batch_size, False)
+    q_data = twin_q(time_steps.observation, actions, time_steps.step_type, None, training)
+    gap = 0.5 * sum(conservative_gap(q_policy[i], log_pi, q_uniform[i], log_uniform,
+                                     q_data[i], self._softmax_temperature)
+                    for i in range(2))
+    valid = tf.cast(~time_steps.is_last(), tf.float32)
+    return common.aggregate_losses(per_example_loss=valid * gap,
+                                   sample_weight=self._cql_row_weights).total_loss
+
+
+@gin.configurable
+@interface.trains_from(layouts.TransitionReplay)
+def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
+                         gamma: float = 0.99,
+                         actor_fc_layer_params: Sequence[int] = (256, 256),
+                         critic_joint_fc_layer_params: Sequence[int] = (256, 256, 256),
+                         actor_learning_rate: float = 1e-4,
+                         critic_learning_rate: float = 3e-4,
+                         alpha_learning_rate: float = 3e-4,
+                         cql_alpha: float = 5.0,
+                         num_cql_samples: int = 10,
+                         use_lagrange_cql_alpha: bool = False,
+                         cql_alpha_learning_rate: float = 3e-4,
+                         cql_tau: float = 10.0,
+                         target_update_tau: float = 0.005,
+                         reward_scale_factor: float = 1.0,
+                         seed: Optional[int] = None) -> CqlSacAgent:
+  """Returns an initialized CQL-SAC agent (tanh-squashed Gaussian actor, twin critics).
+
+  Defaults follow the CQL authors' MuJoCo settings (a fixed alpha of 5, 10 samples
+  per proposal, actor learning rate 1e-4, three 256-unit critic layers; tf-agents'
+  kumar20 example uses the same networks).
+
+  Args:
+    time_step_spec, action_spec: the environment's specs (Box actions).
+    train_step: the learner's step variable.
+    gamma: the discount.
+    actor_fc_layer_params, critic_joint_fc_layer_params: hidden layer sizes.
+    actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam's rates (alpha:
+      SAC's entropy temperature).
+    cql_alpha: the conservative term's weight (its initial value with Lagrange).
+    num_cql_samples: actions drawn from each proposal (policy, uniform) per state.
+    use_lagrange_cql_alpha: tune cql_alpha so the gap stays near `cql_tau` (CQL's
+      Lagrangian form) instead of keeping it fixed.
+    cql_alpha_learning_rate, cql_tau: the multiplier's Adam rate and budget.
+    target_update_tau: soft target update rate, every train step.
+    reward_scale_factor: multiplies rewards.
+    seed: seeds the CQL action samples (None: unseeded).
+
+  Returns:
+    The agent.
+  """
+  actor, critic = sac.sac_networks(time_step_spec.observation, action_spec,
+                                   actor_fc_layer_params, critic_joint_fc_layer_params)
+  agent = CqlSacAgent(
+      time_step_spec, action_spec, actor_network=actor, critic_network=critic,
+      actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),
+      critic_optimizer=tf.keras.optimizers.Adam(critic_learning_rate),
+      alpha_optimizer=tf.keras.optimizers.Adam(alpha_learning_rate),
+      cql_alpha=cql_alpha, num_cql_samples=num_cql_samples,
+      include_critic_entropy_term=False, use_lagrange_cql_alpha=use_lagrange_cql_alpha,
+      cql_alpha_learning_rate=cql_alpha_learning_rate, cql_tau=cql_tau, random_seed=seed,
+      target_update_tau=target_update_tau, target_update_period=1,
+      td_errors_loss_fn=tf.math.squared_difference, gamma=gamma,
+      reward_scale_factor=reward_scale_factor, train_step_counter=train_step)
+  agent.initialize()
+  return agent
