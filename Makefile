@@ -32,8 +32,11 @@ demo: $(BASE_STAMP)
 	$(VPY) -m learners.train_eval --root_dir=$(DEMO_DIR) \
 	  --gin_file=learners/configs/dqn_cartpole.gin
 
+# Two lanes of tests at once (pytest-xdist); which files share a lane: tests/conftest.py.
+TEST_LANES ?= 2
+
 test: $(STAMP)
-	$(VPY) -m pytest tests
+	$(VPY) -m pytest tests -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder
 
 # Everything but the learning tests (marked slow): the quick loop while developing.
 test-fast: $(STAMP)

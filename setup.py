@@ -55,7 +55,7 @@ EXTRAS_REQUIRE = {
     'envpool': ENVPOOL,
     'offline': OFFLINE,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
+    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.

@@ -66,13 +66,39 @@ def module_reverb_server_factory():
     yield start
 
 
+# `make test` runs the suite in two lanes (pytest-xdist: `-n 2 --dist loadgroup
+# --no-loadscope-reorder`): one process alone used about one of the machine's two cores
+# (the suite waits on subprocesses, timeouts and servers much of the time). Each file is
+# one unit, so module fixtures run once; the files that run jobs of several TensorFlow
+# programs (launches, kills, hung processes, the learning runs) form one unit, first in
+# line, so that at most one such job runs at a time while the other lane works through
+# the single-process files.
+JOB_FILES = (
+    'tests/learners/test_learning.py',
+    'tests/learners/test_faults.py',
+    'tests/learners/test_programs.py',
+    'tests/learners/test_watchdogs.py',
+    'tests/learners/test_ray_launch.py',
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+  del config
+  path_of = lambda item: item.nodeid.split('::', 1)[0]
+  for item in items:
+    path = path_of(item)
+    item.add_marker(pytest.mark.xdist_group('jobs' if path in JOB_FILES else path))
+  items.sort(key=lambda item: path_of(item) not in JOB_FILES)  # stable: jobs first
+
+
 # Seconds per test file (setup, call and teardown), printed after the run: where the
 # suite's 30-minute budget goes (BUILD_NOTES.md, "The test suite").
 _SECONDS_PER_FILE = {}
 
 
 def pytest_runtest_logreport(report):
-  path = report.nodeid.split('::', 1)[0]
+  path = report.nodeid.split('::', 1)[0].split('@', 1)[0]
   _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
 
 
