@@ -55,7 +55,9 @@ EXTRAS_REQUIRE = {
     'envpool': ENVPOOL,
     'offline': OFFLINE,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    'dev': ['pytest>=7', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
+    # pytest < 9: pytest-xdist 3.8 groups tests (make test's two lanes, --dist loadgroup)
+    # by rewriting a private node id that pytest 9 no longer reads.
+    'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.

@@ -82,14 +82,20 @@ JOB_FILES = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def _path_of(item) -> str:
+  return item.nodeid.split('::', 1)[0]
+
+
+def pytest_itemcollected(item):
+  # Marked as collected: xdist turns the marks into groups in its own
+  # pytest_collection_modifyitems, which may run before this file's.
+  path = _path_of(item)
+  item.add_marker(pytest.mark.xdist_group('jobs' if path in JOB_FILES else path))
+
+
 def pytest_collection_modifyitems(config, items):
   del config
-  path_of = lambda item: item.nodeid.split('::', 1)[0]
-  for item in items:
-    path = path_of(item)
-    item.add_marker(pytest.mark.xdist_group('jobs' if path in JOB_FILES else path))
-  items.sort(key=lambda item: path_of(item) not in JOB_FILES)  # stable: jobs first
+  items.sort(key=lambda item: _path_of(item) not in JOB_FILES)  # stable: jobs first
 
 
 # Seconds per test file (setup, call and teardown), printed after the run: where the
