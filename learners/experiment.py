@@ -106,8 +106,10 @@ class Experiment:
       the first train step. Offline (the default): it is the replay table, nothing is
       collected and the envs only evaluate. Hybrid (`TransitionReplay.dataset_fraction`):
       it fills a table of its own, collection goes on, and each batch mixes both. For
-      transition-replay agents (DQN, SAC, BC); its table must hold it. None: collect
-      as usual.
+      transition-replay agents (DQN, SAC, BC); its table must hold it. A finished
+      job's Reverb checkpoint serves too (its root, its reverb/ directory or one
+      checkpoint: `tfrl.datasets.reverb_checkpoint`), restored instead of written.
+      None: collect as usual.
     record_dir: (one process) also record every collected episode, random warm-up
       included, as an RLDS dataset in this new directory (a job's whole experience, as
       D4RL's 'medium-replay' sets are). Not with terminal_on_life_loss (a dataset's

@@ -32,6 +32,7 @@ from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
 from tfrl.datasets import feeder
+from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
 
 
@@ -79,13 +80,21 @@ def serve(experiment: Experiment, root_dir: str, stop_event: threading.Event,
     env = experiment.make_env(num_envs=1, collect=False)  # for its specs
     plan = feeder.plan_load(experiment.dataset_dir, experiment.layout, env)
     env.close()
-  server = replay.ReplayServer(
-      experiment.tables(agent, train_step, dataset_items=plan.items if plan else 0),
-      port=port, checkpoint_dir=checkpoint_dir)
+  tables = experiment.tables(agent, train_step, dataset_items=plan.items if plan else 0)
+  start = time.monotonic()
+  # A Reverb checkpoint named as the dataset becomes this server's first checkpoint.
+  seeded = (isinstance(plan, reverb_checkpoint.CheckpointPlan) and
+            reverb_checkpoint.seed_checkpoint_dir(plan, tables, checkpoint_dir,
+                                                  experiment.layout.dataset_table))
+  server = replay.ReplayServer(tables, port=port, checkpoint_dir=checkpoint_dir)
   info = server.table_info()
   logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
                port, {name: t.current_size for name, t in info.items()})
-  if plan is not None and not info[experiment.layout.dataset_table].current_size:
+  if seeded:
+    logs.progress('%s', reverb_checkpoint.loaded_message(plan, experiment.layout,
+                                                         time.monotonic() - start))
+  elif (isinstance(plan, feeder.LoadPlan) and
+        not info[experiment.layout.dataset_table].current_size):
     # Its table samples once it holds every item, so the trainer waits for all of it.
     start = time.monotonic()
     feeder.load_into_replay(plan, experiment.layout, server.client, agent)

@@ -14,40 +14,33 @@ checkpoint. The greedy policy's SavedModel ends up in root_dir/policies/greedy_p
 """
 import contextlib
 import dataclasses
-import math
 import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import flags
-from absl import logging
 import tensorflow as tf
 
-from tf_agents.policies import random_tf_policy
 from tfrl import actors
 from tfrl import distribute
 from tfrl import envs
-from tfrl import learner as learner_lib
-from tfrl import logs
 from tfrl import metrics
-from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
-from tfrl.datasets import feeder
 from tfrl.datasets import rlds
 from tfrl.envs import sources
 from learners import config
 from learners import callbacks as callbacks_lib
 from learners import disk_full
+from learners import one_process_job
 from learners import process
 from learners import program
 from learners import progress_bar as progress_bar_lib
 from learners import validation
 from learners.experiment import Experiment
 
-SAMPLE_TIMEOUT_MS = 60_000
 OnEvaluation = Callable[[Dict[str, Any]], None]
 OnProgress = Callable[[Dict[str, Any]], None]
 
@@ -101,7 +94,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
-    job = _OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup, hooks)
+    job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup, hooks)
     job.stop_event = stop_event
     job.warm_up()
     if progress_bar:
@@ -116,266 +109,6 @@ def train_eval(root_dir: str, strategy: str = 'default',
     result = job.export(reached)
   hooks.train_end(result)
   return result
-
-
-class _OneProcessJob:
-  """The phases of one process's job: build, warm up, collect-and-train (with
-  evaluations), export. Each phase is a method; `train_eval` calls them in order."""
-
-  def __init__(self, root_dir: str, exp: Experiment, strategy: tf.distribute.Strategy,
-               cleanup: contextlib.ExitStack, hooks: callbacks_lib.Hooks):
-    """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
-    the progress rows and evaluations."""
-    self.exp, layout = exp, exp.layout
-    self.env = exp.make_env()
-    cleanup.callback(self.env.close)
-    eval_env = exp.make_eval_env()
-    cleanup.callback(eval_env.close)
-    with strategy.scope():
-      self.train_step = learner_lib.new_train_step()
-      self.agent = exp.make_agent(self.env, self.train_step)
-    # One process alternates collection and training, so the table has no ratio limiter
-    # (it could block the learner while the actor is idle): the ratio is fixed by
-    # collect/train steps per iteration instead.
-    # The dataset is read now: its table samples once it holds all of it.
-    self.dataset = (feeder.plan_load(exp.dataset_dir, layout, self.env)
-                    if exp.dataset_dir is not None else None)
-    self.server = replay.ReplayServer(layout.tables(
-        self.agent, None, **(dict(dataset_items=self.dataset.items) if self.dataset else {})))
-    cleanup.callback(self.server.stop)
-    self.writer = layout.make_writer(self.server.client)
-    cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
-    writers = [self.writer]
-    if exp.record_dir is not None:
-      writers.append(rlds.RldsRecorder(
-          exp.record_dir, self.env.time_step_spec(), self.env.action_spec(),
-          metadata={'env': sources.display_name(exp.env_name), 'job': root_dir}))
-      cleanup.callback(writers[-1].close)  # the episodes that ended are on disk
-    self.collect_actor = actors.Actor(self.env, self.agent.collect_policy, writers,
-                                      policy_version=self.train_step,
-                                      summary_dir=os.path.join(root_dir, 'collect'))
-    self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
-        self.env.time_step_spec(), self.env.action_spec()), writers)
-    self.evaluator = actors.Evaluator(eval_env, triggers.greedy(self.agent),
-                                      exp.num_eval_episodes, seed=exp.seed + 10_000)
-    # The job's env steps, checkpointed with the agent: a resumed job counts on from
-    # where it stopped (progress lines, summaries against env steps, export metadata).
-    self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self.eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
-    self.policy_trigger = triggers.PolicySavedModelTrigger(
-        root_dir, self.agent, self.train_step, exp.policy_checkpoint_interval,
-        metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var},
-        saved_model_interval=exp.saved_model_interval or 0)
-    # A sample that waits this long means the loop's own bookkeeping went wrong (this
-    # process is the only collector): fail with a message instead of hanging. The
-    # Learner's constructor builds the train function (trace, graph optimization):
-    # graph building belongs to start-up, as the actors' and the evaluator's does, so
-    # a broken train step fails here, before any collection, and the first train call
-    # is not a second-long stall in the collect/train rhythm.
-    self.learner = exp.make_learner(root_dir, self.server.address, self.agent,
-                                    self.train_step, strategy,
-                                    sample_timeout_ms=SAMPLE_TIMEOUT_MS,
-                                    triggers=[self.policy_trigger, *hooks.triggers()],
-                                    checkpoint_extras={'env_steps': self.env_steps_var})
-    self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
-    self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
-    self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
-    self.items_trained = 0  # items of the experience table this process's steps took
-    self.history: List[Dict[str, Any]] = []
-    self.confirmation_seed: Optional[int] = None
-    self.progress: List[Dict[str, Any]] = []
-    self.hooks = hooks
-    self.bar: Optional[progress_bar_lib.ProgressBar] = None
-    self.stop_event: Optional[threading.Event] = None  # set: stop, then save as at the end
-    self.last_return = float('nan')
-    self.start_step = self.learner.train_step_numpy
-    self.start_time = time.perf_counter()
-
-  @property
-  def env_steps(self) -> int:
-    """The job's env steps: those of earlier runs of it and this process's."""
-    return (self.env_steps_before + self.random_actor.env_steps +
-            self.collect_actor.env_steps)
-
-  def warm_up(self) -> None:
-    """The layout's collection before the first train step (random actions for replay),
-    or an offline job's dataset, written into the replay table."""
-    exp = self.exp
-    if exp.dataset_dir is not None:
-      self.load_dataset()
-    if not exp.offline:
-      exp.layout.warm_up(self.collect_actor, self.random_actor, exp.initial_collect_steps)
-
-  def load_dataset(self) -> None:
-    """Writes `Experiment.dataset_dir` into the layout's table for datasets."""
-    exp, plan = self.exp, self.dataset
-    start = time.perf_counter()
-    feeder.load_into_replay(plan, exp.layout, self.server.client, self.agent,
-                            on_progress=lambda done, total: logs.progress(
-                                'Loading the dataset: %d of %d vector steps written.',
-                                done, total))
-    logs.progress('%s', feeder.loaded_message(plan, exp.layout,
-                                              time.perf_counter() - start))
-
-  def collect_and_train(self) -> bool:
-    """Collects, trains and evaluates until the budget or a confirmed target.
-
-    Returns:
-      Whether a confirmed evaluation reached the target.
-    """
-    exp = self.exp
-    budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
-              else '')
-    logs.progress('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
-                  type(self.agent).__name__, sources.display_name(exp.env_name),
-                  self.start_step, exp.num_train_steps, budget,
-                  process.seconds_since_start())
-    self.start_time = time.perf_counter()
-    next_eval = _next_multiple(self.start_step, exp.eval_interval)
-    # Without a log_interval, progress lines come with the evaluations only.
-    next_log = (math.inf if exp.log_interval is None else
-                _next_multiple(self.start_step, exp.log_interval))
-    while (self.learner.train_step_numpy < exp.num_train_steps and
-           not (self.stop_event is not None and self.stop_event.is_set()) and
-           not self.hooks.stop_requested):
-      self.collect()
-      if not self.train():
-        continue
-      step = self.learner.train_step_numpy
-      seconds = time.perf_counter() - self.start_time
-      if self.bar is not None:
-        self.bar.advance(step, seconds)
-      out_of_time = exp.max_train_seconds is not None and seconds >= exp.max_train_seconds
-      if out_of_time and exp.log_interval is not None:
-        # The budget's own progress line, before the final evaluation adds its time.
-        self.log_progress(eval_return=None)
-      if step >= next_eval or step >= exp.num_train_steps or out_of_time:
-        next_eval = step + exp.eval_interval
-        if exp.log_interval is not None:
-          next_log = _next_multiple(step, exp.log_interval)
-        if self.evaluate() and self.confirm():
-          return True
-      elif step >= next_log:
-        next_log = _next_multiple(step, exp.log_interval)
-        self.log_progress(eval_return=None)
-      if out_of_time:
-        logs.progress('Stopping at train step %d: the budget of %g s of training is spent.',
-                     step, exp.max_train_seconds)
-        break
-    return False
-
-  def collect(self) -> None:
-    """One iteration's vector steps (none offline)."""
-    if self.exp.offline:
-      return
-    with self.collect_throughput.timing():
-      self.collect_actor.run(self.exp.collect_steps_per_iteration)
-      if self.exp.layout.trains_on_collected_items:
-        # Wait until the items just written are in the table: counting unrolls while
-        # they are still in flight would skip this iteration's training, and the
-        # backlog that leaves would make every later batch several updates stale.
-        self.collect_actor.flush()
-
-  def train(self) -> int:
-    """Runs the train steps the collected data allows; returns how many."""
-    layout = self.exp.layout
-    iterations = layout.train_steps_available(
-        self.writer.items_created - self.items_trained, self.exp.train_steps_per_iteration)
-    if not iterations:
-      return 0
-    self.env_steps_var.assign(self.env_steps)  # for a checkpoint written by this run
-    with self.train_throughput.timing():
-      try:
-        self.learner.run(iterations=iterations)
-      except tf.errors.OutOfRangeError as e:
-        raise RuntimeError(
-            f'No batch from {layout.experience_table!r} at {self.server.address} within '
-            f'{SAMPLE_TIMEOUT_MS / 1000:.0f} s although this process collected for it '
-            f'({self.writer.items_created} items written, {self.items_trained} trained '
-            'on).') from e
-    self.items_trained += iterations * layout.items_per_train_step
-    return iterations
-
-  def evaluate(self) -> bool:
-    """Evaluates the greedy policy, records and logs it; returns whether it reached
-    the target."""
-    step, exp = self.learner.train_step_numpy, self.exp
-    self.last_return = self.evaluator.run()['AverageReturn']
-    self.env_steps_var.assign(self.env_steps)
-    self.eval_return_var.assign(self.last_return)
-    self.history.append({'train_step': step, 'env_steps': self.env_steps,
-                         'eval_return': self.last_return,
-                         'seconds': time.perf_counter() - self.start_time})
-    self.hooks.evaluation(self.history[-1])
-    with self.eval_writer.as_default():
-      tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
-      tf.summary.scalar('eval/AverageReturn_vs_env_steps', self.last_return,
-                        step=self.env_steps)
-    self.log_progress(eval_return=self.last_return)
-    return exp.target_return is not None and self.last_return >= exp.target_return
-
-  def log_progress(self, eval_return: Optional[float]) -> None:
-    """One progress line; 'eval return' only on the line of an evaluation at this step."""
-    step = self.learner.train_step_numpy
-    row = {'train_step': step, 'env_steps': self.env_steps,
-           'train_return': self.collect_actor.stats.average_return(),
-           'eval_return': eval_return,
-           'env_steps_per_s': self.collect_throughput.active_rate(
-               self.collect_actor.env_steps),
-           'train_steps_per_s': self.train_throughput.active_rate(step - self.start_step),
-           'seconds': time.perf_counter() - self.start_time}
-    self.progress.append(row)
-    self.hooks.progress(row)
-    if self.bar is not None:
-      self.bar.update(row)
-    evaluated = ('' if eval_return is None else
-                 f'eval return {metrics.format_return(eval_return):>7} | ')
-    logs.progress(
-        'train step %7d | env steps %9d | %strain return %7s | %8.0f env steps/s | '
-        '%6.0f train steps/s | %5.1f s', step, row['env_steps'], evaluated,
-        metrics.format_return(row['train_return']), row['env_steps_per_s'],
-        row['train_steps_per_s'], row['seconds'])
-
-  def confirm(self) -> bool:
-    """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
-    confirmation = self.evaluator.run()['AverageReturn']
-    self.confirmation_seed = self.evaluator.last_seed
-    # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
-    # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
-    logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',
-                  metrics.format_return(confirmation), self.confirmation_seed)
-    return confirmation >= self.exp.target_return
-
-  def save(self) -> Dict[str, str]:
-    """A checkpoint and the policy SavedModels at the current train step; returns the
-    policies' directories by name."""
-    self.env_steps_var.assign(self.env_steps)
-    self.learner.save_checkpoint()
-    return self.policy_trigger.save_saved_models()
-
-  def export(self, reached: bool) -> Dict[str, Any]:
-    """Final checkpoint, summaries and SavedModels; returns train_eval's result."""
-    train_seconds = time.perf_counter() - self.start_time
-    paths = self.save()
-    self.learner.train_summary_writer.flush()  # readers (notebooks) see every summary now
-    self.writer.close()
-    return {
-        'train_step': self.learner.train_step_numpy,
-        'env_steps': self.env_steps,
-        'eval_return': self.last_return,
-        'reached_target': reached,
-        'stopped_by': self.hooks.stopped_by,
-        'confirmation_seed': self.confirmation_seed,
-        'greedy_policy_dir': paths[triggers.GREEDY_POLICY],
-        'train_seconds': train_seconds,
-        'history': self.history,
-        'progress': self.progress,
-    }
-
-
-def _next_multiple(step: int, interval: int) -> int:
-  """The first multiple of `interval` above `step`."""
-  return (step // interval + 1) * interval
 
 
 def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = (),

@@ -38,6 +38,11 @@ NOISE = tuple(re.compile(p) for p in (
     r'^See the migration guide at https://gymnasium\.farama\.org/',
     r'^\[reverb/cc/platform/tfrecord_checkpointer\.cc:\d+\]\s+(Initializing '
     r'TFRecordCheckpointer|Loading latest checkpoint)',
+    # Restoring a checkpoint: a line per 100 chunks read, then per table.
+    r'^\[reverb/cc/platform/tfrecord_checkpointer\.cc:\d+\]\s+(Loading checkpoint from|'
+    r'Loading and verifying metadata|Metadata for table|Successfully loaded and verified|'
+    r'Still reading compressed trajectory data|Completed reading compressed trajectory|'
+    r'Table .* items have been successfully loaded|Successfully loaded \d+ tables)',
     r'^\[reverb/cc/platform/default/server\.cc:\d+\] (Started|Shutting down) replay server',
     r'^\[reverb/cc/client\.cc:\d+\] Sampler and server are owned by the same process',
     r'^A\.L\.E: Arcade Learning Environment \(version ',  # ALE, per env it creates

@@ -137,16 +137,22 @@ def test_a_hybrid_job_collects_and_trains_on_both_halves(recording, tmp_path):
   assert result['reached_target'] and result['env_steps'] > 0, result['history']
 
 
+def launch_offline(root: str, dataset_dir: str) -> subprocess.CompletedProcess:
+  """`tfrl-launch` of bc_cartpole.gin on `dataset_dir`, which must end with status 0."""
+  result = run(['learners.launch', f'--root_dir={root}', '--gin_file=bc_cartpole.gin',
+                f"--gin_bindings=Experiment.dataset_dir = '{dataset_dir}'",
+                '--status_interval_s=2'])
+  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  return result
+
+
 def test_offline_job_as_separate_programs_has_no_collectors(recording, tmp_path):
   """`tfrl-launch` on an offline config: the server loads the dataset (its table
   samples only once all of it is in), the trainer and the evaluator run, no collector
   starts, and the job ends at its confirmed target with an export that plays."""
   _, record = recording
   root = str(tmp_path / 'launched')
-  result = run(['learners.launch', f'--root_dir={root}', '--gin_file=bc_cartpole.gin',
-                f"--gin_bindings=Experiment.dataset_dir = '{record}'",
-                '--status_interval_s=2'])
-  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  result = launch_offline(root, record)
   assert 'Offline job: no collectors' in result.stderr
   assert sorted(os.listdir(os.path.join(root, 'logs'))) == [
       'eval.log', 'reverb_server.log', 'train.log']

@@ -118,21 +118,31 @@ class LoadPlan:
   items: int
 
 
-def plan_load(directory: str, layout: Any, env: Any) -> LoadPlan:
+def plan_load(directory: str, layout: Any, env: Any) -> Any:
   """Reads the RLDS dataset at `directory` and lays it out for `layout`'s table for
   datasets (`layout.make_dataset_writer`: the replay table offline, a table of its own
-  for hybrid jobs) as `layout.num_envs` envs' streams.
+  for hybrid jobs) as `layout.num_envs` envs' streams; or, when `directory` holds a
+  finished job's Reverb checkpoint, finds and counts its items.
+
+  Returns:
+    A `LoadPlan` (RLDS: `load_into_replay` writes it), or a
+    `reverb_checkpoint.CheckpointPlan` (the server restores it:
+    `reverb_checkpoint.seed_checkpoint_dir`).
 
   Raises:
     rlds.DatasetError: no dataset there, observations or actions unlike `env`'s
       (DatasetSpecError), fewer episodes than envs, or a table too small for it.
     ValueError: a layout other than transition replay.
   """
-  # Imported here: tfrl.layouts imports the agents' modules, which need not import this.
+  # Imported here: tfrl.layouts imports the agents' modules, which need not import
+  # this; reverb_checkpoint imports this module.
   from tfrl import layouts  # pylint: disable=g-import-not-at-top
+  from tfrl.datasets import reverb_checkpoint  # pylint: disable=g-import-not-at-top
   if not isinstance(layout, layouts.TransitionReplay):
     raise ValueError(f'Datasets train agents of the TransitionReplay layout (DQN, SAC, '
                      f'BC, CQL); this agent trains from {type(layout).__name__}.')
+  if reverb_checkpoint.find_checkpoint(directory) is not None:
+    return reverb_checkpoint.plan(directory, layout)
   arrays = rlds.read(directory)
   rlds.check_specs(arrays.specs, env.time_step_spec().observation, env.action_spec(),
                    directory)
@@ -143,13 +153,24 @@ def plan_load(directory: str, layout: Any, env: Any) -> LoadPlan:
   items = ((rows_written // layout.steps_per_item) *
            (layout.num_envs // layout.envs_per_item))
   rows = items * layout.rows_per_item
+  check_fits(f'The dataset at {directory} makes {rows} rows', rows, layout)
+  return LoadPlan(directory, arrays, indices, rows, items)
+
+
+def check_fits(what: str, rows: int, layout: Any) -> None:
+  """Raises rlds.DatasetError ('<what>, more than its table holds ...') unless `rows`
+  fit the layout's table for datasets."""
   capacity = layout.dataset_capacity_rows
   if rows > capacity:
     setting = 'dataset_capacity' if layout.hybrid else 'capacity'
-    raise rlds.DatasetError(
-        f'The dataset at {directory} makes {rows} rows, more than its table holds '
-        f'(TransitionReplay.{setting} = {capacity}): raise it.')
-  return LoadPlan(directory, arrays, indices, rows, items)
+    raise rlds.DatasetError(f'{what}, more than its table holds '
+                            f'(TransitionReplay.{setting} = {capacity}): raise it.')
+
+
+def how_it_trains(layout: Any) -> str:
+  """How a job uses its dataset, for the progress line that says it is loaded."""
+  return (f"{layout.dataset_rows} of each batch's {layout.batch_size} rows come from it"
+          if layout.hybrid else 'training offline')
 
 
 def load_into_replay(plan: LoadPlan, layout: Any, client: Any, agent: Any,
@@ -170,8 +191,7 @@ def load_into_replay(plan: LoadPlan, layout: Any, client: Any, agent: Any,
 def loaded_message(plan: LoadPlan, layout: Any, seconds: float) -> str:
   """The progress line of a dataset written into `layout`'s table for it."""
   data = plan.arrays
-  how = (f"{layout.dataset_rows} of each batch's {layout.batch_size} rows come from it"
-         if layout.hybrid else 'training offline')
+  how = how_it_trains(layout)
   mean_return = float(np.mean(data.episode_returns()))
   return (f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes, mean '
           f'return {mean_return:.1f}) from {plan.directory} in {seconds:.1f} s; {how}.')

@@ -276,7 +276,7 @@ def _table_differences(saved: checkpoint_pb2.PriorityTableCheckpoint,
             getattr(info.rate_limiter_info, field), _describe_number)
   saved_signature = (nested_structure_coder.decode_proto(saved.signature)
                      if saved.HasField('signature') else None)
-  differences.extend(_signature_differences(saved_signature, info.signature))
+  differences.extend(signature_differences(saved_signature, info.signature))
   return differences
 
 
@@ -297,8 +297,10 @@ def _describe_number(x: float) -> str:
   return f'{x:g}'
 
 
-def _signature_differences(saved: Any, configured: Any) -> List[str]:
-  """Structure, shape and dtype differences between two table signatures."""
+def signature_differences(saved: Any, configured: Any) -> List[str]:
+  """Structure, shape and dtype differences between two table signatures (decoded
+  nests of TensorSpecs, or None), in words: 'signature <path> <dtype[shape]> in the
+  checkpoint, <dtype[shape]> configured', and paths on one side only."""
   if saved is None and configured is None:
     return []
   if saved is None or configured is None:
