@@ -140,10 +140,17 @@ def test_committed_outputs_show_the_notebooks_own_output_only():
 @pytest.mark.slow
 def test_quickstart(tmp_path):
   text, notebook = execute('quickstart.ipynb', dict(
-      NUM_TRAIN_STEPS=2048, TARGET_RETURN=None, EXPECTED_MIN_RETURN=50.0), tmp_path)
+      NUM_TRAIN_STEPS=2048, TARGET_RETURN=None, EXPECTED_MIN_RETURN=50.0,
+      DATASET_EPISODES=20, EXPECTED_MIN_CLONE_RETURN=0.0), tmp_path)
   assert _number(r'FINAL_EVAL_RETURN = (-?[\d.]+)', text) >= 50.0
   assert 'Reloaded policy, one rendered episode' in text
   assert _has_image(notebook)
+  # The half-trained policy's noisy episodes, cloned offline: the greedy clone plays at
+  # least about as well as the data it learned from.
+  assert 'Recorded 20 episodes' in text
+  data_return = _number(r'DATASET_MEAN_RETURN = (-?[\d.]+)', text)
+  assert 'Behaviour cloning, 0 env steps' in text
+  assert _number(r'CLONE_RETURN = (-?[\d.]+)', text) >= 0.8 * data_return, text[-2000:]
 
 
 @pytest.mark.slow
