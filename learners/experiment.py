@@ -37,6 +37,7 @@ from tfrl.agents import interface
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
 from tfrl.agents import ppo  # pylint: disable=unused-import
 from tfrl.agents import sac  # pylint: disable=unused-import
+from tfrl.datasets import schedule
 
 
 @gin.configurable
@@ -211,6 +212,19 @@ class Experiment:
     if issubclass(layout_class, layouts.TransitionReplay):
       settings.update(gamma=self.gamma, beta_anneal_steps=self.num_train_steps)
     return layouts.build(layout_class, self.num_envs, self.batch_size, **settings)
+
+  @property
+  def hybrid_schedule(self) -> schedule.HybridSchedule:
+    """Which train steps take online rows (a hybrid layout's; else all of them)."""
+    return getattr(self.layout, 'hybrid_schedule', schedule.HybridSchedule())
+
+  def dataset_only_iterator(self, learner: learner_lib.Learner, server_address: str,
+                            agent, sample_timeout_ms: int = -1):
+    """The iterator of the hybrid schedule's dataset-only steps (None without one)."""
+    if not self.hybrid_schedule.active:
+      return None
+    return learner.make_iterator(self.layout.dataset_only_fn(server_address, agent,
+                                                             sample_timeout_ms))
 
   @property
   def offline(self) -> bool:

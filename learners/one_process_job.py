@@ -92,6 +92,8 @@ class OneProcessJob:
                                     sample_timeout_ms=SAMPLE_TIMEOUT_MS,
                                     triggers=[self.policy_trigger, *hooks.triggers()],
                                     checkpoint_extras={'env_steps': self.env_steps_var})
+    self.dataset_only_iterator = exp.dataset_only_iterator(
+        self.learner, self.server.address, self.agent, SAMPLE_TIMEOUT_MS)
     self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
     self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
@@ -204,8 +206,10 @@ class OneProcessJob:
     return False
 
   def collect(self) -> None:
-    """One iteration's vector steps (none offline)."""
-    if self.exp.offline:
+    """One iteration's vector steps (none offline, nor before a hybrid schedule's
+    dataset-only steps are done)."""
+    if (self.exp.offline or
+        not self.exp.hybrid_schedule.collects(self.learner.train_step_numpy)):
       return
     with self.collect_throughput.timing():
       self.collect_actor.run(self.exp.collect_steps_per_iteration)
@@ -225,7 +229,8 @@ class OneProcessJob:
     self.env_steps_var.assign(self.env_steps)  # for a checkpoint written by this run
     with self.train_throughput.timing():
       try:
-        self.learner.run(iterations=iterations)
+        self.exp.hybrid_schedule.run(self.learner, iterations,
+                                     self.dataset_only_iterator)
       except tf.errors.OutOfRangeError as e:
         raise RuntimeError(
             f'No batch from {layout.experience_table!r} at {self.server.address} within '

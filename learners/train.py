@@ -251,6 +251,8 @@ class _Trainer:
     self.learner = experiment.make_learner(
         job_dir, address, agent, train_step, strategy, sample_timeout_ms=sample_timeout_ms,
         triggers=[self.policy_trigger] if self.policy_trigger else [])
+    self.dataset_only_iterator = experiment.dataset_only_iterator(
+        self.learner, address, agent, sample_timeout_ms)
     self.loop_heartbeat = _Heartbeat()
     threading.Thread(target=_watch_server,
                      args=(address, stop_event, self.loop_heartbeat,
@@ -314,7 +316,8 @@ class _Trainer:
     iterations = min(experiment.train_steps_per_iteration,
                      experiment.num_train_steps - learner.train_step_numpy)
     try:
-      loss_info = learner.run(iterations=iterations)
+      loss_info = experiment.hybrid_schedule.run(learner, iterations,
+                                                 self.dataset_only_iterator)
     except tf.errors.OutOfRangeError:
       # No sample within --sample_timeout_s: the dataset ended. Look at the stop signal
       # (the collectors may have stopped first), then wait on with a new dataset.

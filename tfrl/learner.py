@@ -213,10 +213,15 @@ class Learner(tf.Module):
 
   def _make_iterator(self):
     """A new distributed iterator over `experience_dataset_fn`'s dataset."""
+    return self.make_iterator(self._experience_dataset_fn)
+
+  def make_iterator(self, dataset_fn: Callable[..., tf.data.Dataset]):
+    """A distributed iterator over `dataset_fn`'s dataset (taking an InputContext or
+    nothing), for `run(iterator=...)`: another source of batches of the same form."""
     # Reverb logs an INFO line from C++ when its sampler starts in the server's process.
     with self.strategy.scope(), logs.native_stderr_filtered():
       dataset = self.strategy.distribute_datasets_from_function(
-          lambda context: _call_dataset_fn(self._experience_dataset_fn, context),
+          lambda context: _call_dataset_fn(dataset_fn, context),
           options=self._experience_dataset_options)
       return iter(dataset)
 

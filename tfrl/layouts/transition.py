@@ -38,6 +38,7 @@ from tfrl import actors
 from tfrl import replay
 from tfrl import replicas
 from tfrl.agents import interface
+from tfrl.datasets import schedule
 from tfrl.layouts import base
 from tfrl.replay import mixing
 from tfrl.replay import tables as tables_lib
@@ -69,10 +70,17 @@ class TransitionReplay(base.Layout):
       dataset's own table, in (0, 1); None: a dataset, if the job has one, is the whole
       replay (offline training).
     dataset_capacity: the dataset table's size in transitions (hybrid).
+    dataset_only_steps, online_every: a hybrid job's schedule, ALF's
+      rl_train_after_update_steps and rl_train_every_update_steps
+      (`tfrl.datasets.schedule`): the first dataset_only_steps train steps take dataset
+      rows only (and one process collects nothing before them); after that one step
+      in online_every mixes online rows, the others take dataset rows only. The
+      defaults (0, 1): every step mixes.
 
   Raises:
     ValueError: prioritized replay with steps_per_item > 1 or with a dataset_fraction,
-      a negative buffer, or a dataset_fraction outside (0, 1).
+      a negative buffer, a dataset_fraction outside (0, 1), or a schedule without a
+      dataset_fraction or out of range.
   """
   n_step: int = 1
   gamma: float = 0.99
@@ -85,8 +93,15 @@ class TransitionReplay(base.Layout):
   shuffle_buffer_batches: int = mixing.DEFAULT_BUFFER_BATCHES
   dataset_fraction: Optional[float] = None
   dataset_capacity: int = 1_000_000
+  dataset_only_steps: int = 0
+  online_every: int = 1
 
   def __post_init__(self):
+    self.hybrid_schedule = schedule.HybridSchedule(self.dataset_only_steps,
+                                                   self.online_every)
+    if self.hybrid_schedule.active and self.dataset_fraction is None:
+      raise ValueError('dataset_only_steps and online_every schedule a hybrid job\'s '
+                       'batches: set TransitionReplay.dataset_fraction (and a dataset).')
     if self.dataset_fraction is not None:
       if not 0.0 < self.dataset_fraction < 1.0:
         raise ValueError(f'dataset_fraction must be in (0, 1) (None: offline, the dataset '
@@ -237,6 +252,26 @@ class TransitionReplay(base.Layout):
           experience_spec=agent.collect_data_spec,
           rate_limiter_timeout_ms=sample_timeout_ms,
           shuffle_rows=(self.shuffle_rows(online), self.shuffle_rows(offline)))
+
+    return dataset_fn
+
+  def dataset_only_fn(self, server_address: str, agent: tf_agent.TFAgent,
+                      sample_timeout_ms: int = -1):
+    """Whole batches of dataset rows: the hybrid schedule's steps that take no online
+    rows (`hybrid_schedule`). Rows carry the dataset's table index, 1, as in mixed
+    batches."""
+    signature = self.item_signature(agent)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+      rows = self.rows_per_replica(self.batch_size, context.num_replicas_in_sync)
+      dataset = replay.make_mixed_dataset(
+          server_address, [(DATASET_TABLE, rows)], signature,
+          rows_per_item=self.rows_per_item, time_major=False,
+          experience_spec=agent.collect_data_spec,
+          rate_limiter_timeout_ms=sample_timeout_ms,
+          shuffle_rows=(self.shuffle_rows(rows),))
+      return dataset.map(lambda experience, info: (experience, dict(
+          info, **{replay.TABLE_INDEX: info[replay.TABLE_INDEX] + 1})))
 
     return dataset_fn
 
