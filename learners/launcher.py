@@ -15,7 +15,6 @@ import time
 from typing import Dict, List, Optional, Sequence, Union
 
 from absl import logging
-import portpicker
 
 from learners import child_process
 from learners import config
@@ -31,6 +30,8 @@ from tfrl.replay import fallback
 
 LOG_DIR = 'logs'
 REVERB_DIR = 'reverb'  # the server's checkpoints (learners/reverb_server.py)
+# Where the server writes the port it listens on (learners/reverb_server.py).
+PORT_FILE = 'reverb_server.port'
 
 
 class JobFailedError(RuntimeError):
@@ -85,8 +86,12 @@ class Launcher:
                     experiment.dataset_dir)
     self._backend = backend
     self._overwrite = overwrite
-    self.port = port or (0 if backend else portpicker.pick_unused_port())
-    self.address = f'127.0.0.1:{self.port}'  # a backend's server sets its own
+    # 0: the server picks its port as it binds it and writes it to root_dir/PORT_FILE
+    # (a backend's server, on its node). A port picked here stayed free for the
+    # seconds until the server bound it, and another job could take it meanwhile:
+    # this launcher then waited on that job's server and pointed its programs at it.
+    self.port = port
+    self.address = f'127.0.0.1:{port}' if port else None
     self._python = python
     self.processes: Dict[str, Union[subprocess.Popen, 'ray_backend.RayProcess']] = {}
     self._logs = {}
@@ -136,18 +141,26 @@ class Launcher:
       server = self.processes['reverb_server']
       self.port, self.address = server.port, f'{server.ip}:{server.port}'
     else:
+      port_file = os.path.join(self.root_dir, PORT_FILE)
+      if os.path.exists(port_file):
+        os.remove(port_file)  # an earlier run's
       self._spawn('reverb_server', 'reverb_server', [f'--port={self.port}'])
     deadline = time.monotonic() + server_timeout_s
     while True:
       self._check_alive()
       try:
-        replay.wait_for_server(self.address, timeout_s=2)
-        break
+        if self.address is None:
+          self._read_server_port(port_file)
+        else:
+          replay.wait_for_server(self.address, timeout_s=2)
+          break
       except replay.ReplayServerUnreachableError:
-        if time.monotonic() > deadline:
-          self.stop()
-          raise JobFailedError(f'The Reverb server did not answer on {self.address} within '
-                               f'{server_timeout_s:.0f} s; see {self.log_path("reverb_server")}.')
+        pass
+      if time.monotonic() > deadline:
+        self.stop()
+        where = self.address or 'the port it was to pick'
+        raise JobFailedError(f'The Reverb server did not answer on {where} within '
+                             f'{server_timeout_s:.0f} s; see {self.log_path("reverb_server")}.')
     # Once per job, on the launcher's console (the server's own goes to its log).
     replay.warn_exposed(self.port)
     reverb_flag = f'--reverb_address={self.address}'
@@ -156,6 +169,16 @@ class Launcher:
       self._spawn(f'collect_{task}', 'collect', [
           reverb_flag, f'--task_id={task}', f'--num_collectors={self._num_collectors}'])
     self._spawn('eval', 'eval', [reverb_flag])
+
+  def _read_server_port(self, port_file: str) -> None:
+    """Takes the port the server wrote once bound (sets port and address); waits a
+    moment when it has not written it yet."""
+    try:
+      with open(port_file) as f:
+        self.port = int(f.read())
+      self.address = f'127.0.0.1:{self.port}'
+    except (FileNotFoundError, ValueError):  # not yet, or not yet whole
+      time.sleep(0.2)
 
   def _check_alive(self) -> None:
     """Raises JobFailedError if the job cannot go on.

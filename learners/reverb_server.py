@@ -51,6 +51,7 @@ config.define_common_flags()
 config.define_flags(Options)
 FLAGS = flags.FLAGS
 REVERB_DIR = 'reverb'
+PORT_FILE = 'reverb_server.port'  # read by learners/launcher.py
 REPLAY_SUMMARY_DIR = 'replay'
 
 
@@ -87,9 +88,10 @@ def serve(experiment: Experiment, root_dir: str, stop_event: threading.Event,
             reverb_checkpoint.seed_checkpoint_dir(plan, tables, checkpoint_dir,
                                                   experiment.layout.dataset_table))
   server = replay.ReplayServer(tables, port=port, checkpoint_dir=checkpoint_dir)
+  _publish_port(root_dir, server.port)
   info = server.table_info()
   logs.progress('Serving tables %s on port %d (sizes after restore: %s).', sorted(info),
-               port, {name: t.current_size for name, t in info.items()})
+               server.port, {name: t.current_size for name, t in info.items()})
   if seeded:
     logs.progress('%s', reverb_checkpoint.loaded_message(plan, experiment.layout,
                                                          time.monotonic() - start))
@@ -127,6 +129,15 @@ def serve(experiment: Experiment, root_dir: str, stop_event: threading.Event,
     logs.progress('Stopping: final Reverb checkpoint %s', server.checkpoint())
     server.stop()
     beat.stop()
+
+
+def _publish_port(root_dir: str, port: int) -> None:
+  """Writes the port the server listens on to root_dir/PORT_FILE, whole or not at all
+  (the launcher reads it: with --port=0 the server picks the port as it binds it)."""
+  path = os.path.join(root_dir, PORT_FILE)
+  with open(path + '.tmp', 'w') as f:
+    f.write(str(port))
+  os.replace(path + '.tmp', path)
 
 
 def _main() -> None:

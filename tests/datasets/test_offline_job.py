@@ -1,5 +1,6 @@
 """Datasets end to end: `tfrl-eval` records an exported policy's episodes, an offline
 `train_eval` job trains from them (no collection) and exports a policy that plays."""
+import json
 import os
 import subprocess
 import sys
@@ -164,6 +165,25 @@ def test_offline_job_as_separate_programs_has_no_collectors(recording, tmp_path)
   policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
   assert actors.Evaluator(env, policy, 10).run()['AverageReturn'] >= 475.0
   env.close()
+
+
+def test_a_hybrid_job_as_separate_programs_reaches_its_target(recording, tmp_path):
+  """dqn_cartpole.gin with the recording mixed 50/50, under `tfrl-launch`: the server
+  loads the dataset into its own table, two collectors fill the replay table, and the
+  trainer's batches take both; the evaluator confirms the target."""
+  _, record = recording
+  root = str(tmp_path / 'hybrid')
+  result = run(['learners.launch', f'--root_dir={root}', '--gin_file=dqn_cartpole.gin',
+                f"--gin_bindings=Experiment.dataset_dir = '{record}'",
+                '--gin_bindings=TransitionReplay.dataset_fraction = 0.5',
+                '--num_collectors=2', '--status_interval_s=5'])
+  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  with open(os.path.join(root, 'logs', 'reverb_server.log')) as f:
+    assert "32 of each batch's 64 rows come from it" in f.read()
+  statuses = [l for l in result.stdout.splitlines() if '] env steps ' in l]
+  assert statuses and not statuses[-1].split('] env steps ')[1].startswith('0 '), statuses
+  with open(os.path.join(root, 'eval', 'results.json')) as f:
+    assert json.load(f)[-1]['reached_target']
 
 
 def test_a_dataset_of_another_env_fails_the_job_in_one_line_naming_both(recording,

@@ -400,7 +400,8 @@ def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_differenc
 
 def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
   from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
-  launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
+  launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'],
+                             port=portpicker.pick_unused_port())
   experiment = Experiment()
   train_step, agent = experiment.build_agent()
   server = replay.ReplayServer(experiment.tables(agent, train_step), port=launcher.port)

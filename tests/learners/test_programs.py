@@ -251,3 +251,22 @@ def test_bad_gin_input_is_one_line_and_status_2_in_every_program(programs):
     assert code == 2, (name, log[-3000:])
     assert len(errors) == 1 and BAD_INPUTS[case][1] in errors[0], (name, log[-3000:])
     assert 'Traceback' not in log, (name, log[-3000:])
+
+
+def test_the_launcher_uses_the_port_its_own_server_bound(tmp_path, reverb_server_factory):
+  """The launcher lets its server pick the port as it binds it and reads it from the
+  server: another job's server, named by a port file an earlier run left behind, is
+  never the one its programs use (a port the launcher picked itself could be taken by
+  another job in the seconds before its server bound it)."""
+  from programs import run_launch  # pylint: disable=g-import-not-at-top
+  foreign = reverb_server_factory([replay.uniform_table('other_job', 10, None)])
+  root = tmp_path / 'job'
+  root.mkdir()
+  (root / 'reverb_server.port').write_text(str(foreign.port))  # stale
+  result = run_launch(str(root), 'dqn_cartpole.gin', SMALL + ['Experiment.num_train_steps=32',
+                                               'Experiment.target_return=None'], 1)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+  port = int((root / 'reverb_server.port').read_text())
+  assert port != foreign.port
+  assert f'on port {port} ' in (root / 'logs' / 'reverb_server.log').read_text()
+  assert foreign.client.server_info()['other_job'].current_size == 0
