@@ -75,6 +75,7 @@ def module_reverb_server_factory():
 # the single-process files.
 JOB_FILES = (
     'tests/learners/test_learning.py',
+    'tests/learners/test_suite_configs.py',  # Atari under launch: 2 env processes more
     'tests/learners/test_faults.py',
     'tests/learners/test_programs.py',
     'tests/learners/test_watchdogs.py',

@@ -132,7 +132,9 @@ def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   # The embedded server's exposure warning, once (issue 22), then progress lines only.
   warning, *lines = env_run.stderr.splitlines()
   assert warning.startswith('WARNING: Reverb server on port '), warning
-  assert lines and all(re.match(r'I\d{4} [\d:.]+ train_eval\] ', l) for l in lines), lines
+  # The job's phases log from learners/one_process_job.py, the CLI from train_eval.
+  assert lines and all(re.match(r'I\d{4} [\d:.]+ (train_eval|one_process_job)\] ', l)
+                       for l in lines), lines
   assert [l.split('] ')[1][:14] for l in lines] == (
       ['Training PpoAg'] + ['train step    '] * 2), lines
   assert 'start-up' in lines[0]
@@ -160,7 +162,8 @@ def test_cli_progress_bar_shows_the_eta_env_steps_per_second_and_eval_return(tmp
   assert re.search(r'\| 8/8 \[\d\d:\d\d<\d\d:\d\d, .*env steps [\d,]+ \([\d,]+/s\) \| '
                    r'eval return -?\d+\.\d', bars[-1]), bars[-1]
   # The progress lines still print, whole, above the bar.
-  assert len(re.findall(r'^I\d{4} .* train_eval\] train step', env_run.stderr, re.M)) == 2
+  assert len(re.findall(r'^I\d{4} .* one_process_job\] train step', env_run.stderr,
+                         re.M)) == 2
 
 
 def test_cli_missing_gin_file_fails_fast(tmp_path):
