@@ -270,8 +270,11 @@ class _Collector:
 
   def _close(self) -> None:
     """Sends what the writer holds, briefly, and well inside this program's share of the
-    stop: once the trainer has stopped, a rate limiter may hold these for good."""
-    close_timeout_s = min(_CLOSE_TIMEOUT_S, 0.4 * stop_plan.program_grace_s())
+    stop: once the trainer has stopped (the launcher stops it before the collectors), a
+    rate limiter may hold these for good, and the env's worker processes still have to
+    close after it (a tenth of the share: 0.4 of it left an Atari collector's two
+    workers too little on a loaded 2-core machine, and it exited without its final save)."""
+    close_timeout_s = min(_CLOSE_TIMEOUT_S, 0.1 * stop_plan.program_grace_s())
     try:
       self.writer.close(timeout_ms=int(close_timeout_s * 1000))
     except Exception as e:  # pylint: disable=broad-except
