@@ -70,6 +70,7 @@ from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 import tfrl.envs
+import tfrl.graph_options
 import tfrl.layouts
 import tfrl.learner
 import tfrl.replay
@@ -100,6 +101,10 @@ flags.DEFINE_integer('small_iterations', 16,
                      '(0 skips it).')
 flags.DEFINE_list('paths', list(ALL_PATHS), f'Subset of {",".join(ALL_PATHS)}.')
 flags.DEFINE_integer('seed', 0, 'Environment and network seed.')
+flags.DEFINE_enum('dependency_optimizer', 'off', ['off', 'on'],
+                  "Grappler's dependency optimizer for every path (the setting is per "
+                  "process): off as tfrl's Learner sets it (tfrl/graph_options.py), or on, "
+                  "TensorFlow's default, to measure what turning it off costs.")
 
 
 def _fc_layers():
@@ -324,6 +329,18 @@ def _ratio_line(label, num, den, target):
   return common.target_line(label, ratio, target, shown, 30, 10) + per_round
 
 
+def _set_dependency_optimizer(on: bool) -> None:
+  """Sets the process-wide setting before any path builds its functions; `on` also
+  keeps tfrl's Learner from turning it off."""
+  if on:
+    tfrl.graph_options.keep_train_step_order = lambda: None
+  else:
+    tfrl.graph_options.keep_train_step_order()
+  tf.config.optimizer.set_experimental_options({'dependency_optimization': on})
+  print(f"Grappler's dependency optimizer: {'on' if on else 'off'} on every path",
+        flush=True)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
@@ -337,6 +354,7 @@ def main(argv):
         f'{FLAGS.seconds:g} s per path, '
         f'{common.machine_and_versions("dm-reverb", "tf-agents")}', flush=True)
   print(common.load_line('start'), flush=True)
+  _set_dependency_optimizer(FLAGS.dependency_optimizer == 'on')
 
   *specs, transitions = collect_experience(FLAGS.num_envs, FLAGS.fill_steps)
   with contextlib.ExitStack() as stack:

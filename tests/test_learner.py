@@ -361,6 +361,15 @@ def test_train_step_must_be_an_int64_variable(make_train_step, tmp_path):
     Learner(str(tmp_path), make_train_step(), agent)
 
 
+def test_a_learner_turns_off_the_dependency_optimizer_before_it_compiles(tmp_path):
+  """With Grappler's dependency optimizer on, train steps that read and then update
+  the same variables repeated inexactly (tfrl/graph_options.py)."""
+  tf.config.optimizer.set_experimental_options({'dependency_optimization': True})
+  agent, train_step = make_agent()
+  Learner(str(tmp_path), train_step, agent, checkpoint_interval=0)
+  assert tf.config.optimizer.get_experimental_options()['dependency_optimization'] is False
+
+
 def test_loss_changes_neither_variables_nor_train_step(tmp_path):
   rows = fixed_rows(4 * BATCH)
   agent, train_step = make_agent()

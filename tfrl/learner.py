@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 
 from tfrl import checkpoints
+from tfrl import graph_options
 from tfrl import logs
 from tfrl import metrics
 from tfrl import triggers as triggers_lib
@@ -127,6 +128,7 @@ class Learner(tf.Module):
       ValueError: a train_step that is not an int64 variable.
     """
     super().__init__(name='Learner')
+    graph_options.keep_train_step_order()
     if not isinstance(train_step, tf.Variable) or train_step.dtype != tf.int64:
       raise ValueError('train_step must be an int64 tf.Variable (the agent\'s '
                        f'train_step_counter), got {train_step!r}.')

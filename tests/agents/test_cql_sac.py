@@ -7,8 +7,6 @@ samples whichever replica holds it and runs can be compared exactly.
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,9 +17,9 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.agents import cql_sac
 from tfrl.agents import sac
+import strategy_runs  # tests/agents/strategy_runs.py
 from test_bc import transitions  # tests/agents/test_bc.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OBS, ACTION = 3, 2
 LOW, HIGH = -2.0, 2.0
 
@@ -190,13 +188,9 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 def test_under_mirrored_strategy_it_trains_as_on_one_device():
   """Two replicas of half the batch each move every variable (critics, actor, SAC's
   temperature, the Lagrange multiplier) as one device with the whole batch does."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-             PYTHONPATH=REPO)
-  script = _MIRRORED_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-5000:]
-  run = json.loads(result.stdout.split('RESULT ', 1)[1])
+  run = strategy_runs.run_result_script(
+      _MIRRORED_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__))),
+      timeout=300)
   np.testing.assert_allclose(run['mirrored']['losses'], run['default']['losses'], rtol=1e-4)
   assert len(run['default']['variables']) >= 13  # 2 critics, 2 targets, actor, 2 alphas
   for got, want in zip(run['mirrored']['variables'], run['default']['variables']):

@@ -13,12 +13,12 @@ gradient clip is set low enough to act.
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+import strategy_runs  # tests/agents/strategy_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -137,12 +137,7 @@ def runs():
   """Every config trained under both strategies, in one subprocess."""
   script = _SCRIPT.format(tests_agents=os.path.join(REPO, 'tests', 'agents'),
                           configs=json.dumps(CONFIGS))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-             PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-5000:]
-  return json.loads(result.stdout.split('RESULT ', 1)[1])
+  return strategy_runs.run_result_script(script, timeout=600)
 
 
 @pytest.mark.parametrize('name', list(CONFIGS))

@@ -3,10 +3,6 @@ uint8 all the way to the encoder; PPO, IMPALA and DQN train a step; exports serv
 observations in plain TensorFlow; PPO on pixels under MirroredStrategy on 2 CPUs trains
 exactly as on one device."""
 import functools
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -21,8 +17,8 @@ from tfrl.agents import ppo
 from tfrl.envs import toy
 from tfrl.networks import encoders
 from learners.experiment import Experiment
+import strategy_runs  # tests/agents/strategy_runs.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = [toy.PIXEL_CATCH, toy.PIXEL_CATCH_DICT]
 
 
@@ -262,12 +258,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 
 @pytest.fixture(scope='module')
 def mirrored_runs():
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-             PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', _MIRRORED_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-5000:]
-  return json.loads(result.stdout.split('RESULT ', 1)[1])
+  return strategy_runs.run_result_script(_MIRRORED_SCRIPT, timeout=600)
 
 
 @pytest.mark.parametrize('env_name', ENVS)
