@@ -1,5 +1,6 @@
 """What every program shares: stopping on signals in bounded time, exit statuses,
 waiting out a lost Reverb server, and a quick exit once everything is saved."""
+import faulthandler
 import logging as std_logging
 import os
 import signal
@@ -121,7 +122,9 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   The work is expected to notice the event within a moment and return cleanly
   (flushing writers, writing a checkpoint). A thread blocked inside Reverb (a sample
   from a server that went away) cannot notice it; after `grace_s` the process exits
-  anyway with EXIT_STOP_TIMEOUT, saying so, rather than hang or pretend it finished.
+  anyway with EXIT_STOP_TIMEOUT, saying so, rather than hang or pretend it finished,
+  and first writes every thread's Python stack to stderr (where it was blocked).
+  SIGUSR1 writes the same stacks at any time without stopping (`kill -USR1 PID`).
 
   Args:
     work: the program's body; it gets the stop event.
@@ -149,14 +152,16 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   if grace_s is None:
     grace_s = stop_plan.program_grace_s()
   set_on_stop_signals(stop_event)
+  faulthandler.register(signal.SIGUSR1, all_threads=True)
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
     if stop_event.is_set() and not done.wait(grace_s):
-      logging.error('%s did not stop within %.0f s of the signal (blocked inside Reverb); '
-                    'exiting with status %d WITHOUT its final save.', name, grace_s,
+      logging.error('%s did not stop within %.0f s of the signal; exiting with status %d '
+                    'WITHOUT its final save. Where its threads were:', name, grace_s,
                     EXIT_STOP_TIMEOUT)
       sys.stdout.flush()
       sys.stderr.flush()
+      faulthandler.dump_traceback(all_threads=True)
       os._exit(EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
   ignore_stop_signals()  # the work is done (and saved)
   if 'error' in outcome:

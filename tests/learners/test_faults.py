@@ -23,6 +23,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from learners import config
+from learners import stop_plan
 from learners.experiment import Experiment
 from programs import (GIN, REPO, SMALL, answers, checkpoint_step, evaluate_export,
                       final_state, gin_args, program_env, wait_until)
@@ -421,7 +422,10 @@ def test_trainer_whose_server_never_returns_exits_naming_it(programs):
   root = programs.root_dir
   address = programs.start_server('reverb_server', portpicker.pick_unused_port(), SMALL)
   common = _common(root, address, SMALL + ['Experiment.num_train_steps=1000000'])
-  programs.start('collect', 'collect', *common)
+  # The collector's own stop grace (12 s) ends inside the 20 s this test gives it, so a
+  # collector that cannot stop exits with status 3 and its threads' stacks in its log.
+  programs.start('collect', 'collect', *common,
+                 env=program_env(**{stop_plan.STOP_GRACE_ENV: '15'}))
   programs.start('train', 'train', *common, '--log_interval_s=0',
                  '--server_lost_after_s=2', '--reconnect_timeout_s=5')
   wait_until(lambda: _last_logged_step(programs.log('train')) > 0, 300, 'training',
@@ -434,7 +438,7 @@ def test_trainer_whose_server_never_returns_exits_naming_it(programs):
             if line.startswith('error: ')]
   assert errors and address in errors[-1] and 'did not come back within 5 s' in errors[-1]
   # The collector, waiting on the same lost server, ends cleanly on the scheduler's SIGTERM.
-  assert programs.stop('collect', grace_s=20) == 0, programs.tail('collect')
+  assert programs.stop('collect', grace_s=20) == 0, programs.tail('collect', lines=150)
 
 
 _UP_AND_SLEEP = ('import signal, time; signal.signal(signal.SIGTERM, signal.{action}); '

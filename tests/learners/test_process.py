@@ -42,3 +42,19 @@ def test_sigterm_exit_status_says_whether_the_work_finished(script, status):
   assert time.monotonic() - start < 30
   if status:
     assert 'WITHOUT its final save' in stderr
+    # Then where it was blocked: the work thread's stack, down to the wait.
+    stacks = stderr.split('Where its threads were:', 1)[1]
+    assert 'in work' in stacks and 'in wait' in stacks
+
+
+def test_sigusr1_writes_the_stacks_and_the_program_goes_on():
+  child = subprocess.Popen([sys.executable, '-c', CLEAN_WORK], cwd=REPO, env=program_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert child.stdout.readline().strip() == 'working'
+  child.send_signal(signal.SIGUSR1)
+  time.sleep(1.0)
+  assert child.poll() is None  # still working
+  child.send_signal(signal.SIGTERM)
+  stdout, stderr = child.communicate(timeout=60)
+  assert child.returncode == 0 and 'saved' in stdout, stderr
+  assert 'in work' in stderr and 'most recent call first' in stderr
