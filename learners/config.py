@@ -185,8 +185,12 @@ def define_reverb_address_flag() -> None:
   flags.DEFINE_string('reverb_address', '127.0.0.1:8000', 'host:port of the Reverb server.')
 
 
-def parse_from_flags() -> 'experiment.Experiment':
+def parse_from_flags(one_process: bool = False) -> 'experiment.Experiment':
   """Checks --root_dir and parses the gin files and bindings given on the command line.
+
+  Args:
+    one_process: the program runs the whole job (train_eval); the separate programs
+      refuse what only that runs (a task sequence).
 
   Returns:
     The `Experiment` they bind, built once here for the program's body.
@@ -197,7 +201,11 @@ def parse_from_flags() -> 'experiment.Experiment':
   """
   try:
     validation.check_root_dir(flags.FLAGS.root_dir)
-    return parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+    exp = parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+    if exp.tasks is not None and not one_process:
+      fail('Experiment.tasks: a task sequence runs in one process (tfrl-train-eval) '
+           'for now; the separate programs train on Experiment.env_name.')
+    return exp
   except validation.ValidationError as e:
     fail(e.message)
   except ConfigError as e:

@@ -25,6 +25,7 @@ import gin
 import tensorflow as tf
 
 import tfrl.envs
+from learners import tasks as tasks_lib
 from learners import validation
 from tfrl import layouts
 from tfrl import learner as learner_lib
@@ -38,6 +39,7 @@ from tfrl.agents import impala  # pylint: disable=unused-import (registers gin n
 from tfrl.agents import ppo  # pylint: disable=unused-import
 from tfrl.agents import sac  # pylint: disable=unused-import
 from tfrl.datasets import schedule
+from tfrl.envs import sources
 
 
 @gin.configurable
@@ -124,6 +126,13 @@ class Experiment:
       also a new TF Serving version (`policies/serving/<name>/<step>/`); None: at a
       resumed job's start and at its end only.
     summary_interval: train steps between training summaries.
+    tasks: (one process) a task sequence in place of env_name: env names (as env_name
+      takes them) trained in order, `task_env_steps` env steps each, `task_cycles`
+      times round; every evaluation evaluates every task, and the result reports what
+      each one forgot (`learners/tasks.py`). Every task's env must have the same
+      observation and action specs. None: train on env_name.
+    task_env_steps: env steps on one task before the next (with tasks).
+    task_cycles: times round the task list; after the last, the last task goes on.
   """
   env_name: Any = 'CartPole-v1'  # str, a function or a gymnasium.Env: see above
   observation_indices: Optional[Tuple[int, ...]] = None
@@ -159,6 +168,9 @@ class Experiment:
   policy_checkpoint_interval: int = 10_000
   saved_model_interval: Optional[int] = None
   summary_interval: int = 1_000
+  tasks: Optional[Tuple[str, ...]] = None
+  task_env_steps: int = 0
+  task_cycles: int = 1
 
   def __post_init__(self):
     """Raises:
@@ -181,6 +193,15 @@ class Experiment:
     if getattr(self.layout, 'hybrid', False) and self.dataset_dir is None:
       raise ValueError('TransitionReplay.dataset_fraction mixes a dataset into each batch: '
                        'set Experiment.dataset_dir too.')
+    if self.tasks is not None and not self.task_env_steps:
+      raise ValueError('Experiment.tasks trains them one after the other: set '
+                       'Experiment.task_env_steps, the env steps on each task.')
+    if self.tasks is not None and len(set(self.task_names)) < len(self.tasks):
+      raise ValueError(f'Experiment.tasks = {tuple(self.tasks)} names a task twice: '
+                       'list each once (task_cycles goes round the list again).')
+    if self.tasks is not None and self.dataset_dir is not None:
+      raise ValueError('Experiment.tasks with Experiment.dataset_dir: a dataset holds one '
+                       "task's experience; train on a task sequence or from a dataset.")
     if self.record_dir is not None and self.terminal_on_life_loss:
       raise ValueError('Experiment.record_dir with terminal_on_life_loss would record '
                        'lives, not games: record without terminal_on_life_loss.')
@@ -232,6 +253,29 @@ class Experiment:
     `TransitionReplay.dataset_fraction` (which mixes it with collected experience)."""
     return self.dataset_dir is not None and not getattr(self.layout, 'hybrid', False)
 
+  @property
+  def task_sequence(self) -> Optional[tasks_lib.TaskSequence]:
+    """The task sequence `tasks` names (None without tasks)."""
+    if self.tasks is None:
+      return None
+    return tasks_lib.TaskSequence(tuple(self.tasks), self.task_env_steps, self.task_cycles)
+
+  @property
+  def task_names(self) -> Tuple[str, ...]:
+    """What to call each task in results and summaries: `tasks`' display names, or
+    env_name's alone."""
+    return tuple(sources.display_name(name) for name in (self.tasks or [self.env_name]))
+
+  @property
+  def env_display_name(self) -> str:
+    """What the job trains on, for messages: the env, or its task sequence."""
+    if self.tasks is None:
+      return sources.display_name(self.env_name)
+    return f'a sequence of {len(self.tasks)} tasks ({", ".join(self.task_names)})'
+
+  def _env_name(self, task: Optional[int]):
+    return self.env_name if self.tasks is None else self.tasks[task or 0]
+
   # -- Builders -------------------------------------------------------------------
 
   def env_options(self) -> dict:
@@ -244,19 +288,20 @@ class Experiment:
                 backend=self.env_backend)
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None,
-               collect: bool = True):
+               collect: bool = True, task: Optional[int] = None):
     """A collector's envs (`num_envs`, in `env_workers` processes), or with
-    collect=False the same envs in this process (e.g. to read their specs)."""
-    return tfrl.envs.make(self.env_name, num_envs=num_envs or self.num_envs,
+    collect=False the same envs in this process (e.g. to read their specs); of task
+    `task` with `tasks` (default: the first)."""
+    return tfrl.envs.make(self._env_name(task), num_envs=num_envs or self.num_envs,
                           seed=self.seed if seed is None else seed,
                           num_workers=self.env_workers if collect else 0,
                           step_timeout_s=self.env_step_timeout_s if collect else 0,
                           **self.env_options())
 
-  def make_eval_env(self, video_dir: Optional[str] = None):
-    """The evaluation envs; with `video_dir`, the first one's episodes are recorded
-    there as MP4s (`tfrl.envs.video`)."""
-    return tfrl.envs.make(self.env_name, num_envs=min(self.num_eval_episodes, 10),
+  def make_eval_env(self, video_dir: Optional[str] = None, task: Optional[int] = None):
+    """The evaluation envs (of task `task` with `tasks`); with `video_dir`, the first
+    one's episodes are recorded there as MP4s (`tfrl.envs.video`)."""
+    return tfrl.envs.make(self._env_name(task), num_envs=min(self.num_eval_episodes, 10),
                           seed=self.seed + 10_000,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
                           **self.env_options())

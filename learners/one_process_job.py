@@ -3,6 +3,8 @@ warm up (or load a dataset), collect and train with evaluations, export. Each ph
 method of `OneProcessJob`; `train_eval.train_eval` calls them in order, as Dopamine's
 Runner does."""
 import contextlib
+import dataclasses
+import json
 import math
 import os
 import shutil
@@ -10,6 +12,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
@@ -22,16 +25,18 @@ from tfrl import triggers
 from tfrl.datasets import feeder
 from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
-from tfrl.envs import sources
 from learners import callbacks as callbacks_lib
 from learners import process
 from learners import progress_bar as progress_bar_lib
+from learners import tasks as tasks_lib
 from learners.experiment import Experiment
 
 SAMPLE_TIMEOUT_MS = 60_000
 # Where a Reverb checkpoint named as the dataset is rewritten for this job's tables
 # (`tfrl.datasets.reverb_checkpoint`); removed when the job ends.
 DATASET_CHECKPOINT_DIR = 'dataset_checkpoint'
+# A task sequence's per-task returns and forgetting (`OneProcessJob.task_report`).
+TASKS_FILE = 'tasks.json'
 
 class OneProcessJob:
   """The phases of one process's job: build, warm up, collect-and-train (with
@@ -41,11 +46,18 @@ class OneProcessJob:
                cleanup: contextlib.ExitStack, hooks: callbacks_lib.Hooks):
     """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
     the progress rows and evaluations."""
-    self.exp, layout = exp, exp.layout
-    self.env = exp.make_env()
-    cleanup.callback(self.env.close)
-    eval_env = exp.make_eval_env()
-    cleanup.callback(eval_env.close)
+    self.exp, layout, self.root_dir = exp, exp.layout, root_dir
+    # One env per task (one without Experiment.tasks): collection switches between them.
+    self.task_envs = [exp.make_env(task=i) for i in range(len(exp.task_names))]
+    for env in self.task_envs:
+      cleanup.callback(env.close)
+    self.env = self.task_envs[0]
+    if exp.tasks is not None:
+      tasks_lib.check_same_specs({name: (env.time_step_spec(), env.action_spec())
+                                  for name, env in zip(exp.task_names, self.task_envs)})
+    eval_envs = [exp.make_eval_env(task=i) for i in range(len(exp.task_names))]
+    for env in eval_envs:
+      cleanup.callback(env.close)
     with strategy.scope():
       self.train_step = learner_lib.new_train_step()
       self.agent = exp.make_agent(self.env, self.train_step)
@@ -64,15 +76,19 @@ class OneProcessJob:
     if exp.record_dir is not None:
       writers.append(rlds.RldsRecorder(
           exp.record_dir, self.env.time_step_spec(), self.env.action_spec(),
-          metadata={'env': sources.display_name(exp.env_name), 'job': root_dir}))
+          metadata={'env': exp.env_display_name, 'job': root_dir}))
       cleanup.callback(writers[-1].close)  # the episodes that ended are on disk
-    self.collect_actor = actors.Actor(self.env, self.agent.collect_policy, writers,
-                                      policy_version=self.train_step,
-                                      summary_dir=os.path.join(root_dir, 'collect'))
+    self.collect_actors = [
+        actors.Actor(env, self.agent.collect_policy, writers, policy_version=self.train_step,
+                     summary_dir=os.path.join(root_dir, 'collect', *(
+                         [name] if exp.tasks is not None else [])))
+        for name, env in zip(exp.task_names, self.task_envs)]
+    self.collect_actor = self.collect_actors[0]  # the task trained now (below)
     self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
         self.env.time_step_spec(), self.env.action_spec()), writers)
-    self.evaluator = actors.Evaluator(eval_env, triggers.greedy(self.agent),
-                                      exp.num_eval_episodes, seed=exp.seed + 10_000)
+    self.evaluators = [actors.Evaluator(env, triggers.greedy(self.agent),
+                                        exp.num_eval_episodes, seed=exp.seed + 10_000)
+                       for env in eval_envs]
     # The job's env steps, checkpointed with the agent: a resumed job counts on from
     # where it stopped (progress lines, summaries against env steps, export metadata).
     self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -95,6 +111,8 @@ class OneProcessJob:
     self.dataset_only_iterator = exp.dataset_only_iterator(
         self.learner, self.server.address, self.agent, SAMPLE_TIMEOUT_MS)
     self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
+    self.task_index: Optional[int] = None
+    self.switch_task_if_due()  # a resumed job trains on the task it was on
     self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
     self.items_trained = 0  # items of the experience table this process's steps took
@@ -131,7 +149,22 @@ class OneProcessJob:
   def env_steps(self) -> int:
     """The job's env steps: those of earlier runs of it and this process's."""
     return (self.env_steps_before + self.random_actor.env_steps +
-            self.collect_actor.env_steps)
+            sum(actor.env_steps for actor in self.collect_actors))
+
+  def switch_task_if_due(self) -> None:
+    """With a task sequence, collects on the task its schedule names at this env step
+    (a switch starts fresh episodes on that task's envs)."""
+    sequence = self.exp.task_sequence
+    if sequence is None:
+      return
+    index = sequence.index_at(self.env_steps)
+    if index == self.task_index:
+      return
+    if self.task_index is not None:
+      self.collect_actors[index].reset()  # also drops the writers' partial old-task items
+    self.collect_actor, self.task_index = self.collect_actors[index], index
+    logs.progress('Training on task %d of %d, %s, from env step %d.', index + 1,
+                  len(sequence.names), self.exp.task_names[index], self.env_steps)
 
   def warm_up(self) -> None:
     """The layout's collection before the first train step (random actions for replay),
@@ -168,7 +201,7 @@ class OneProcessJob:
     budget = (f' or {exp.max_train_seconds:g} s' if exp.max_train_seconds is not None
               else '')
     logs.progress('Training %s on %s from train step %d to %d%s (start-up %.1f s).',
-                  type(self.agent).__name__, sources.display_name(exp.env_name),
+                  type(self.agent).__name__, exp.env_display_name,
                   self.start_step, exp.num_train_steps, budget,
                   process.seconds_since_start())
     self.start_time = time.perf_counter()
@@ -211,6 +244,7 @@ class OneProcessJob:
     if (self.exp.offline or
         not self.exp.hybrid_schedule.collects(self.learner.train_step_numpy)):
       return
+    self.switch_task_if_due()
     with self.collect_throughput.timing():
       self.collect_actor.run(self.exp.collect_steps_per_iteration)
       if self.exp.layout.trains_on_collected_items:
@@ -244,19 +278,33 @@ class OneProcessJob:
     """Evaluates the greedy policy, records and logs it; returns whether it reached
     the target."""
     step, exp = self.learner.train_step_numpy, self.exp
-    self.last_return = self.evaluator.run()['AverageReturn']
+    task_returns = self.evaluate_tasks()
+    # With tasks, the job's return (its target, the export metadata) is their mean.
+    self.last_return = float(np.mean(list(task_returns.values())))
     self.env_steps_var.assign(self.env_steps)
     self.eval_return_var.assign(self.last_return)
     self.history.append({'train_step': step, 'env_steps': self.env_steps,
                          'eval_return': self.last_return,
                          'seconds': time.perf_counter() - self.start_time})
+    if exp.tasks is not None:
+      self.history[-1]['task_returns'] = task_returns
     self.hooks.evaluation(self.history[-1])
     with self.eval_writer.as_default():
       tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', self.last_return,
                         step=self.env_steps)
+      for name, value in task_returns.items() if exp.tasks is not None else ():
+        tf.summary.scalar(f'eval/{name}/AverageReturn', value, step=step)
     self.log_progress(eval_return=self.last_return)
+    if exp.tasks is not None:
+      logs.progress('eval return per task | %s', ' | '.join(
+          f'{name} {metrics.format_return(value)}' for name, value in task_returns.items()))
     return exp.target_return is not None and self.last_return >= exp.target_return
+
+  def evaluate_tasks(self) -> Dict[str, float]:
+    """The greedy policy's average return on each task (the one env without tasks)."""
+    return {name: evaluator.run()['AverageReturn']
+            for name, evaluator in zip(self.exp.task_names, self.evaluators)}
 
   def log_progress(self, eval_return: Optional[float]) -> None:
     """One progress line; 'eval return' only on the line of an evaluation at this step."""
@@ -282,8 +330,8 @@ class OneProcessJob:
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
-    confirmation = self.evaluator.run()['AverageReturn']
-    self.confirmation_seed = self.evaluator.last_seed
+    confirmation = float(np.mean(list(self.evaluate_tasks().values())))
+    self.confirmation_seed = self.evaluators[0].last_seed
     # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
     # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
     logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',
@@ -314,7 +362,18 @@ class OneProcessJob:
         'train_seconds': train_seconds,
         'history': self.history,
         'progress': self.progress,
+        **({'tasks': self.task_report()} if self.exp.tasks is not None else {}),
     }
+
+  def task_report(self) -> Dict[str, Any]:
+    """What each task's return was at its best and at the end (`tasks_lib`), also
+    written to root_dir/tasks.json."""
+    sequence = self.exp.task_sequence
+    report = tasks_lib.forgetting_report(
+        self.history, dataclasses.replace(sequence, names=self.exp.task_names))
+    with tf.io.gfile.GFile(os.path.join(self.root_dir, TASKS_FILE), 'w') as f:
+      json.dump({**report, 'history': self.history}, f, indent=1)
+    return report
 
 
 def _next_multiple(step: int, interval: int) -> int:

@@ -115,6 +115,18 @@ def ignore_stop_signals() -> None:
     signal.signal(sig, signal.SIG_IGN)
 
 
+def _stderr_with_fd():
+  """Where faulthandler can write stacks: stderr, or the process's own where stderr is
+  replaced by an object without a file descriptor (pytest's capture, a notebook's)."""
+  for stream in (sys.stderr, sys.__stderr__):
+    try:
+      stream.fileno()
+      return stream
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+      continue
+  return None
+
+
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
                      grace_s: Optional[float] = None) -> Any:
   """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT/SIGHUP set `stop_event`.
@@ -152,7 +164,9 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   if grace_s is None:
     grace_s = stop_plan.program_grace_s()
   set_on_stop_signals(stop_event)
-  faulthandler.register(signal.SIGUSR1, all_threads=True)
+  stacks_file = _stderr_with_fd()
+  if stacks_file is not None:
+    faulthandler.register(signal.SIGUSR1, file=stacks_file, all_threads=True)
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
     if stop_event.is_set() and not done.wait(grace_s):
@@ -161,7 +175,8 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
                     EXIT_STOP_TIMEOUT)
       sys.stdout.flush()
       sys.stderr.flush()
-      faulthandler.dump_traceback(all_threads=True)
+      if stacks_file is not None:
+        faulthandler.dump_traceback(file=stacks_file, all_threads=True)
       os._exit(EXIT_STOP_TIMEOUT)  # pylint: disable=protected-access
   ignore_stop_signals()  # the work is done (and saved)
   if 'error' in outcome:

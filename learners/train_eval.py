@@ -30,7 +30,6 @@ from tfrl import metrics
 from tfrl import run_dir
 from tfrl import triggers
 from tfrl.datasets import rlds
-from tfrl.envs import sources
 from learners import config
 from learners import callbacks as callbacks_lib
 from learners import disk_full
@@ -100,7 +99,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     if progress_bar:
       job.bar = cleanup.enter_context(progress_bar_lib.ProgressBar(
           exp.num_train_steps, job.learner.train_step_numpy, exp.max_train_seconds,
-          desc=f'{type(job.agent).__name__} on {sources.display_name(exp.env_name)}'))
+          desc=f'{type(job.agent).__name__} on {exp.env_display_name}'))
     hooks.train_start(callbacks_lib.JobContext(root_dir, exp, job.agent, job.learner,
                                                save=job.save))
     reached = job.collect_and_train()
@@ -156,7 +155,7 @@ def _show_progress_bar(choice: str) -> bool:
 
 
 def _main() -> None:
-  experiment = config.parse_from_flags()
+  experiment = config.parse_from_flags(one_process=True)
   stopped = threading.Event()
 
   def work(stop_event: threading.Event) -> Dict[str, Any]:

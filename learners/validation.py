@@ -126,6 +126,10 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'saved_model_interval': optional(integer(1)),
     'summary_interval': integer(0),
     'env_step_timeout_s': number(0.0),  # 0 disables the env step timeout
+    'tasks': sequence_of(lambda v: isinstance(v, str) and bool(v.strip()),
+                         "env names (gymnasium ids or 'module:function' strings)"),
+    'task_env_steps': integer(0),
+    'task_cycles': integer(1),
 }
 
 
@@ -214,6 +218,8 @@ def validate_experiment(experiment) -> None:
         f'Experiment.env_workers = {experiment.env_workers}: must be at most '
         f'Experiment.num_envs ({experiment.num_envs}): each worker steps at least one env')
   check_env_id(experiment.env_name)
+  for task in getattr(experiment, 'tasks', None) or ():
+    check_env_id(task, field='tasks')
 
 
 def validate_layout_settings(layout_class: type, settings: Dict[str, Any]) -> None:
@@ -239,9 +245,10 @@ def validate_layout_settings(layout_class: type, settings: Dict[str, Any]) -> No
     check_value(owner, name, value, LAYOUT_RULES[name])
 
 
-def check_env_id(env) -> None:
-  """Raises ValidationError naming `env` unless it is a registered id (close registered
-  ids named) or resolves to an env factory (`tfrl.envs.sources`)."""
+def check_env_id(env, field: str = 'env_name') -> None:
+  """Raises ValidationError naming `env` (as Experiment.`field`) unless it is a
+  registered id (close registered ids named) or resolves to an env factory
+  (`tfrl.envs.sources`)."""
   import tfrl.envs  # pylint: disable=g-import-not-at-top (gymnasium's registry)
   from tfrl.envs import sources  # pylint: disable=g-import-not-at-top
   try:
@@ -249,7 +256,7 @@ def check_env_id(env) -> None:
     if source.env_id is not None:
       tfrl.envs.check_registered(source.env_id)
   except (tfrl.envs.UnknownEnvironmentError, ValueError) as e:
-    raise ValidationError(f'Experiment.env_name = {env!r}: {e}') from e
+    raise ValidationError(f'Experiment.{field} = {env!r}: {e}') from e
 
 
 def check_root_dir(root_dir: Optional[str], flag: str = '--root_dir') -> None:

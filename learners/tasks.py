@@ -1,0 +1,108 @@
+"""Task sequences: which task a job trains on at each env step, and what it forgot.
+
+CLEAR (Rolnick et al. 2019) is measured on a sequence of tasks trained one after the
+other (A, then B, then C, optionally cycling): an agent that forgets loses its return on
+A while it trains on C. An `Experiment` with `tasks` trains on task k for
+`task_env_steps` env steps, then on task k + 1, `task_cycles` times round the list,
+and evaluates every task at each evaluation (`learners/one_process_job.py`).
+
+The schedule is a function of the job's env steps alone, which the checkpoint holds, so
+a resumed job trains on the task it was on when it stopped.
+"""
+import dataclasses
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSequence:
+  """Tasks trained in order, `env_steps_per_task` each, `cycles` times round.
+
+  Attributes:
+    names: the tasks' env names (as `Experiment.env_name` takes them), in order.
+    env_steps_per_task: env steps on one task before the next.
+    cycles: times round the whole list; after the last, the last task goes on.
+  """
+  names: Tuple[str, ...]
+  env_steps_per_task: int
+  cycles: int = 1
+
+  @property
+  def total_env_steps(self) -> int:
+    """Env steps until the sequence's last switch has come and its last task is done."""
+    return len(self.names) * self.env_steps_per_task * self.cycles
+
+  def index_at(self, env_steps: int) -> int:
+    """The index of the task trained at `env_steps` (the last one past the end)."""
+    phase = min(env_steps // self.env_steps_per_task,
+                len(self.names) * self.cycles - 1)
+    return phase % len(self.names)
+
+  def switches(self) -> List[Tuple[int, int]]:
+    """(env step, task index) of every phase's start, the first at 0."""
+    return [(phase * self.env_steps_per_task, phase % len(self.names))
+            for phase in range(len(self.names) * self.cycles)]
+
+
+def check_same_specs(specs: Mapping[str, Tuple[Any, Any]]) -> None:
+  """Refuses tasks whose envs differ in observation or action spec.
+
+  Args:
+    specs: task name -> (time_step_spec, action_spec) of its env, in the list's order.
+
+  Raises:
+    ValueError: naming the first task and one that differs from it, and the spec.
+  """
+  (first, (first_steps, first_actions)), *others = specs.items()
+  for name, (steps, actions) in others:
+    for what, want, got in (('observation', first_steps.observation, steps.observation),
+                            ('action', first_actions, actions)):
+      if want != got:
+        raise ValueError(f'Experiment.tasks: {name!r} has another {what} spec than '
+                         f'{first!r} (every task must share them): {got} vs {want}.')
+
+
+def forgetting_report(history: Sequence[Mapping[str, Any]], sequence: TaskSequence
+                      ) -> Dict[str, Any]:
+  """What each task's return was at its best and at the end, and the drop between.
+
+  Args:
+    history: evaluations in order, each with 'env_steps' and 'task_returns' (task name
+      -> average return).
+    sequence: the job's task sequence.
+
+  Returns:
+    'tasks': per task name, 'best_return' (over every evaluation), 'final_return' (the
+    last evaluation's), 'forgetting' (best less final) and 'mean_return' (the area under
+    its return-vs-env-steps curve over the evaluated span, divided by the span: the
+    paper's cumulative performance); 'mean_forgetting' over the tasks trained before the
+    last phase's task (the ones a sequence can make it forget), 'mean_return' over all
+    tasks, and 'switches' (env step, task name) for drawing.
+
+  Raises:
+    ValueError: an empty history.
+  """
+  if not history:
+    raise ValueError('forgetting_report needs at least one evaluation.')
+  steps = np.array([row['env_steps'] for row in history], dtype=np.float64)
+  per_task = {}
+  for name in sequence.names:
+    returns = np.array([row['task_returns'][name] for row in history], dtype=np.float64)
+    best, final = float(returns.max()), float(returns[-1])
+    span = steps[-1] - steps[0]
+    area = np.sum((returns[1:] + returns[:-1]) / 2 * np.diff(steps))  # trapezoids
+    mean = float(area / span) if span > 0 else float(returns.mean())
+    per_task[name] = {'best_return': best, 'final_return': final,
+                      'forgetting': best - final, 'mean_return': mean}
+  last_task = sequence.names[sequence.index_at(int(steps[-1]))]
+  started = dict.fromkeys(sequence.names[i] for start, i in sequence.switches()
+                          if start < steps[-1])
+  earlier = [name for name in started if name != last_task]
+  return {
+      'tasks': per_task,
+      'mean_forgetting': (float(np.mean([per_task[n]['forgetting'] for n in earlier]))
+                          if earlier else float('nan')),
+      'mean_return': float(np.mean([t['mean_return'] for t in per_task.values()])),
+      'switches': [(step, sequence.names[i]) for step, i in sequence.switches()],
+  }

@@ -1,0 +1,122 @@
+"""Task sequences (`learners/tasks.py`, `Experiment.tasks`): the schedule, what is
+refused, evaluation on every task, a resume that goes on with the task it was on, and
+the forgetting figures against a hand-computed history."""
+import json
+import math
+import os
+
+import pytest
+
+from learners import tasks
+from learners import train_eval
+from learners import validation
+from learners.experiment import Experiment
+
+SECOND = 'task_envs:long_pole_cartpole'  # tests/learners/task_envs.py
+TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_per_iteration=1,
+            train_steps_per_iteration=5, eval_interval=25, num_eval_episodes=2,
+            checkpoint_interval=25, policy_checkpoint_interval=25, target_return=None)
+
+
+def test_the_schedule_switches_at_the_configured_env_steps_and_cycles():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100, cycles=2)
+  assert [sequence.index_at(s) for s in (0, 99, 100, 199, 200, 299, 300, 599)] == [
+      0, 0, 1, 1, 2, 2, 0, 2]
+  assert sequence.index_at(10_000) == 2  # past the end, the last task goes on
+  assert sequence.switches() == [(0, 0), (100, 1), (200, 2), (300, 0), (400, 1), (500, 2)]
+  assert sequence.total_env_steps == 600
+
+
+def test_forgetting_figures_match_a_hand_computed_history():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  history = [
+      {'env_steps': 50, 'task_returns': {'a': 10.0, 'b': 0.0, 'c': 0.0}},
+      {'env_steps': 150, 'task_returns': {'a': 40.0, 'b': 20.0, 'c': 0.0}},
+      {'env_steps': 250, 'task_returns': {'a': 30.0, 'b': 50.0, 'c': 10.0}},
+      {'env_steps': 300, 'task_returns': {'a': 20.0, 'b': 30.0, 'c': 60.0}},
+  ]
+  report = tasks.forgetting_report(history, sequence)
+  a, b, c = (report['tasks'][n] for n in 'abc')
+  assert (a['best_return'], a['final_return'], a['forgetting']) == (40.0, 20.0, 20.0)
+  assert (b['best_return'], b['final_return'], b['forgetting']) == (50.0, 30.0, 20.0)
+  assert c['forgetting'] == 0.0
+  # Task a's curve: trapezoids over [50, 150], [150, 250], [250, 300], over a span of 250.
+  assert a['mean_return'] == pytest.approx((25 * 100 + 35 * 100 + 25 * 50) / 250)
+  # The tasks trained before the last phase's task c: a and b.
+  assert report['mean_forgetting'] == 20.0
+  assert report['mean_return'] == pytest.approx(
+      (a['mean_return'] + b['mean_return'] + c['mean_return']) / 3)
+  assert report['switches'] == [(0, 'a'), (100, 'b'), (200, 'c')]
+
+
+def test_mean_forgetting_counts_only_tasks_trained_before_the_current_one():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  history = [{'env_steps': 120, 'task_returns': {'a': 5.0, 'b': 1.0, 'c': 9.0}}]
+  report = tasks.forgetting_report(history, sequence)
+  assert report['mean_forgetting'] == 0.0  # a only: its best is its last
+  assert math.isnan(tasks.forgetting_report(
+      [{'env_steps': 10, 'task_returns': {'a': 1.0, 'b': 1.0, 'c': 1.0}}],
+      sequence)['mean_forgetting'])  # still on the first task: nothing to forget yet
+
+
+@pytest.mark.parametrize('settings,message', [
+    (dict(tasks=('CartPole-v1', SECOND)), 'set Experiment.task_env_steps'),
+    (dict(tasks=('CartPole-v1', 'CartPole-v1'), task_env_steps=10), 'names a task twice'),
+    (dict(tasks=('CartPole-v1', SECOND), task_env_steps=10, dataset_dir='/data'),
+     'a dataset holds one'),
+])
+def test_task_settings_that_do_not_fit_are_refused(settings, message):
+  with pytest.raises(ValueError, match=message):
+    Experiment(**settings)
+
+
+def test_an_unknown_task_id_is_refused_naming_the_field():
+  with pytest.raises(validation.ValidationError, match=r"Experiment.tasks = 'NoSuchEnv-v0'"):
+    Experiment(tasks=('CartPole-v1', 'NoSuchEnv-v0'), task_env_steps=10)
+
+
+def test_tasks_whose_specs_differ_are_refused_naming_both(tmp_path):
+  with pytest.raises(ValueError, match=r"'Acrobot-v1' has another observation spec than "
+                                       r"'CartPole-v1'"):
+    train_eval.run(str(tmp_path), ['dqn_cartpole.gin'], num_train_steps=10,
+                   tasks=('CartPole-v1', 'Acrobot-v1'), task_env_steps=100, **TINY)
+
+
+def _task_lines(printed):
+  return [line.split('] ', 1)[1] for line in printed.splitlines()
+          if '] Training on task' in line]
+
+
+def test_a_sequence_evaluates_every_task_switches_and_resumes_on_its_task(tmp_path, capsys):
+  root = str(tmp_path / 'sequence')
+  settings = dict(tasks=('CartPole-v1', SECOND), task_env_steps=80, **TINY)
+  # 64 warm-up env steps, then 4 per iteration (5 train steps): step 25 at 84 env steps.
+  first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=25, **settings)
+  lines = _task_lines(capsys.readouterr().err)
+  assert lines == ['Training on task 1 of 2, CartPole-v1, from env step 0.',
+                   'Training on task 2 of 2, task_envs:long_pole_cartpole, from env step 80.']
+  row = first['history'][-1]
+  assert set(row['task_returns']) == {'CartPole-v1', SECOND}
+  assert row['eval_return'] == pytest.approx(sum(row['task_returns'].values()) / 2)
+  assert set(first['tasks']['tasks']) == {'CartPole-v1', SECOND}
+  with open(os.path.join(root, 'tasks.json')) as f:
+    written = json.load(f)
+  assert written['history'][-1]['task_returns'] == row['task_returns']
+  assert [tuple(s) for s in written['switches']] == [(0, 'CartPole-v1'), (80, SECOND)]
+  # Resumed past the switch, the job trains on the second task from its first line.
+  second = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **settings)
+  assert _task_lines(capsys.readouterr().err) == [
+      f'Training on task 2 of 2, {SECOND}, from env step {first["env_steps"]}.']
+  assert second['history'][0]['env_steps'] > first['env_steps']
+
+
+def test_separate_programs_refuse_a_task_sequence(tmp_path):
+  from programs import REPO, program_env  # pylint: disable=g-import-not-at-top
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  result = subprocess.run(
+      [sys.executable, '-m', 'learners.train', f'--root_dir={tmp_path}',
+       '--gin_file=dqn_cartpole.gin', "--gin_bindings=Experiment.tasks=('CartPole-v1', "
+       "'Acrobot-v1')", '--gin_bindings=Experiment.task_env_steps=10'],
+      cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert 'error: Experiment.tasks: a task sequence runs in one process' in result.stderr
