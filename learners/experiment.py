@@ -126,13 +126,18 @@ class Experiment:
       also a new TF Serving version (`policies/serving/<name>/<step>/`); None: at a
       resumed job's start and at its end only.
     summary_interval: train steps between training summaries.
-    tasks: (one process) a task sequence in place of env_name: env names (as env_name
-      takes them) trained in order, `task_env_steps` env steps each, `task_cycles`
-      times round; every evaluation evaluates every task, and the result reports what
-      each one forgot (`learners/tasks.py`). Every task's env must have the same
-      observation and action specs. None: train on env_name.
-    task_env_steps: env steps on one task before the next (with tasks).
-    task_cycles: times round the task list; after the last, the last task goes on.
+    tasks: (one process) several tasks in place of env_name: env names (as env_name
+      takes them) whose envs have the same observation and action specs. Every
+      evaluation evaluates every task (the job's eval return is their mean), and the
+      result reports each one's best and final return (`learners/tasks.py`). How they
+      are trained is `task_mode`. None: train on env_name.
+    task_mode: 'sequence': trained in order, `task_env_steps` env steps each,
+      `task_cycles` times round (CLEAR's setting: the report says what each task
+      forgot); 'multi_task': all at once, sub-env i of the num_envs running task
+      i % len(tasks) (no env_workers).
+    task_env_steps: (sequence) env steps on one task before the next.
+    task_cycles: (sequence) times round the task list; after the last, the last task
+      goes on.
   """
   env_name: Any = 'CartPole-v1'  # str, a function or a gymnasium.Env: see above
   observation_indices: Optional[Tuple[int, ...]] = None
@@ -169,6 +174,7 @@ class Experiment:
   saved_model_interval: Optional[int] = None
   summary_interval: int = 1_000
   tasks: Optional[Tuple[str, ...]] = None
+  task_mode: str = 'sequence'
   task_env_steps: int = 0
   task_cycles: int = 1
 
@@ -193,12 +199,19 @@ class Experiment:
     if getattr(self.layout, 'hybrid', False) and self.dataset_dir is None:
       raise ValueError('TransitionReplay.dataset_fraction mixes a dataset into each batch: '
                        'set Experiment.dataset_dir too.')
-    if self.tasks is not None and not self.task_env_steps:
+    if self.tasks is not None and not self.multi_task and not self.task_env_steps:
       raise ValueError('Experiment.tasks trains them one after the other: set '
                        'Experiment.task_env_steps, the env steps on each task.')
     if self.tasks is not None and len(set(self.task_names)) < len(self.tasks):
       raise ValueError(f'Experiment.tasks = {tuple(self.tasks)} names a task twice: '
                        'list each once (task_cycles goes round the list again).')
+    if self.multi_task and self.num_envs % len(self.tasks):
+      raise ValueError(f'Experiment.num_envs = {self.num_envs} with {len(self.tasks)} tasks '
+                       "in 'multi_task' mode: each task gets an equal share of the envs; "
+                       'make num_envs a multiple of the number of tasks.')
+    if self.multi_task and self.env_workers:
+      raise ValueError("Experiment.env_workers with 'multi_task' tasks: the tasks share the "
+                       'envs in this process; set env_workers = 0.')
     if self.tasks is not None and self.dataset_dir is not None:
       raise ValueError('Experiment.tasks with Experiment.dataset_dir: a dataset holds one '
                        "task's experience; train on a task sequence or from a dataset.")
@@ -255,10 +268,15 @@ class Experiment:
 
   @property
   def task_sequence(self) -> Optional[tasks_lib.TaskSequence]:
-    """The task sequence `tasks` names (None without tasks)."""
-    if self.tasks is None:
+    """The task sequence `tasks` names, by display name (None without one)."""
+    if self.tasks is None or self.multi_task:
       return None
-    return tasks_lib.TaskSequence(tuple(self.tasks), self.task_env_steps, self.task_cycles)
+    return tasks_lib.TaskSequence(self.task_names, self.task_env_steps, self.task_cycles)
+
+  @property
+  def multi_task(self) -> bool:
+    """Every task trains at once (`task_mode` 'multi_task' with `tasks`)."""
+    return self.tasks is not None and self.task_mode == 'multi_task'
 
   @property
   def task_names(self) -> Tuple[str, ...]:
@@ -271,10 +289,16 @@ class Experiment:
     """What the job trains on, for messages: the env, or its task sequence."""
     if self.tasks is None:
       return sources.display_name(self.env_name)
-    return f'a sequence of {len(self.tasks)} tasks ({", ".join(self.task_names)})'
+    kind = f'{len(self.tasks)} tasks at once' if self.multi_task else (
+        f'a sequence of {len(self.tasks)} tasks')
+    return f'{kind} ({", ".join(self.task_names)})'
 
   def _env_name(self, task: Optional[int]):
-    return self.env_name if self.tasks is None else self.tasks[task or 0]
+    if self.tasks is None:
+      return self.env_name
+    if task is None and self.multi_task:
+      return tasks_lib.TaskRoundRobin(self.tasks)  # sub-env i runs task i % len(tasks)
+    return self.tasks[task or 0]
 
   # -- Builders -------------------------------------------------------------------
 

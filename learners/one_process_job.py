@@ -3,7 +3,6 @@ warm up (or load a dataset), collect and train with evaluations, export. Each ph
 method of `OneProcessJob`; `train_eval.train_eval` calls them in order, as Dopamine's
 Runner does."""
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -47,17 +46,8 @@ class OneProcessJob:
     """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
     the progress rows and evaluations."""
     self.exp, layout, self.root_dir = exp, exp.layout, root_dir
-    # One env per task (one without Experiment.tasks): collection switches between them.
-    self.task_envs = [exp.make_env(task=i) for i in range(len(exp.task_names))]
-    for env in self.task_envs:
-      cleanup.callback(env.close)
+    self.task_envs, eval_envs = self._make_envs(cleanup)
     self.env = self.task_envs[0]
-    if exp.tasks is not None:
-      tasks_lib.check_same_specs({name: (env.time_step_spec(), env.action_spec())
-                                  for name, env in zip(exp.task_names, self.task_envs)})
-    eval_envs = [exp.make_eval_env(task=i) for i in range(len(exp.task_names))]
-    for env in eval_envs:
-      cleanup.callback(env.close)
     with strategy.scope():
       self.train_step = learner_lib.new_train_step()
       self.agent = exp.make_agent(self.env, self.train_step)
@@ -70,22 +60,7 @@ class OneProcessJob:
     tables = layout.tables(
         self.agent, None, **(dict(dataset_items=self.dataset.items) if self.dataset else {}))
     self.server = self._start_server(root_dir, tables, cleanup)
-    self.writer = layout.make_writer(self.server.client)
-    cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
-    writers = [self.writer]
-    if exp.record_dir is not None:
-      writers.append(rlds.RldsRecorder(
-          exp.record_dir, self.env.time_step_spec(), self.env.action_spec(),
-          metadata={'env': exp.env_display_name, 'job': root_dir}))
-      cleanup.callback(writers[-1].close)  # the episodes that ended are on disk
-    self.collect_actors = [
-        actors.Actor(env, self.agent.collect_policy, writers, policy_version=self.train_step,
-                     summary_dir=os.path.join(root_dir, 'collect', *(
-                         [name] if exp.tasks is not None else [])))
-        for name, env in zip(exp.task_names, self.task_envs)]
-    self.collect_actor = self.collect_actors[0]  # the task trained now (below)
-    self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
-        self.env.time_step_spec(), self.env.action_spec()), writers)
+    self._make_actors(cleanup)
     self.evaluators = [actors.Evaluator(env, triggers.greedy(self.agent),
                                         exp.num_eval_episodes, seed=exp.seed + 10_000)
                        for env in eval_envs]
@@ -125,6 +100,47 @@ class OneProcessJob:
     self.last_return = float('nan')
     self.start_step = self.learner.train_step_numpy
     self.start_time = time.perf_counter()
+
+  def _make_envs(self, cleanup: contextlib.ExitStack):
+    """The collect envs (one set per task in a sequence, one at a time collecting;
+    else one set, whose sub-envs a multi-task job splits over the tasks) and one set of
+    eval envs per task; every task's specs are checked to be the same first."""
+    exp = self.exp
+    if exp.tasks is not None:
+      specs = {}
+      for i, name in enumerate(exp.task_names):
+        with contextlib.closing(exp.make_env(num_envs=1, collect=False, task=i)) as env:
+          specs[name] = (env.time_step_spec(), env.action_spec())
+      tasks_lib.check_same_specs(specs)
+    sequence = exp.task_sequence
+    collect_envs = ([exp.make_env(task=i) for i in range(len(sequence.names))]
+                    if sequence is not None else [exp.make_env()])
+    eval_envs = [exp.make_eval_env(task=i) for i in range(len(exp.task_names))]
+    for env in collect_envs + eval_envs:
+      cleanup.callback(env.close)
+    return collect_envs, eval_envs
+
+  def _make_actors(self, cleanup: contextlib.ExitStack) -> None:
+    """The writer and a collect actor per set of collect envs (per task in a sequence);
+    the random warm-up acts on the first set."""
+    exp = self.exp
+    self.writer = exp.layout.make_writer(self.server.client)
+    cleanup.callback(self.writer.abandon)  # after a normal end's close(), nothing to do
+    writers = [self.writer]
+    if exp.record_dir is not None:
+      writers.append(rlds.RldsRecorder(
+          exp.record_dir, self.env.time_step_spec(), self.env.action_spec(),
+          metadata={'env': exp.env_display_name, 'job': self.root_dir}))
+      cleanup.callback(writers[-1].close)  # the episodes that ended are on disk
+    sequence = exp.task_sequence
+    self.collect_actors = [
+        actors.Actor(env, self.agent.collect_policy, writers, policy_version=self.train_step,
+                     summary_dir=os.path.join(self.root_dir, 'collect', *(
+                         [sequence.names[i]] if sequence is not None else [])))
+        for i, env in enumerate(self.task_envs)]
+    self.collect_actor = self.collect_actors[0]  # the task trained now (sequence)
+    self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
+        self.env.time_step_spec(), self.env.action_spec()), writers)
 
   def _start_server(self, root_dir: str, tables: list,
                     cleanup: contextlib.ExitStack) -> replay.ReplayServer:
@@ -313,7 +329,7 @@ class OneProcessJob:
            'train_return': self.collect_actor.stats.average_return(),
            'eval_return': eval_return,
            'env_steps_per_s': self.collect_throughput.active_rate(
-               self.collect_actor.env_steps),
+               sum(actor.env_steps for actor in self.collect_actors)),
            'train_steps_per_s': self.train_throughput.active_rate(step - self.start_step),
            'seconds': time.perf_counter() - self.start_time}
     self.progress.append(row)
@@ -366,11 +382,11 @@ class OneProcessJob:
     }
 
   def task_report(self) -> Dict[str, Any]:
-    """What each task's return was at its best and at the end (`tasks_lib`), also
-    written to root_dir/tasks.json."""
+    """Each task's best, final and mean return, and in a sequence what it forgot
+    (`tasks_lib`); also written to root_dir/tasks.json with the history."""
     sequence = self.exp.task_sequence
-    report = tasks_lib.forgetting_report(
-        self.history, dataclasses.replace(sequence, names=self.exp.task_names))
+    report = (tasks_lib.forgetting_report(self.history, sequence) if sequence is not None
+              else tasks_lib.returns_report(self.history, self.exp.task_names))
     with tf.io.gfile.GFile(os.path.join(self.root_dir, TASKS_FILE), 'w') as f:
       json.dump({**report, 'history': self.history}, f, indent=1)
     return report

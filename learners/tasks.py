@@ -63,46 +63,86 @@ def check_same_specs(specs: Mapping[str, Tuple[Any, Any]]) -> None:
                          f'{first!r} (every task must share them): {got} vs {want}.')
 
 
-def forgetting_report(history: Sequence[Mapping[str, Any]], sequence: TaskSequence
-                      ) -> Dict[str, Any]:
-  """What each task's return was at its best and at the end, and the drop between.
+def returns_report(history: Sequence[Mapping[str, Any]], names: Sequence[str]
+                   ) -> Dict[str, Any]:
+  """Each task's best, final and mean return over a job's evaluations.
 
   Args:
     history: evaluations in order, each with 'env_steps' and 'task_returns' (task name
       -> average return).
-    sequence: the job's task sequence.
+    names: the tasks.
 
   Returns:
     'tasks': per task name, 'best_return' (over every evaluation), 'final_return' (the
-    last evaluation's), 'forgetting' (best less final) and 'mean_return' (the area under
-    its return-vs-env-steps curve over the evaluated span, divided by the span: the
-    paper's cumulative performance); 'mean_forgetting' over the tasks trained before the
-    last phase's task (the ones a sequence can make it forget), 'mean_return' over all
-    tasks, and 'switches' (env step, task name) for drawing.
+    last evaluation's) and 'mean_return' (the area under its return-vs-env-steps curve
+    over the evaluated span, divided by the span: CLEAR's cumulative performance);
+    'mean_return', their mean over the tasks.
 
   Raises:
     ValueError: an empty history.
   """
   if not history:
-    raise ValueError('forgetting_report needs at least one evaluation.')
+    raise ValueError('A task report needs at least one evaluation.')
   steps = np.array([row['env_steps'] for row in history], dtype=np.float64)
+  span = steps[-1] - steps[0]
   per_task = {}
-  for name in sequence.names:
+  for name in names:
     returns = np.array([row['task_returns'][name] for row in history], dtype=np.float64)
-    best, final = float(returns.max()), float(returns[-1])
-    span = steps[-1] - steps[0]
     area = np.sum((returns[1:] + returns[:-1]) / 2 * np.diff(steps))  # trapezoids
-    mean = float(area / span) if span > 0 else float(returns.mean())
-    per_task[name] = {'best_return': best, 'final_return': final,
-                      'forgetting': best - final, 'mean_return': mean}
-  last_task = sequence.names[sequence.index_at(int(steps[-1]))]
+    per_task[name] = {'best_return': float(returns.max()),
+                      'final_return': float(returns[-1]),
+                      'mean_return': float(area / span) if span > 0 else float(returns.mean())}
+  return {'tasks': per_task,
+          'mean_return': float(np.mean([t['mean_return'] for t in per_task.values()]))}
+
+
+def forgetting_report(history: Sequence[Mapping[str, Any]], sequence: TaskSequence
+                      ) -> Dict[str, Any]:
+  """`returns_report` of a sequence, with what each task forgot.
+
+  Returns:
+    `returns_report`'s, each task also with 'forgetting' (its best return less its
+    final one); 'mean_forgetting' over the tasks trained before the last phase's task
+    (the ones the sequence can make it forget; NaN while still on the first), and
+    'switches' (env step, task name) for drawing.
+
+  Raises:
+    ValueError: an empty history.
+  """
+  report = returns_report(history, sequence.names)
+  per_task = report['tasks']
+  for task in per_task.values():
+    task['forgetting'] = task['best_return'] - task['final_return']
+  last_step = history[-1]['env_steps']
   started = dict.fromkeys(sequence.names[i] for start, i in sequence.switches()
-                          if start < steps[-1])
-  earlier = [name for name in started if name != last_task]
-  return {
-      'tasks': per_task,
-      'mean_forgetting': (float(np.mean([per_task[n]['forgetting'] for n in earlier]))
-                          if earlier else float('nan')),
-      'mean_return': float(np.mean([t['mean_return'] for t in per_task.values()])),
-      'switches': [(step, sequence.names[i]) for step, i in sequence.switches()],
-  }
+                          if start < last_step)
+  current = sequence.names[sequence.index_at(last_step)]
+  earlier = [name for name in started if name != current]
+  report['mean_forgetting'] = (float(np.mean([per_task[n]['forgetting'] for n in earlier]))
+                               if earlier else float('nan'))
+  report['switches'] = [(step, sequence.names[i]) for step, i in sequence.switches()]
+  return report
+
+
+class TaskRoundRobin:
+  """An env factory whose successive envs cycle through the tasks, so that sub-env i
+  of a vector env built in order (gymnasium's sync vector env) runs task i % len(names):
+  'multi_task' in one process. A copy starts the cycle again, so env worker processes
+  (each builds its share from a copy) are not supported.
+  """
+
+  def __init__(self, names: Sequence[str]):
+    self.names = tuple(names)
+    self._made = 0
+
+  def __call__(self, **kwargs):
+    from tfrl.envs import sources  # pylint: disable=g-import-not-at-top (gymnasium)
+    source = sources.resolve(self.names[self._made % len(self.names)])
+    self._made += 1
+    if source.env_id is not None:
+      import gymnasium  # pylint: disable=g-import-not-at-top
+      return gymnasium.make(source.env_id, **kwargs)
+    return source.factory(**kwargs)
+
+  def __repr__(self) -> str:
+    return ' + '.join(self.names)

@@ -128,6 +128,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'env_step_timeout_s': number(0.0),  # 0 disables the env step timeout
     'tasks': sequence_of(lambda v: isinstance(v, str) and bool(v.strip()),
                          "env names (gymnasium ids or 'module:function' strings)"),
+    'task_mode': choice(('sequence', 'multi_task')),
     'task_env_steps': integer(0),
     'task_cycles': integer(1),
 }

@@ -120,3 +120,34 @@ def test_separate_programs_refuse_a_task_sequence(tmp_path):
       cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=300)
   assert result.returncode == 2, result.stderr[-2000:]
   assert 'error: Experiment.tasks: a task sequence runs in one process' in result.stderr
+
+
+def test_multi_task_splits_the_sub_envs_over_the_tasks():
+  exp = Experiment(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=4,
+                   batch_size=4)
+  env = exp.make_env(collect=False)
+  try:
+    lengths = [sub.unwrapped.length for sub in env.vector_env.envs]
+  finally:
+    env.close()
+  assert lengths == [0.5, 1.0, 0.5, 1.0]  # CartPole's pole, then the long one, in turn
+
+
+def test_multi_task_trains_on_every_task_at_once_and_evaluates_each(tmp_path, capsys):
+  root = str(tmp_path / 'multi')
+  result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=25,
+                          tasks=('CartPole-v1', SECOND), task_mode='multi_task', **TINY)
+  printed = capsys.readouterr().err
+  assert not _task_lines(printed)  # no switches
+  assert 'on 2 tasks at once (CartPole-v1, task_envs:long_pole_cartpole)' in printed
+  row = result['history'][-1]
+  assert set(row['task_returns']) == {'CartPole-v1', SECOND}
+  report = result['tasks']
+  assert set(report['tasks']) == {'CartPole-v1', SECOND}
+  assert 'mean_forgetting' not in report and 'switches' not in report
+
+
+def test_multi_task_needs_envs_shared_equally():
+  with pytest.raises(ValueError, match='make num_envs a multiple of the number of tasks'):
+    Experiment(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=5,
+               batch_size=5)
