@@ -48,6 +48,10 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+    # Both algorithms through all three tasks: 6 train steps of 512 env steps each.
+    'task_sequence': ['--seeds=0', '--jobs=2', '--gin_bindings=Experiment.task_env_steps=512,'
+                      'Experiment.num_train_steps=6,Experiment.eval_interval=2,'
+                      'Experiment.num_eval_episodes=1'],
 }
 NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
 # What each run must print: a regex whose groups are figures that must be > 0.
@@ -72,6 +76,8 @@ EXPECTED = {
                   rf'.*dqn seed 0 tfrl: solved=False seconds={NUMBER} '
                   rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s '
                   rf'load {NUMBER}->{NUMBER} cpu [01]\b',
+    'task_sequence': r'(?m)^impala  seed 0: ([1-9]\d*) evaluations(?:.*\n)*?'
+                     r'^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
@@ -106,10 +112,14 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   # solve_time.py writes its summary under runs/ by default: into the tmp dir instead.
   summary = tmp_path_factory.mktemp('solve_time') / 'summary.json'
   jobs['solve_time'][0].append(f'--summary_json={summary}')
+  # task_sequence.py writes its runs and its PNG under benchmarks/ by default: tmp too.
+  sequences = tmp_path_factory.mktemp('task_sequence')
+  jobs['task_sequence'][0] += [f'--runs_dir={sequences}', f'--png={sequences}/curves.png']
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
-  order = ['scaling', 'startup', 'atari_throughput', 'ppo_compile', 'solve_time',
+  order = ['scaling', 'startup', 'task_sequence', 'atari_throughput', 'ppo_compile',
+           'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']
   assert sorted(order) == sorted(jobs)

@@ -1,0 +1,156 @@
+"""Forgetting on a task sequence: IMPALA against CLEAR (issue 26).
+
+Runs `learners.train_eval` with `<algo>_minigrid_sequence.gin` (DoorKey-5x5, then
+LavaGapS5, then SimpleCrossingS9N1, 600k env steps each; every evaluation evaluates all
+three) for each algorithm and seed, reads each run's `tasks.json`, and prints per run
+and over seeds (median and bootstrap interval):
+
+  learned     each task's best return while it was the task being trained (how well
+              the algorithm learns it: CLEAR should stay within 10% of IMPALA)
+  forgetting  each earlier task's best return over the run less its final one; their
+              mean over the tasks trained before the last (CLEAR should forget a
+              third of IMPALA's or less)
+
+and draws each task's return against env steps, the task switches marked, to --png.
+
+Run (from the repository root; ~9 min per run alone on 2 cores, --jobs at a time):
+
+    .venv/bin/python benchmarks/task_sequence.py --seeds=0,1,2 --jobs=2
+
+A run whose directory already holds tasks.json is read, not run again (--rerun runs
+it again). Results are recorded in benchmarks/RESULTS.md.
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
+from absl import app
+from absl import flags
+import numpy as np
+
+import stats  # benchmarks/stats.py
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+flags.DEFINE_list('algos', ['impala', 'clear'], 'Configs <algo>_minigrid_sequence.gin.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Experiment.seed of each run.')
+flags.DEFINE_integer('jobs', 2, 'Runs at a time.')
+flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'task_sequence'),
+                    'Where each run writes its root_dir (<algo>_s<seed>).')
+flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run.')
+flags.DEFINE_bool('rerun', False, 'Run again where tasks.json exists.')
+flags.DEFINE_string('png', os.path.join(REPO, 'benchmarks', 'curves',
+                                        'task_sequence_minigrid.png'),
+                    'The per-task curves (empty: none).')
+FLAGS = flags.FLAGS
+
+
+def run_job(algo: str, seed: str) -> Dict[str, Any]:
+  """Runs (or reads) one job; returns its tasks.json."""
+  root = os.path.join(FLAGS.runs_dir, f'{algo}_s{seed}')
+  tasks_file = os.path.join(root, 'tasks.json')
+  if FLAGS.rerun or not os.path.exists(tasks_file):
+    os.makedirs(FLAGS.runs_dir, exist_ok=True)
+    command = [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
+               '--overwrite', f'--gin_file={algo}_minigrid_sequence.gin',
+               f'--gin_bindings=Experiment.seed = {seed}',
+               *[f'--gin_bindings={b}' for b in FLAGS.gin_bindings]]
+    with open(root + '.log', 'w') as log:
+      subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+  with open(tasks_file) as f:
+    return json.load(f)
+
+
+def learned_returns(run: Dict[str, Any]) -> Dict[str, float]:
+  """Each task's best return at the evaluations inside its own first phase."""
+  switches = [(int(step), name) for step, name in run['switches']]
+  ends = [step for step, _ in switches[1:]] + [float('inf')]
+  learned = {}
+  for (start, name), end in zip(switches, ends):
+    inside = [row['task_returns'][name] for row in run['history']
+              if start < row['env_steps'] <= end]
+    learned.setdefault(name, max(inside) if inside else float('nan'))
+  return learned
+
+
+def _median_interval(values: List[float]) -> str:
+  """The median over the seeds that have a value, [its 95% bootstrap interval]."""
+  present = [v for v in values if not np.isnan(v)]
+  if not present:
+    return 'n/a (no evaluation)'
+  found = stats.interval(present, statistic='median')
+  return f'{found.point:.3f} [{found.low:.3f}, {found.high:.3f}] ({len(present)} seeds)'
+
+
+def summarize(runs: Dict[str, List[Dict[str, Any]]]) -> None:
+  """Prints each run's figures, then each algorithm's median and interval."""
+  names = [name for _, name in runs[FLAGS.algos[0]][0]['switches']]
+  for algo, algo_runs in runs.items():
+    for seed, run in zip(FLAGS.seeds, algo_runs):
+      learned = learned_returns(run)
+      print(f'{algo:<7} seed {seed}: {len(run["history"])} evaluations, mean forgetting '
+            f'{run["mean_forgetting"]:.3f} | ' +
+            ' | '.join(f'{n}: learned {learned[n]:.3f}, final '
+                       f'{run["tasks"][n]["final_return"]:.3f}, forgot '
+                       f'{run["tasks"][n]["forgetting"]:.3f}' for n in names))
+  print()
+  forgetting = {algo: [run['mean_forgetting'] for run in algo_runs]
+                for algo, algo_runs in runs.items()}
+  for algo in runs:
+    print(f'{algo:<7} mean forgetting, median: {_median_interval(forgetting[algo])}')
+    for name in names:
+      learned = [learned_returns(run)[name] for run in runs[algo]]
+      print(f'{algo:<7}   {name}: learned {_median_interval(learned)}')
+  if {'impala', 'clear'} <= set(runs):
+    ratio = stats.compare(forgetting['clear'], forgetting['impala'], 'ratio',
+                          statistic='median')
+    print(f'clear / impala mean forgetting: {ratio.point:.2f} [{ratio.low:.2f}, '
+          f'{ratio.high:.2f}] (target <= 0.33)')
+
+
+def plot(runs: Dict[str, List[Dict[str, Any]]], path: str) -> None:
+  """Each task's return against env steps, every run faint, switches dashed."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  first = runs[FLAGS.algos[0]][0]
+  names = list(dict.fromkeys(name for _, name in first['switches']))
+  figure, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5), sharey=True)
+  for axis, name in zip(np.atleast_1d(axes), names):
+    for color, (algo, algo_runs) in zip(('tab:blue', 'tab:orange', 'tab:green'),
+                                        runs.items()):
+      for i, run in enumerate(algo_runs):
+        axis.plot([row['env_steps'] for row in run['history']],
+                  [row['task_returns'][name] for row in run['history']], color=color,
+                  alpha=0.6, label=algo if i == 0 else None)
+    for step, _ in first['switches'][1:]:
+      axis.axvline(step, color='grey', linestyle='--', linewidth=0.8)
+    axis.set_title(name, fontsize=9)
+    axis.set_xlabel('env steps')
+  np.atleast_1d(axes)[0].set_ylabel('eval return')
+  np.atleast_1d(axes)[0].legend()
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  figure.savefig(path, dpi=90)
+  print(f'Curves: {path}')
+
+
+def main(argv):
+  del argv
+  print(f'Task sequence, {", ".join(FLAGS.algos)} x seeds {", ".join(FLAGS.seeds)}, '
+        f'{common.machine_and_versions()}', flush=True)
+  jobs = [(algo, seed) for seed in FLAGS.seeds for algo in FLAGS.algos]
+  with concurrent.futures.ThreadPoolExecutor(FLAGS.jobs) as pool:
+    results = dict(zip(jobs, pool.map(lambda job: run_job(*job), jobs)))
+  runs = {algo: [results[(algo, seed)] for seed in FLAGS.seeds] for algo in FLAGS.algos}
+  summarize(runs)
+  if FLAGS.png:
+    plot(runs, FLAGS.png)
+
+
+if __name__ == '__main__':
+  app.run(main)
