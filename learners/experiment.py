@@ -138,6 +138,11 @@ class Experiment:
     task_env_steps: (sequence) env steps on one task before the next.
     task_cycles: (sequence) times round the task list; after the last, the last task
       goes on.
+    task_index_input: tell the agent which task each observation comes from: every
+      task's observations gain a Discrete entry 'task' (a Dict; a plain observation
+      becomes {'observation': ..., 'task': ...}; `learners.tasks.TaskIndexObservation`),
+      which the networks' encoders one-hot. Off by default, as in CLEAR, whose agent is
+      not told the task.
   """
   env_name: Any = 'CartPole-v1'  # str, a function or a gymnasium.Env: see above
   observation_indices: Optional[Tuple[int, ...]] = None
@@ -177,6 +182,7 @@ class Experiment:
   task_mode: str = 'sequence'
   task_env_steps: int = 0
   task_cycles: int = 1
+  task_index_input: bool = False
 
   def __post_init__(self):
     """Raises:
@@ -209,6 +215,9 @@ class Experiment:
       raise ValueError(f'Experiment.num_envs = {self.num_envs} with {len(self.tasks)} tasks '
                        "in 'multi_task' mode: each task gets an equal share of the envs; "
                        'make num_envs a multiple of the number of tasks.')
+    if self.task_index_input and self.tasks is None:
+      raise ValueError('Experiment.task_index_input tells the agent its task: set '
+                       'Experiment.tasks too.')
     if self.multi_task and self.env_workers:
       raise ValueError("Experiment.env_workers with 'multi_task' tasks: the tasks share the "
                        'envs in this process; set env_workers = 0.')
@@ -297,15 +306,21 @@ class Experiment:
     if self.tasks is None:
       return self.env_name
     if task is None and self.multi_task:
-      return tasks_lib.TaskRoundRobin(self.tasks)  # sub-env i runs task i % len(tasks)
+      # Sub-env i runs task i % len(tasks).
+      return tasks_lib.TaskRoundRobin(self.tasks, self.task_index_input)
+    if self.task_index_input:
+      return tasks_lib.TaskEnv(self.tasks[task or 0], task or 0, len(self.tasks), True)
     return self.tasks[task or 0]
 
   # -- Builders -------------------------------------------------------------------
 
   def env_options(self) -> dict:
     """The observation settings every env of the job (collect and eval) shares."""
+    keys = self.observation_keys
+    if keys is not None and self.task_index_input:
+      keys = (*keys, 'task')  # the entry TaskIndexObservation adds
     return dict(observation_indices=self.observation_indices,
-                observation_keys=self.observation_keys,
+                observation_keys=keys,
                 frame_stack=self.frame_stack, atari=self.atari,
                 terminal_on_life_loss=self.terminal_on_life_loss,
                 fire_reset=self.fire_reset, clip_reward=self.clip_reward,

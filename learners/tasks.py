@@ -12,7 +12,11 @@ a resumed job trains on the task it was on when it stopped.
 import dataclasses
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+import gymnasium as gym
 import numpy as np
+
+import tfrl.envs
+from tfrl.envs import sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,18 +135,55 @@ class TaskRoundRobin:
   (each builds its share from a copy) are not supported.
   """
 
-  def __init__(self, names: Sequence[str]):
-    self.names = tuple(names)
+  def __init__(self, names: Sequence[str], with_index: bool = False):
+    self.tasks = [TaskEnv(name, i, len(names), with_index) for i, name in enumerate(names)]
     self._made = 0
 
   def __call__(self, **kwargs):
-    from tfrl.envs import sources  # pylint: disable=g-import-not-at-top (gymnasium)
-    source = sources.resolve(self.names[self._made % len(self.names)])
+    task = self.tasks[self._made % len(self.tasks)]
     self._made += 1
-    if source.env_id is not None:
-      import gymnasium  # pylint: disable=g-import-not-at-top
-      return gymnasium.make(source.env_id, **kwargs)
-    return source.factory(**kwargs)
+    return task(**kwargs)
 
   def __repr__(self) -> str:
-    return ' + '.join(self.names)
+    return ' + '.join(task.name for task in self.tasks)
+
+
+class TaskIndexObservation(gym.ObservationWrapper):
+  """Adds the task's index to an env's observations, as a Discrete entry 'task' (the
+  encoders one-hot it): a Dict observation gains the key, any other becomes
+  {'observation': it, 'task': index}. For `Experiment.task_index_input`."""
+
+  def __init__(self, env: gym.Env, index: int, num_tasks: int):
+    super().__init__(env)
+    self._index = np.int64(index)
+    self._wraps_dict = isinstance(env.observation_space, gym.spaces.Dict)
+    entries = (dict(env.observation_space.spaces) if self._wraps_dict
+               else {'observation': env.observation_space})
+    self.observation_space = gym.spaces.Dict(
+        {**entries, 'task': gym.spaces.Discrete(num_tasks)})
+
+  def observation(self, observation):
+    entries = dict(observation) if self._wraps_dict else {'observation': observation}
+    return {**entries, 'task': self._index}
+
+
+class TaskEnv:
+  """An env factory for one task: its env, told its index when `with_index`
+  (`TaskIndexObservation`). Picklable, for env worker processes."""
+
+  def __init__(self, name: str, index: int, num_tasks: int, with_index: bool):
+    self.name, self.index, self.num_tasks = name, index, num_tasks
+    self.with_index = with_index
+
+  def __call__(self, **kwargs):
+    source = sources.resolve(self.name)
+    if source.env_id is not None:
+      tfrl.envs.check_registered(source.env_id)  # imports minigrid, ale_py, ... if needed
+      env = gym.make(source.env_id.split(':')[-1], **kwargs)
+    else:
+      env = source.factory(**kwargs)
+    return (TaskIndexObservation(env, self.index, self.num_tasks) if self.with_index
+            else env)
+
+  def __repr__(self) -> str:
+    return self.name

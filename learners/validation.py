@@ -131,6 +131,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'task_mode': choice(('sequence', 'multi_task')),
     'task_env_steps': integer(0),
     'task_cycles': integer(1),
+    'task_index_input': BOOLEAN,
 }
 
 

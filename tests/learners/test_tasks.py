@@ -151,3 +151,38 @@ def test_multi_task_needs_envs_shared_equally():
   with pytest.raises(ValueError, match='make num_envs a multiple of the number of tasks'):
     Experiment(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=5,
                batch_size=5)
+
+
+def _first_observation(exp, **make):
+  env = exp.make_env(collect=False, **make)
+  try:
+    return env.reset().observation
+  finally:
+    env.close()
+
+
+def test_the_task_index_input_tells_each_env_its_task():
+  settings = dict(tasks=('CartPole-v1', SECOND), task_env_steps=100, num_envs=4,
+                  batch_size=4, task_index_input=True)
+  second = _first_observation(Experiment(**settings), task=1)
+  assert list(second['task']) == [1, 1, 1, 1]
+  assert second['observation'].shape == (4, 4)  # CartPole's, under its own key
+  mixed = _first_observation(Experiment(**settings, task_mode='multi_task'))
+  assert list(mixed['task']) == [0, 1, 0, 1]
+  # Without it the observation is the env's own.
+  assert _first_observation(Experiment(**{**settings, 'task_index_input': False}),
+                            task=1).shape == (4, 4)
+
+
+def test_a_job_told_its_task_trains_and_exports(tmp_path):
+  result = train_eval.run(str(tmp_path / 'told'), ['ppo_cartpole.gin'], num_train_steps=2,
+                          eval_interval=2, num_eval_episodes=1, target_return=None,
+                          tasks=('CartPole-v1', SECOND), task_env_steps=256,
+                          task_index_input=True)
+  assert result['train_step'] == 2
+  assert set(result['history'][-1]['task_returns']) == {'CartPole-v1', SECOND}
+
+
+def test_the_task_index_input_needs_tasks():
+  with pytest.raises(ValueError, match='set Experiment.tasks too'):
+    Experiment(task_index_input=True)
