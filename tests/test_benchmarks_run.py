@@ -114,7 +114,8 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   jobs['solve_time'][0].append(f'--summary_json={summary}')
   # task_sequence.py writes its runs and its PNG under benchmarks/ by default: tmp too.
   sequences = tmp_path_factory.mktemp('task_sequence')
-  jobs['task_sequence'][0] += [f'--runs_dir={sequences}', f'--png={sequences}/curves.png']
+  jobs['task_sequence'][0].extend([f'--runs_dir={sequences}',
+                                   f'--png={sequences}/curves.png'])
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
