@@ -34,7 +34,7 @@ SAMPLE_TIMEOUT_MS = 60_000
 # Where a Reverb checkpoint named as the dataset is rewritten for this job's tables
 # (`tfrl.datasets.reverb_checkpoint`); removed when the job ends.
 DATASET_CHECKPOINT_DIR = 'dataset_checkpoint'
-# A task sequence's per-task returns and forgetting (`OneProcessJob.task_report`).
+# Several tasks' per-task returns (and a sequence's forgetting): `OneProcessJob.task_report`.
 TASKS_FILE = 'tasks.json'
 
 class OneProcessJob:
