@@ -116,8 +116,10 @@ class _Collector:
     self.stop_event, self.options, self.task_id = stop_event, options, options.task_id
     self.layout = layout = experiment.layout
     self.num_envs = options.num_envs or experiment.num_envs
+    # Multi-task: each collector steps one task, --task_id modulo the list.
+    task = (self.task_id % len(experiment.tasks) if experiment.multi_task else None)
     self.env = experiment.make_env(num_envs=self.num_envs,
-                                   seed=experiment.seed + 1000 * self.task_id)
+                                   seed=experiment.seed + 1000 * self.task_id, task=task)
     self.train_step, self.agent = experiment.build_agent()
     replay.check_table_signature(address, layout.experience_table,
                                  layout.item_signature(self.agent))

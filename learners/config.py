@@ -190,7 +190,7 @@ def parse_from_flags(one_process: bool = False) -> 'experiment.Experiment':
 
   Args:
     one_process: the program runs the whole job (train_eval); the separate programs
-      refuse what only that runs (a task sequence).
+      refuse what only that runs (a task sequence; multi-task they run).
 
   Returns:
     The `Experiment` they bind, built once here for the program's body.
@@ -202,9 +202,10 @@ def parse_from_flags(one_process: bool = False) -> 'experiment.Experiment':
   try:
     validation.check_root_dir(flags.FLAGS.root_dir)
     exp = parse(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
-    if exp.tasks is not None and not one_process:
-      fail('Experiment.tasks: a task sequence runs in one process (tfrl-train-eval) '
-           'for now; the separate programs train on Experiment.env_name.')
+    if exp.task_sequence is not None and not one_process:
+      fail("Experiment.tasks: a task sequence runs in one process (tfrl-train-eval) for "
+           "now; the separate programs take Experiment.task_mode = 'multi_task' (each "
+           'collector on one task).')
     return exp
   except validation.ValidationError as e:
     fail(e.message)

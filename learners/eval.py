@@ -32,6 +32,7 @@ from learners import eval_barrier
 from learners import heartbeat
 from learners import process
 from learners import program
+from learners import tasks as tasks_lib
 from learners.experiment import Experiment
 from tfrl import actors
 from tfrl import export
@@ -190,8 +191,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
   replay.wait_for_server(address)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
-  evaluator = actors.Evaluator(experiment.make_eval_env(video_dir), triggers.greedy(agent),
-                               experiment.num_eval_episodes, seed=experiment.seed + 10_000)
+  evaluator = experiment.make_evaluator(triggers.greedy(agent), video_dir)  # every task
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
   row = {}
@@ -218,7 +218,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
 
 def _evaluate_when_due(experiment: Experiment, address: str,
                        variables: replay.VariableContainer, train_step: tf.Variable,
-                       evaluator: actors.Evaluator, log: ResultsLog, interval: int,
+                       evaluator: tasks_lib.TaskEvaluators, log: ResultsLog, interval: int,
                        barrier: eval_barrier.EvaluatorSide, stop_event: threading.Event,
                        options: Options) -> Optional[Dict[str, Any]]:
   """Pulls the variables; evaluates if the train step advanced `interval` since the
@@ -261,9 +261,14 @@ def _evaluate_when_due(experiment: Experiment, address: str,
          # Evaluator(make_eval_env(), policy, num_eval_episodes, seed=this) replays the
          # confirmation's episodes (e.g. to check an exported policy).
          'confirmation_seed': confirmation_seed}
+  tasks = ''
+  if experiment.tasks is not None:  # the return is their mean
+    row['task_returns'] = result['task_returns']
+    tasks = ' | ' + ' | '.join(f'{name} {metrics.format_return(value)}'
+                               for name, value in result['task_returns'].items())
   log.add(row)
-  logs.progress('eval | train step %d | env steps %d | return %s', step, env_steps,
-               metrics.format_return(result['AverageReturn']))
+  logs.progress('eval | train step %d | env steps %d | return %s%s', step, env_steps,
+               metrics.format_return(result['AverageReturn']), tasks)
   if reached:
     logs.progress('Target return %s reached and confirmed (%s) at train step %d.',
                  metrics.format_return(target), metrics.format_return(confirmation), step)

@@ -27,6 +27,7 @@ import tensorflow as tf
 import tfrl.envs
 from learners import tasks as tasks_lib
 from learners import validation
+from tfrl import actors
 from tfrl import layouts
 from tfrl import learner as learner_lib
 from tfrl import replay
@@ -344,6 +345,17 @@ class Experiment:
                           seed=self.seed + 10_000,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
                           **self.env_options())
+
+  def make_evaluator(self, policy, video_dir: Optional[str] = None
+                     ) -> tasks_lib.TaskEvaluators:
+    """`policy`'s evaluator on every task's eval envs (env_name's alone without
+    tasks), num_eval_episodes on each; close() closes the envs. `video_dir` records the
+    first task's."""
+    envs = [self.make_eval_env(video_dir if i == 0 else None, task=i)
+            for i in range(len(self.task_names))]
+    return tasks_lib.TaskEvaluators(
+        {name: actors.Evaluator(env, policy, self.num_eval_episodes, seed=self.seed + 10_000)
+         for name, env in zip(self.task_names, envs)}, envs)
 
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,

@@ -79,6 +79,15 @@ class Launcher:
     # Absolute paths: a program on another node starts in another directory.
     self._gin_args = ([f'--gin_file={config.resolve_gin_file(f)}' for f in gin_files] +
                       [f'--gin_bindings={b}' for b in gin_bindings])
+    if experiment.task_sequence is not None:
+      raise config.ConfigError(
+          "Experiment.tasks: a task sequence runs in one process (tfrl-train-eval) for "
+          "now; tfrl-launch takes Experiment.task_mode = 'multi_task'.")
+    if experiment.multi_task and num_collectors < len(experiment.tasks):
+      raise config.ConfigError(
+          f'--num_collectors={num_collectors} for {len(experiment.tasks)} tasks in '
+          "'multi_task' mode: collector k steps task k modulo the list, so each task "
+          f'needs one; use --num_collectors={len(experiment.tasks)} or more.')
     # An offline job (Experiment.dataset_dir alone) trains from the server's dataset.
     self._num_collectors = 0 if experiment.offline else num_collectors
     if experiment.offline:

@@ -11,7 +11,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
@@ -46,7 +45,7 @@ class OneProcessJob:
     """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
     the progress rows and evaluations."""
     self.exp, layout, self.root_dir = exp, exp.layout, root_dir
-    self.task_envs, eval_envs = self._make_envs(cleanup)
+    self.task_envs = self._make_envs(cleanup)
     self.env = self.task_envs[0]
     with strategy.scope():
       self.train_step = learner_lib.new_train_step()
@@ -61,9 +60,8 @@ class OneProcessJob:
         self.agent, None, **(dict(dataset_items=self.dataset.items) if self.dataset else {}))
     self.server = self._start_server(root_dir, tables, cleanup)
     self._make_actors(cleanup)
-    self.evaluators = [actors.Evaluator(env, triggers.greedy(self.agent),
-                                        exp.num_eval_episodes, seed=exp.seed + 10_000)
-                       for env in eval_envs]
+    self.evaluator = exp.make_evaluator(triggers.greedy(self.agent))  # every task
+    cleanup.callback(self.evaluator.close)
     # The job's env steps, checkpointed with the agent: a resumed job counts on from
     # where it stopped (progress lines, summaries against env steps, export metadata).
     self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -102,9 +100,9 @@ class OneProcessJob:
     self.start_time = time.perf_counter()
 
   def _make_envs(self, cleanup: contextlib.ExitStack):
-    """The collect envs (one set per task in a sequence, one at a time collecting;
-    else one set, whose sub-envs a multi-task job splits over the tasks) and one set of
-    eval envs per task; every task's specs are checked to be the same first."""
+    """The collect envs: one set per task in a sequence (one at a time collecting),
+    else one set, whose sub-envs a multi-task job splits over the tasks; every task's
+    specs are checked to be the same first."""
     exp = self.exp
     if exp.tasks is not None:
       specs = {}
@@ -115,10 +113,9 @@ class OneProcessJob:
     sequence = exp.task_sequence
     collect_envs = ([exp.make_env(task=i) for i in range(len(sequence.names))]
                     if sequence is not None else [exp.make_env()])
-    eval_envs = [exp.make_eval_env(task=i) for i in range(len(exp.task_names))]
-    for env in collect_envs + eval_envs:
+    for env in collect_envs:
       cleanup.callback(env.close)
-    return collect_envs, eval_envs
+    return collect_envs
 
   def _make_actors(self, cleanup: contextlib.ExitStack) -> None:
     """The writer and a collect actor per set of collect envs (per task in a sequence);
@@ -294,9 +291,9 @@ class OneProcessJob:
     """Evaluates the greedy policy, records and logs it; returns whether it reached
     the target."""
     step, exp = self.learner.train_step_numpy, self.exp
-    task_returns = self.evaluate_tasks()
+    result = self.evaluator.run()
     # With tasks, the job's return (its target, the export metadata) is their mean.
-    self.last_return = float(np.mean(list(task_returns.values())))
+    self.last_return, task_returns = result['AverageReturn'], result['task_returns']
     self.env_steps_var.assign(self.env_steps)
     self.eval_return_var.assign(self.last_return)
     self.history.append({'train_step': step, 'env_steps': self.env_steps,
@@ -316,11 +313,6 @@ class OneProcessJob:
       logs.progress('eval return per task | %s', ' | '.join(
           f'{name} {metrics.format_return(value)}' for name, value in task_returns.items()))
     return exp.target_return is not None and self.last_return >= exp.target_return
-
-  def evaluate_tasks(self) -> Dict[str, float]:
-    """The greedy policy's average return on each task (the one env without tasks)."""
-    return {name: evaluator.run()['AverageReturn']
-            for name, evaluator in zip(self.exp.task_names, self.evaluators)}
 
   def log_progress(self, eval_return: Optional[float]) -> None:
     """One progress line; 'eval return' only on the line of an evaluation at this step."""
@@ -346,8 +338,8 @@ class OneProcessJob:
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
-    confirmation = float(np.mean(list(self.evaluate_tasks().values())))
-    self.confirmation_seed = self.evaluators[0].last_seed
+    confirmation = self.evaluator.run()['AverageReturn']
+    self.confirmation_seed = self.evaluator.last_seed
     # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
     # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
     logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',

@@ -10,7 +10,7 @@ The schedule is a function of the job's env steps alone, which the checkpoint ho
 a resumed job trains on the task it was on when it stopped.
 """
 import dataclasses
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -187,3 +187,39 @@ class TaskEnv:
 
   def __repr__(self) -> str:
     return self.name
+
+
+class TaskEvaluators:
+  """One `tfrl.actors.Evaluator` per task, run together as one evaluation: the
+  result's 'AverageReturn' is the mean over the tasks, 'task_returns' each task's.
+  `Experiment.make_evaluator` builds it (one task without `Experiment.tasks`)."""
+
+  def __init__(self, evaluators: Mapping[str, Any], envs: Sequence[Any]):
+    """Args:
+      evaluators: task name -> Evaluator, in the tasks' order.
+      envs: their envs, closed by `close`.
+    """
+    self._evaluators = dict(evaluators)
+    self._envs = list(envs)
+
+  def run(self) -> Dict[str, Any]:
+    """Evaluates every task; returns the Evaluator's figures averaged over them (episode
+    counts summed) and 'task_returns'."""
+    results = {name: evaluator.run() for name, evaluator in self._evaluators.items()}
+    each = list(results.values())
+    return {
+        'AverageReturn': float(np.mean([r['AverageReturn'] for r in each])),
+        'AverageEpisodeLength': float(np.mean([r['AverageEpisodeLength'] for r in each])),
+        'NumberOfEpisodes': float(sum(r['NumberOfEpisodes'] for r in each)),
+        'returns': [value for r in each for value in r['returns']],
+        'task_returns': {name: r['AverageReturn'] for name, r in results.items()},
+    }
+
+  @property
+  def last_seed(self) -> Optional[int]:
+    """The first task's last evaluation seed (every task's evaluator uses the same)."""
+    return next(iter(self._evaluators.values())).last_seed
+
+  def close(self) -> None:
+    for env in self._envs:
+      env.close()

@@ -78,6 +78,7 @@ JOB_FILES = (
     'tests/learners/test_suite_configs.py',  # Atari under launch: 2 env processes more
     'tests/learners/test_faults.py',
     'tests/learners/test_programs.py',
+    'tests/learners/test_tasks.py',  # multi-task under launch
     'tests/learners/test_watchdogs.py',
     'tests/learners/test_ray_launch.py',
 )

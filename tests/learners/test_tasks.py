@@ -186,3 +186,32 @@ def test_a_job_told_its_task_trains_and_exports(tmp_path):
 def test_the_task_index_input_needs_tasks():
   with pytest.raises(ValueError, match='set Experiment.tasks too'):
     Experiment(task_index_input=True)
+
+
+LAUNCHED_TASKS = "Experiment.tasks = ('CartPole-v1', 'CartPole-v0')"  # 500 and 200 steps
+
+
+def test_multi_task_as_separate_programs_has_each_collector_on_its_task(tmp_path):
+  from programs import final_state, run_launch  # pylint: disable=g-import-not-at-top
+  bindings = [LAUNCHED_TASKS, "Experiment.task_mode = 'multi_task'",
+              'Experiment.num_train_steps = 300', 'Experiment.eval_interval = 100',
+              'Experiment.num_eval_episodes = 2', 'Experiment.target_return = None',
+              'Experiment.initial_collect_steps = 256']
+  result = run_launch(tmp_path, 'dqn_cartpole.gin', bindings, num_collectors=2)
+  assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+  with open(os.path.join(tmp_path, 'eval', 'results.json')) as f:
+    rows = json.load(f)
+  assert rows and all(set(row['task_returns']) == {'CartPole-v1', 'CartPole-v0'}
+                      for row in rows)
+  last = rows[-1]
+  assert last['return'] == pytest.approx(sum(last['task_returns'].values()) / 2)
+  # CartPole-v0 ends its episodes at 200 steps: collector 1's never run longer.
+  assert max(last['task_returns'].values()) <= 500
+  assert set(final_state(str(tmp_path)).values()) == {300}
+
+
+def test_multi_task_launch_needs_a_collector_per_task(tmp_path):
+  from learners import config, launcher  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config.ConfigError, match='use --num_collectors=2 or more'):
+    launcher.Launcher(str(tmp_path), ['dqn_cartpole.gin'], [
+        LAUNCHED_TASKS, "Experiment.task_mode = 'multi_task'"], num_collectors=1)
