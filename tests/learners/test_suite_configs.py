@@ -1,5 +1,4 @@
-"""The standard-task configs (issue 14: Box2D, MuJoCo, MiniGrid, Atari; issue 26's
-MiniGrid task sequences) run briefly in
+"""The standard-task configs (issue 14: Box2D, MuJoCo, MiniGrid, Atari) run briefly in
 `train_eval` and under `learners.launch`, a few train steps each, and their exported
 policies load as a user loads them and play an episode of the task. Whether they learn
 is benchmarks/ work (minutes to hours each on this machine: benchmarks/RESULTS.md);
@@ -33,10 +32,9 @@ BRIEF = {
     'impala_atari.gin': [],
     'appo_atari.gin': [],
     'dqn_atari.gin': ['Experiment.initial_collect_steps = 256'],
-    # A switch after each train step of 512 env steps: 4 steps visit all three tasks.
-    'impala_minigrid_sequence.gin': ['Experiment.task_env_steps = 512'],
-    'clear_minigrid_sequence.gin': ['Experiment.task_env_steps = 512'],
 }
+# (The MiniGrid task-sequence configs run through all three tasks, export and evaluate in
+# benchmarks/task_sequence.py's smoke run, tests/test_benchmarks_run.py.)
 TRAIN_STEPS = 4
 # Under launch, one config per env suite, each through the replay layout: Box2D
 # (dqn_lunarlander), MuJoCo (sac_halfcheetah), Atari (dqn_atari: stacked uint8 frames in
