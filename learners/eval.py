@@ -108,6 +108,8 @@ class ResultsLog:
       tf.summary.scalar('eval/AverageReturn', row['return'], step=row['train_step'])
       tf.summary.scalar('eval/AverageReturn_vs_env_steps', row['return'],
                         step=row['env_steps'])
+      for name, value in row.get('task_returns', {}).items():  # with Experiment.tasks
+        tf.summary.scalar(f'eval/{name}/AverageReturn', value, step=row['train_step'])
 
 
 def evaluate_saved_model(experiment: Experiment, path: str,
@@ -138,6 +140,9 @@ def evaluate_saved_model(experiment: Experiment, path: str,
             if record_noise else loaded)
   episodes = num_episodes or experiment.num_eval_episodes
   experiment = dataclasses.replace(experiment, num_eval_episodes=episodes)
+  if experiment.tasks is not None and not record_dir:
+    return _evaluate_every_task(experiment, policy, path, loaded.get_train_step(),
+                                video_dir)
   env = experiment.make_eval_env(video_dir)
   recorder = None
   try:
@@ -157,6 +162,23 @@ def evaluate_saved_model(experiment: Experiment, path: str,
   if recorder is not None:
     logs.progress('Recorded %d episodes (%d transitions) as an RLDS dataset in %s.',
                   recorder.episodes, recorder.steps, record_dir)
+  return result
+
+
+def _evaluate_every_task(experiment: Experiment, policy, path: str, step: int,
+                         video_dir: Optional[str]) -> Dict[str, Any]:
+  """`evaluate_saved_model` with Experiment.tasks: every task, their mean as the
+  return (a recording takes the first task's envs only)."""
+  evaluator = experiment.make_evaluator(policy, video_dir)
+  try:
+    result = evaluator.run()
+  finally:
+    evaluator.close()
+  logs.progress('SavedModel %s (train step %d): average return %s over %d episodes | %s',
+               path, step, metrics.format_return(result['AverageReturn']),
+               result['NumberOfEpisodes'], ' | '.join(
+                   f'{name} {metrics.format_return(value)}'
+                   for name, value in result['task_returns'].items()))
   return result
 
 
@@ -276,7 +298,8 @@ def _evaluate_when_due(experiment: Experiment, address: str,
 
 
 def _main() -> None:
-  experiment = config.parse_from_flags()
+  # An exported policy of a task sequence evaluates here too (on every task).
+  experiment = config.parse_from_flags(one_process=bool(FLAGS.saved_model_dir))
   if FLAGS.saved_model_dir:
     try:
       evaluate_saved_model(experiment, FLAGS.saved_model_dir, FLAGS.video_dir,

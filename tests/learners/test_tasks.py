@@ -11,6 +11,7 @@ from learners import tasks
 from learners import train_eval
 from learners import validation
 from learners.experiment import Experiment
+from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 SECOND = 'task_envs:long_pole_cartpole'  # tests/learners/task_envs.py
 TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_per_iteration=1,
@@ -99,6 +100,8 @@ def test_a_sequence_evaluates_every_task_switches_and_resumes_on_its_task(tmp_pa
   assert set(row['task_returns']) == {'CartPole-v1', SECOND}
   assert row['eval_return'] == pytest.approx(sum(row['task_returns'].values()) / 2)
   assert set(first['tasks']['tasks']) == {'CartPole-v1', SECOND}
+  tags = event_tags(os.path.join(root, 'eval'))
+  assert tags[f'eval/{SECOND}/AverageReturn'] == len(first['history'])
   with open(os.path.join(root, 'tasks.json')) as f:
     written = json.load(f)
   assert written['history'][-1]['task_returns'] == row['task_returns']
@@ -208,6 +211,8 @@ def test_multi_task_as_separate_programs_has_each_collector_on_its_task(tmp_path
   # CartPole-v0 ends its episodes at 200 steps: collector 1's never run longer.
   assert max(last['task_returns'].values()) <= 500
   assert set(final_state(str(tmp_path)).values()) == {300}
+  tags = event_tags(os.path.join(tmp_path, 'eval'))
+  assert tags['eval/CartPole-v0/AverageReturn'] == tags['eval/AverageReturn'] == len(rows)
 
 
 def test_multi_task_launch_needs_a_collector_per_task(tmp_path):
@@ -215,3 +220,21 @@ def test_multi_task_launch_needs_a_collector_per_task(tmp_path):
   with pytest.raises(config.ConfigError, match='use --num_collectors=2 or more'):
     launcher.Launcher(str(tmp_path), ['dqn_cartpole.gin'], [
         LAUNCHED_TASKS, "Experiment.task_mode = 'multi_task'"], num_collectors=1)
+
+
+def test_tfrl_eval_plays_a_sequence_export_on_every_task(tmp_path):
+  from programs import REPO, program_env  # pylint: disable=g-import-not-at-top
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  tasks = "Experiment.tasks = ('CartPole-v1', 'CartPole-v0')"
+  result = train_eval.run(str(tmp_path / 'seq'), ['ppo_cartpole.gin'],
+                          [tasks, 'Experiment.task_env_steps = 256'], num_train_steps=1,
+                          eval_interval=1, num_eval_episodes=1, target_return=None)
+  evaluated = subprocess.run(
+      [sys.executable, '-m', 'learners.eval', f'--root_dir={tmp_path / "eval"}',
+       '--gin_file=ppo_cartpole.gin', f'--gin_bindings={tasks}',
+       '--gin_bindings=Experiment.task_env_steps=256', '--num_episodes=2',
+       f'--saved_model_dir={result["greedy_policy_dir"]}'],
+      cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=300)
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  line = next(l for l in evaluated.stderr.splitlines() if 'average return' in l)
+  assert 'over 4 episodes | CartPole-v1 ' in line and ' | CartPole-v0 ' in line, line
