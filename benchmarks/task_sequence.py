@@ -33,6 +33,7 @@ from absl import flags
 import numpy as np
 
 import stats  # benchmarks/stats.py
+import task_curves  # benchmarks/task_curves.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,33 +113,6 @@ def summarize(runs: Dict[str, List[Dict[str, Any]]]) -> None:
           f'{ratio.high:.2f}] (target <= 0.33)')
 
 
-def plot(runs: Dict[str, List[Dict[str, Any]]], path: str) -> None:
-  """Each task's return against env steps, every run faint, switches dashed."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  first = runs[FLAGS.algos[0]][0]
-  names = list(dict.fromkeys(name for _, name in first['switches']))
-  figure, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5), sharey=True)
-  for axis, name in zip(np.atleast_1d(axes), names):
-    for color, (algo, algo_runs) in zip(('tab:blue', 'tab:orange', 'tab:green'),
-                                        runs.items()):
-      for i, run in enumerate(algo_runs):
-        axis.plot([row['env_steps'] for row in run['history']],
-                  [row['task_returns'][name] for row in run['history']], color=color,
-                  alpha=0.6, label=algo if i == 0 else None)
-    for step, _ in first['switches'][1:]:
-      axis.axvline(step, color='grey', linestyle='--', linewidth=0.8)
-    axis.set_title(name, fontsize=9)
-    axis.set_xlabel('env steps')
-  np.atleast_1d(axes)[0].set_ylabel('eval return')
-  np.atleast_1d(axes)[0].legend()
-  figure.tight_layout()
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  figure.savefig(path, dpi=90)
-  print(f'Curves: {path}')
-
-
 def main(argv):
   del argv
   print(f'Task sequence, {", ".join(FLAGS.algos)} x seeds {", ".join(FLAGS.seeds)}, '
@@ -149,7 +123,11 @@ def main(argv):
   runs = {algo: [results[(algo, seed)] for seed in FLAGS.seeds] for algo in FLAGS.algos}
   summarize(runs)
   if FLAGS.png:
-    plot(runs, FLAGS.png)
+    first = runs[FLAGS.algos[0]][0]
+    task_curves.plot({algo: [run['history'] for run in algo_runs]
+                      for algo, algo_runs in runs.items()},
+                     list(dict.fromkeys(name for _, name in first['switches'])), FLAGS.png,
+                     switches=[step for step, _ in first['switches'][1:]])
 
 
 if __name__ == '__main__':

@@ -120,6 +120,9 @@ class _Collector:
     task = (self.task_id % len(experiment.tasks) if experiment.multi_task else None)
     self.env = experiment.make_env(num_envs=self.num_envs,
                                    seed=experiment.seed + 1000 * self.task_id, task=task)
+    if task is not None:
+      logs.progress('Collector %d steps task %d of %d, %s.', self.task_id, task + 1,
+                    len(experiment.tasks), experiment.task_names[task])
     self.train_step, self.agent = experiment.build_agent()
     replay.check_table_signature(address, layout.experience_table,
                                  layout.item_signature(self.agent))

@@ -258,8 +258,9 @@ def _evaluate_when_due(experiment: Experiment, address: str,
     stop_event.wait(options.poll_interval_s)
     return None
   result = evaluator.run()
-  target, confirmation, confirmation_seed = experiment.target_return, float('nan'), None
-  if target is not None and result['AverageReturn'] >= target:
+  target, confirmation, confirmation_seed = experiment.target, float('nan'), None
+  reached = False
+  if target.reached(result):
     # A candidate. Have the trainer hold still (see eval_barrier) and judge the policy
     # it holds, which is what it will export if confirmed: an evaluation, then a
     # confirmation on fresh episodes. (No trainer answering, e.g. one that finished
@@ -270,10 +271,10 @@ def _evaluate_when_due(experiment: Experiment, address: str,
       variables.update(timeout_s=options.variables_timeout_s, stop_event=stop_event)
       step = int(train_step.numpy())
       result = evaluator.run()
-    if result['AverageReturn'] >= target:
-      confirmation = evaluator.run()['AverageReturn']  # on fresh episodes
-      confirmation_seed = evaluator.last_seed
-  reached = target is not None and confirmation >= target
+    if target.reached(result):
+      confirmed = evaluator.run()  # on fresh episodes
+      confirmation, confirmation_seed = confirmed['AverageReturn'], evaluator.last_seed
+      reached = target.reached(confirmed)
   if not reached:
     barrier.release()
   env_steps = (replay.inserted_items(address, experiment.layout.experience_table) *
@@ -293,7 +294,7 @@ def _evaluate_when_due(experiment: Experiment, address: str,
                metrics.format_return(result['AverageReturn']), tasks)
   if reached:
     logs.progress('Target return %s reached and confirmed (%s) at train step %d.',
-                 metrics.format_return(target), metrics.format_return(confirmation), step)
+                 target, metrics.format_return(confirmation), step)
   return row
 
 

@@ -19,7 +19,7 @@ here; Python callers without gin give the layout's own in `layout_settings`.
 """
 import dataclasses
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
 import tensorflow as tf
@@ -136,9 +136,14 @@ class Experiment:
       `task_cycles` times round (CLEAR's setting: the report says what each task
       forgot); 'multi_task': all at once, sub-env i of the num_envs running task
       i % len(tasks) (no env_workers).
-    task_env_steps: (sequence) env steps on one task before the next.
+    task_env_steps: (sequence) env steps on one task before the next: one count for
+      every task, or a tuple with one per task (a harder task may need longer).
     task_cycles: (sequence) times round the task list; after the last, the last task
       goes on.
+    task_target_returns: (with tasks, in place of target_return) one threshold per
+      task, in the tasks' order: the target is reached when every task's return
+      reaches its own (and a confirmation repeats it). None: target_return on the
+      tasks' mean return.
     task_index_input: tell the agent which task each observation comes from: every
       task's observations gain a Discrete entry 'task' (a Dict; a plain observation
       becomes {'observation': ..., 'task': ...}; `learners.tasks.TaskIndexObservation`),
@@ -181,8 +186,9 @@ class Experiment:
   summary_interval: int = 1_000
   tasks: Optional[Tuple[str, ...]] = None
   task_mode: str = 'sequence'
-  task_env_steps: int = 0
+  task_env_steps: Union[int, Tuple[int, ...]] = 0
   task_cycles: int = 1
+  task_target_returns: Optional[Tuple[float, ...]] = None
   task_index_input: bool = False
 
   def __post_init__(self):
@@ -209,6 +215,8 @@ class Experiment:
     if self.tasks is not None and not self.multi_task and not self.task_env_steps:
       raise ValueError('Experiment.tasks trains them one after the other: set '
                        'Experiment.task_env_steps, the env steps on each task.')
+    # Per-task env step counts that do not fit the tasks fail now.
+    self.task_sequence  # pylint: disable=pointless-statement
     if self.tasks is not None and len(set(self.task_names)) < len(self.tasks):
       raise ValueError(f'Experiment.tasks = {tuple(self.tasks)} names a task twice: '
                        'list each once (task_cycles goes round the list again).')
@@ -216,6 +224,14 @@ class Experiment:
       raise ValueError(f'Experiment.num_envs = {self.num_envs} with {len(self.tasks)} tasks '
                        "in 'multi_task' mode: each task gets an equal share of the envs; "
                        'make num_envs a multiple of the number of tasks.')
+    if self.task_target_returns is not None and (
+        self.tasks is None or len(self.task_target_returns) != len(self.tasks)):
+      raise ValueError(f'Experiment.task_target_returns = {tuple(self.task_target_returns)}'
+                       ' gives each task of Experiment.tasks its threshold: one per task '
+                       f'({len(self.tasks or ())} tasks).')
+    if self.task_target_returns is not None and self.target_return is not None:
+      raise ValueError('Experiment.target_return and Experiment.task_target_returns are '
+                       'two targets: set one (and the other to None).')
     if self.task_index_input and self.tasks is None:
       raise ValueError('Experiment.task_index_input tells the agent its task: set '
                        'Experiment.tasks too.')
@@ -281,7 +297,17 @@ class Experiment:
     """The task sequence `tasks` names, by display name (None without one)."""
     if self.tasks is None or self.multi_task:
       return None
-    return tasks_lib.TaskSequence(self.task_names, self.task_env_steps, self.task_cycles)
+    steps = self.task_env_steps
+    return tasks_lib.TaskSequence(self.task_names,
+                                  steps if isinstance(steps, int) else tuple(steps),
+                                  self.task_cycles)
+
+  @property
+  def target(self) -> tasks_lib.Target:
+    """The job's target: `target_return` on the eval return, or each task's
+    `task_target_returns`."""
+    return tasks_lib.Target(self.target_return, None if self.task_target_returns is None
+                            else dict(zip(self.task_names, self.task_target_returns)))
 
   @property
   def multi_task(self) -> bool:

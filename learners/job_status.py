@@ -37,7 +37,8 @@ class StatusReader:
     Returns:
       dict with processes (name -> 'alive' or 'exited(<status>)'), env_steps,
       train_step (None where the server cannot tell now), env_steps_per_s,
-      train_steps_per_s (NaN the first time) and last_eval_return.
+      train_steps_per_s (NaN the first time), last_eval_return and, with tasks,
+      last_task_returns (task name -> its return in that evaluation).
     """
     env_steps, train_step = self._counters(address)
     status = {'processes': {name: ('alive' if p.poll() is None else f'exited({p.poll()})')
@@ -48,6 +49,8 @@ class StatusReader:
                                               self._train_steps_rate)}
     results = eval_results()
     status['last_eval_return'] = results[-1]['return'] if results else float('nan')
+    # With Experiment.tasks (the return is their mean): each task's, by name.
+    status['last_task_returns'] = results[-1].get('task_returns', {}) if results else {}
     return status
 
   def _rate(self, name: str, count: Optional[int], throughput: metrics.Throughput
@@ -85,4 +88,6 @@ def format_status(status: dict) -> str:
   return (f'[{alive}] env steps {status["env_steps"]} '
           f'({status["env_steps_per_s"]:.0f}/s) | train step {status["train_step"]} '
           f'({status["train_steps_per_s"]:.0f}/s) | last eval return '
-          f'{metrics.format_return(status["last_eval_return"])}')
+          f'{metrics.format_return(status["last_eval_return"])}' + ''.join(
+              f' | {name} {metrics.format_return(value)}'
+              for name, value in status.get('last_task_returns', {}).items()))

@@ -66,9 +66,14 @@ class OneProcessJob:
     # where it stopped (progress lines, summaries against env steps, export metadata).
     self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.eval_return_var = tf.Variable(float('nan'), dtype=tf.float32, trainable=False)
+    metadata = {'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var}
+    if exp.tasks is not None:  # each task's last eval return, by name
+      metadata['task_names'] = tf.Variable(list(exp.task_names), trainable=False)
+      metadata['task_returns'] = self.task_returns_var = tf.Variable(
+          [float('nan')] * len(exp.tasks), dtype=tf.float32, trainable=False)
     self.policy_trigger = triggers.PolicySavedModelTrigger(
         root_dir, self.agent, self.train_step, exp.policy_checkpoint_interval,
-        metadata={'env_steps': self.env_steps_var, 'eval_return': self.eval_return_var},
+        metadata=metadata,
         saved_model_interval=exp.saved_model_interval or 0)
     # A sample that waits this long means the loop's own bookkeeping went wrong (this
     # process is the only collector): fail with a message instead of hanging. The
@@ -301,6 +306,7 @@ class OneProcessJob:
                          'seconds': time.perf_counter() - self.start_time})
     if exp.tasks is not None:
       self.history[-1]['task_returns'] = task_returns
+      self.task_returns_var.assign(list(task_returns.values()))
     self.hooks.evaluation(self.history[-1])
     with self.eval_writer.as_default():
       tf.summary.scalar('eval/AverageReturn', self.last_return, step=step)
@@ -312,7 +318,7 @@ class OneProcessJob:
     if exp.tasks is not None:
       logs.progress('eval return per task | %s', ' | '.join(
           f'{name} {metrics.format_return(value)}' for name, value in task_returns.items()))
-    return exp.target_return is not None and self.last_return >= exp.target_return
+    return exp.target.reached(result)
 
   def log_progress(self, eval_return: Optional[float]) -> None:
     """One progress line; 'eval return' only on the line of an evaluation at this step."""
@@ -338,13 +344,14 @@ class OneProcessJob:
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
-    confirmation = self.evaluator.run()['AverageReturn']
+    result = self.evaluator.run()
+    confirmation = result['AverageReturn']
     self.confirmation_seed = self.evaluator.last_seed
     # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
     # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
     logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',
                   metrics.format_return(confirmation), self.confirmation_seed)
-    return confirmation >= self.exp.target_return
+    return self.exp.target.reached(result)
 
   def save(self) -> Dict[str, str]:
     """A checkpoint and the policy SavedModels at the current train step; returns the

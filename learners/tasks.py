@@ -10,7 +10,7 @@ The schedule is a function of the job's env steps alone, which the checkpoint ho
 a resumed job trains on the task it was on when it stopped.
 """
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -25,28 +25,72 @@ class TaskSequence:
 
   Attributes:
     names: the tasks' env names (as `Experiment.env_name` takes them), in order.
-    env_steps_per_task: env steps on one task before the next.
+    env_steps_per_task: env steps on one task before the next: one count for every
+      task, or one per task in the list's order (a harder task may need longer).
     cycles: times round the whole list; after the last, the last task goes on.
+
+  Raises:
+    ValueError: per-task counts that do not match the tasks one to one.
   """
   names: Tuple[str, ...]
-  env_steps_per_task: int
+  env_steps_per_task: Union[int, Tuple[int, ...]]
   cycles: int = 1
 
-  @property
-  def total_env_steps(self) -> int:
-    """Env steps until the sequence's last switch has come and its last task is done."""
-    return len(self.names) * self.env_steps_per_task * self.cycles
+  def __post_init__(self):
+    if (not isinstance(self.env_steps_per_task, int) and
+        len(self.env_steps_per_task) != len(self.names)):
+      raise ValueError(
+          f'Experiment.task_env_steps = {tuple(self.env_steps_per_task)} gives '
+          f'{len(self.env_steps_per_task)} counts for {len(self.names)} tasks: give one '
+          'count for all, or one per task.')
+
+  def _phase_env_steps(self) -> List[int]:
+    """Each phase's env steps, phases in order (the list `cycles` times)."""
+    per_task = ([self.env_steps_per_task] * len(self.names)
+                if isinstance(self.env_steps_per_task, int)
+                else list(self.env_steps_per_task))
+    return per_task * self.cycles
 
   def index_at(self, env_steps: int) -> int:
     """The index of the task trained at `env_steps` (the last one past the end)."""
-    phase = min(env_steps // self.env_steps_per_task,
-                len(self.names) * self.cycles - 1)
+    starts = [start for start, _ in self.switches()]
+    phase = int(np.searchsorted(starts, env_steps, side='right')) - 1
     return phase % len(self.names)
 
   def switches(self) -> List[Tuple[int, int]]:
     """(env step, task index) of every phase's start, the first at 0."""
-    return [(phase * self.env_steps_per_task, phase % len(self.names))
-            for phase in range(len(self.names) * self.cycles)]
+    starts = np.concatenate([[0], np.cumsum(self._phase_env_steps())[:-1]])
+    return [(int(start), phase % len(self.names)) for phase, start in enumerate(starts)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """The return that ends a job once a confirmation repeats it: `mean_return` on the
+  eval return (with tasks, their mean), or every task's `per_task` threshold.
+
+  Attributes:
+    mean_return: `Experiment.target_return` (None: not this kind).
+    per_task: task name -> its threshold (`Experiment.task_target_returns`; None: not
+      this kind).
+  """
+  mean_return: Optional[float] = None
+  per_task: Optional[Mapping[str, float]] = None
+
+  @property
+  def is_set(self) -> bool:
+    return self.mean_return is not None or self.per_task is not None
+
+  def reached(self, result: Mapping[str, Any]) -> bool:
+    """Whether an evaluation (`TaskEvaluators.run`'s result) reaches the target."""
+    if self.per_task is not None:
+      return all(result['task_returns'][name] >= threshold
+                 for name, threshold in self.per_task.items())
+    return self.mean_return is not None and result['AverageReturn'] >= self.mean_return
+
+  def __str__(self) -> str:
+    if self.per_task is not None:
+      return ', '.join(f'{name} {threshold:g}' for name, threshold in self.per_task.items())
+    return f'{self.mean_return:g}' if self.mean_return is not None else 'none'
 
 
 def check_same_specs(specs: Mapping[str, Tuple[Any, Any]]) -> None:

@@ -181,7 +181,7 @@ def _main() -> None:
   except Exception as e:  # pylint: disable=broad-except
     disk_full.exit_if_disk_full(e)
     raise
-  target = experiment.target_return
+  target = experiment.target
   print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
         f'{result["train_seconds"]:.1f} s; last eval return '
         f'{metrics.format_return(result["eval_return"])}.')
@@ -189,7 +189,7 @@ def _main() -> None:
   if stopped.is_set():
     print(f'Stopped by a signal at train step {result["train_step"]}; final checkpoint '
           'and exports saved.')
-  elif target is not None and not result['reached_target']:
+  elif target.is_set and not result['reached_target']:
     print(f'error: the eval return never reached the target {target} within '
           f'{result["train_step"]} train steps.', file=sys.stderr)
     process.exit_now(1)

@@ -88,6 +88,13 @@ def _is_gym_env(value) -> bool:
   import gymnasium  # pylint: disable=g-import-not-at-top (only when an object is given)
   return isinstance(value, gymnasium.Env)
 
+def _env_step_counts(value) -> bool:
+  """An integer >= 0, or a non-empty tuple of integers >= 1."""
+  if _is_int(value):
+    return value >= 0
+  return (isinstance(value, (tuple, list)) and len(value) > 0 and
+          all(_is_int(i) and i >= 1 for i in value))
+
 # Every Experiment field, by name. A field absent from Experiment is skipped, so a rule
 # may precede its field (env_step_timeout_s comes from the watchdog work).
 EXPERIMENT_RULES: Dict[str, Rule] = {
@@ -129,7 +136,9 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'tasks': sequence_of(lambda v: isinstance(v, str) and bool(v.strip()),
                          "env names (gymnasium ids or 'module:function' strings)"),
     'task_mode': choice(('sequence', 'multi_task')),
-    'task_env_steps': integer(0),
+    'task_env_steps': Rule(_env_step_counts, 'must be an integer >= 0, or a tuple of '
+                           'integers >= 1 (one per task)'),
+    'task_target_returns': sequence_of(_is_number, 'numbers'),
     'task_cycles': integer(1),
     'task_index_input': BOOLEAN,
 }

@@ -5,7 +5,7 @@ function that moved or was renamed under them (as `process.die_with_parent` once
 broke them only for the next person to run one. Here each runs as a subprocess, as a
 user starts it, two at a time (the machine's two cores), and must exit 0 and print its
 figure. The helper modules that the scripts import (common, curves, stats, summary) are
-imported together in one more subprocess; a new script in benchmarks/ must get a smoke
+imported together in one more subprocess (task_curves draws in both task scripts' runs); a new script in benchmarks/ must get a smoke
 run here (`test_every_script_has_a_smoke_run`).
 
 The peers' SB3 venv (benchmarks/peers) is never built: solve_time.py and startup.py
@@ -24,7 +24,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
-HELPERS = ('common', 'curves', 'stats', 'summary')
+HELPERS = ('common', 'curves', 'stats', 'summary', 'task_curves')
 TIMEOUT_S = 300  # one script, on a loaded 2-core machine
 # train_eval runs of a few train steps, for solve_time.py and startup.py.
 TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
@@ -48,6 +48,9 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+    # Both ways of running three tasks at once, 2 train steps of 576 env steps each.
+    'multi_task': ['--seeds=0', '--timeout_s=240', '--gin_bindings=Experiment.num_train_steps'
+                   '=2,Experiment.eval_interval=2,Experiment.num_eval_episodes=1'],
     # Both algorithms through all three tasks: 6 train steps of 512 env steps each.
     'task_sequence': ['--seeds=0', '--jobs=2', '--gin_bindings=Experiment.task_env_steps=512,'
                       'Experiment.num_train_steps=6,Experiment.eval_interval=2,'
@@ -76,6 +79,9 @@ EXPECTED = {
                   rf'.*dqn seed 0 tfrl: solved=False seconds={NUMBER} '
                   rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s '
                   rf'load {NUMBER}->{NUMBER} cpu [01]\b',
+    'multi_task': rf'(?m)^one_process seed 0: target NOT reached \(exit 1\) at ({NUMBER}) '
+                  rf'env steps, ([1-9]\d*) evaluations(?:.*\n)*?^launch      seed 0: target '
+                  rf'NOT reached \(exit 0\) at ({NUMBER}) env steps(?:.*\n)*?^Curves: ',
     'task_sequence': r'(?m)^impala  seed 0: ([1-9]\d*) evaluations(?:.*\n)*?'
                      r'^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
@@ -116,10 +122,12 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   sequences = tmp_path_factory.mktemp('task_sequence')
   jobs['task_sequence'][0].extend([f'--runs_dir={sequences}',
                                    f'--png={sequences}/curves.png'])
+  multi_task = tmp_path_factory.mktemp('multi_task')
+  jobs['multi_task'][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
-  order = ['scaling', 'startup', 'task_sequence', 'atari_throughput', 'ppo_compile',
+  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'atari_throughput', 'ppo_compile',
            'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']

@@ -4,8 +4,9 @@ The cluster runs in a network namespace of its own (`unshare -rn`) whose only in
 is loopback: Ray advertises a node's first non-loopback address whatever
 --node-ip-address says, and a test must keep its traffic on loopback. The head node
 carries the custom resource 'tfrl_server' (the Reverb server, the trainer and the
-evaluator ask for it), the second node 'tfrl_actors' (the collectors). The DQN job must
-reach its target with every program where its resources put it, a collector killed
+evaluator ask for it), the second node 'tfrl_actors' (the collectors). The DQN job, on
+two tasks at once (CartPole-v1 and v0, collector k on task k), must reach each task's
+target with every program where its resources put it, a collector killed
 mid-job must be reported as the local launcher reports one (and the job go on), the
 exported policy must play at the target, and `ray stop` must leave nothing running.
 """
@@ -41,6 +42,10 @@ SCRIPT = textwrap.dedent('''\
         --resources='{{"tfrl_actors": 10}}' > $ROOT/ray_worker.log 2>&1 || exit 12
     $PY -m learners.launch --backend=ray --ray_address=127.0.0.1:6390 \\
         --ray_resources='{resources}' --root_dir=$ROOT --gin_file=dqn_cartpole.gin \\
+        --gin_bindings="Experiment.tasks = ('CartPole-v1', 'CartPole-v0')" \\
+        --gin_bindings="Experiment.task_mode = 'multi_task'" \\
+        --gin_bindings='Experiment.target_return = None' \\
+        --gin_bindings='Experiment.task_target_returns = (475.0, 195.0)' \\
         --num_collectors=2 --timeout_s=600 --status_interval_s=5 > $ROOT/launch.out 2>&1 &
     launcher=$!
     # Once every program is up and collect_1 writes: kill -9 its process on its node.
@@ -108,9 +113,17 @@ def test_a_job_on_a_two_node_ray_cluster(job):
   assert re.search(r'collect_1 was killed \(SIGKILL\) \(exit status -9\); the job goes on '
                    r'with collect_0', launched), context
   assert 'Lost during the job (reported above): collect_1.' in launched, context
+  # A multi-task job (CartPole-v1 and CartPole-v0, whose episodes end at 200 steps):
+  # collector k on task k, every evaluation on both, the target each task's threshold.
+  for task, name in enumerate(('CartPole-v1', 'CartPole-v0')):
+    with open(root / 'logs' / f'collect_{task}.log') as f:
+      assert f'Collector {task} steps task {task + 1} of 2, {name}.' in f.read()
   with open(root / 'eval' / 'results.json') as f:
-    last = json.load(f)[-1]
-  assert last['reached_target'] and last['return'] >= 475.0, last
+    rows = json.load(f)
+  assert all(set(row['task_returns']) == {'CartPole-v1', 'CartPole-v0'} for row in rows)
+  last = rows[-1]
+  assert last['reached_target'] and last['task_returns']['CartPole-v1'] >= 475.0, last
+  assert last['task_returns']['CartPole-v0'] >= 195.0, last
   state = final_state(str(root))
   assert set(state.values()) == {last['train_step']}, (state, last)
   config.parse(['dqn_cartpole.gin'])

@@ -6,11 +6,13 @@ import math
 import os
 
 import pytest
+import tensorflow as tf
 
 from learners import tasks
 from learners import train_eval
 from learners import validation
 from learners.experiment import Experiment
+from tfrl.metrics import format_return
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 SECOND = 'task_envs:long_pole_cartpole'  # tests/learners/task_envs.py
@@ -25,7 +27,20 @@ def test_the_schedule_switches_at_the_configured_env_steps_and_cycles():
       0, 0, 1, 1, 2, 2, 0, 2]
   assert sequence.index_at(10_000) == 2  # past the end, the last task goes on
   assert sequence.switches() == [(0, 0), (100, 1), (200, 2), (300, 0), (400, 1), (500, 2)]
-  assert sequence.total_env_steps == 600
+
+
+def test_a_sequence_may_give_each_task_its_own_env_steps():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=(100, 50, 300),
+                                cycles=2)
+  assert sequence.switches() == [(0, 0), (100, 1), (150, 2), (450, 0), (550, 1), (600, 2)]
+  assert [sequence.index_at(s) for s in (99, 100, 149, 150, 449, 450, 600, 10**6)] == [
+      0, 1, 1, 2, 2, 0, 2, 2]
+  exp = Experiment(tasks=('CartPole-v1', SECOND), task_env_steps=(100, 300))
+  assert exp.task_sequence.switches() == [(0, 0), (100, 1)]
+  with pytest.raises(ValueError, match=r'gives 3 counts for 2 tasks'):
+    Experiment(tasks=('CartPole-v1', SECOND), task_env_steps=(100, 300, 5))
+  with pytest.raises(validation.ValidationError, match='or a tuple of integers >= 1'):
+    Experiment(tasks=('CartPole-v1', SECOND), task_env_steps=(100, 0))
 
 
 def test_forgetting_figures_match_a_hand_computed_history():
@@ -69,6 +84,33 @@ def test_mean_forgetting_counts_only_tasks_trained_before_the_current_one():
 def test_task_settings_that_do_not_fit_are_refused(settings, message):
   with pytest.raises(ValueError, match=message):
     Experiment(**settings)
+
+
+@pytest.mark.parametrize('settings,message', [
+    (dict(task_target_returns=(1.0, 2.0)), r'one per task \(0 tasks\)'),
+    (dict(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=4,
+          batch_size=4, task_target_returns=(1.0,)), r'one per task \(2 tasks\)'),
+    (dict(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=4,
+          batch_size=4, task_target_returns=(1.0, 2.0), target_return=3.0),
+     'two targets: set one'),
+])
+def test_per_task_targets_that_do_not_fit_are_refused(settings, message):
+  with pytest.raises(ValueError, match=message):
+    Experiment(**settings)
+
+
+def test_a_per_task_target_needs_every_task_at_its_threshold():
+  target = Experiment(tasks=('CartPole-v1', SECOND), task_mode='multi_task', num_envs=4,
+                      batch_size=4, target_return=None,
+                      task_target_returns=(100.0, 20.0)).target
+  result = lambda a, b: {'AverageReturn': (a + b) / 2,
+                         'task_returns': {'CartPole-v1': a, SECOND: b}}
+  assert target.reached(result(100.0, 20.0))
+  assert not target.reached(result(500.0, 19.0))  # a mean of 259.5 is not enough
+  assert str(target) == f'CartPole-v1 100, {SECOND} 20'
+  mean = Experiment(tasks=('CartPole-v1', SECOND), task_env_steps=10,
+                    target_return=60.0).target
+  assert mean.reached(result(100.0, 20.0)) and not mean.reached(result(90.0, 20.0))
 
 
 def test_an_unknown_task_id_is_refused_naming_the_field():
@@ -138,16 +180,26 @@ def test_multi_task_splits_the_sub_envs_over_the_tasks():
 
 def test_multi_task_trains_on_every_task_at_once_and_evaluates_each(tmp_path, capsys):
   root = str(tmp_path / 'multi')
-  result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=25,
-                          tasks=('CartPole-v1', SECOND), task_mode='multi_task', **TINY)
+  # A per-task target the first evaluation reaches (a random CartPole lasts 8+ steps):
+  # the job stops there, confirmed, and its export records each task's return.
+  result = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50,
+                          tasks=('CartPole-v1', SECOND), task_mode='multi_task',
+                          **TINY,
+                          task_target_returns=(5.0, 5.0))
   printed = capsys.readouterr().err
   assert not _task_lines(printed)  # no switches
   assert 'on 2 tasks at once (CartPole-v1, task_envs:long_pole_cartpole)' in printed
   row = result['history'][-1]
   assert set(row['task_returns']) == {'CartPole-v1', SECOND}
+  assert result['reached_target'] and result['train_step'] == 25
   report = result['tasks']
   assert set(report['tasks']) == {'CartPole-v1', SECOND}
   assert 'mean_forgetting' not in report and 'switches' not in report
+  exported = tf.saved_model.load(result['greedy_policy_dir'])
+  metadata = exported.get_metadata()
+  assert [n.decode() for n in metadata['task_names'].numpy()] == ['CartPole-v1', SECOND]
+  assert metadata['task_returns'].numpy() == pytest.approx(
+      [row['task_returns']['CartPole-v1'], row['task_returns'][SECOND]])
 
 
 def test_multi_task_needs_envs_shared_equally():
@@ -210,6 +262,12 @@ def test_multi_task_as_separate_programs_has_each_collector_on_its_task(tmp_path
   assert last['return'] == pytest.approx(sum(last['task_returns'].values()) / 2)
   # CartPole-v0 ends its episodes at 200 steps: collector 1's never run longer.
   assert max(last['task_returns'].values()) <= 500
+  # The launcher's status line gives each task's last return after the mean.
+  status = [line for line in (result.stdout + result.stderr).splitlines()
+            if '] env steps ' in line and 'last eval return' in line][-1]
+  each = last['task_returns']
+  assert status.endswith(f' | CartPole-v1 {format_return(each["CartPole-v1"])} | '
+                         f'CartPole-v0 {format_return(each["CartPole-v0"])}'), status
   assert set(final_state(str(tmp_path)).values()) == {300}
   tags = event_tags(os.path.join(tmp_path, 'eval'))
   assert tags['eval/CartPole-v0/AverageReturn'] == tags['eval/AverageReturn'] == len(rows)
