@@ -213,7 +213,8 @@ def follow(experiment: Experiment, root_dir: str, address: str,
   replay.wait_for_server(address)
   variables = replay.VariableContainer(address,
                                        experiment.pushed_variables(agent, train_step))
-  evaluator = experiment.make_evaluator(triggers.greedy(agent), video_dir)  # every task
+  # Every task; a stop (SIGTERM) ends an evaluation under way.
+  evaluator = experiment.make_evaluator(triggers.greedy(agent), video_dir, stop_event)
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
   row = {}
@@ -226,6 +227,10 @@ def follow(experiment: Experiment, root_dir: str, address: str,
     try:
       row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
                                interval, barrier, stop_event, options) or row
+    except actors.EvaluationStopped:
+      barrier.release()  # a trainer held for a confirmation goes on to its own stop
+      logging.info('Stopped during an evaluation; it is not recorded.')
+      break
     except Exception as e:  # pylint: disable=broad-except
       if not replay.is_server_lost(e):  # only a lost server is worth a retry
         raise

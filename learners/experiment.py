@@ -19,6 +19,7 @@ here; Python callers without gin give the layout's own in `layout_settings`.
 """
 import dataclasses
 import functools
+import threading
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
@@ -372,15 +373,18 @@ class Experiment:
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
                           **self.env_options())
 
-  def make_evaluator(self, policy, video_dir: Optional[str] = None
+  def make_evaluator(self, policy, video_dir: Optional[str] = None,
+                     stop_event: Optional[threading.Event] = None
                      ) -> tasks_lib.TaskEvaluators:
     """`policy`'s evaluator on every task's eval envs (env_name's alone without
     tasks), num_eval_episodes on each; close() closes the envs. `video_dir` records the
-    first task's."""
+    first task's; a set `stop_event` ends an evaluation under way
+    (`tfrl.actors.EvaluationStopped`)."""
     envs = [self.make_eval_env(video_dir if i == 0 else None, task=i)
             for i in range(len(self.task_names))]
     return tasks_lib.TaskEvaluators(
-        {name: actors.Evaluator(env, policy, self.num_eval_episodes, seed=self.seed + 10_000)
+        {name: actors.Evaluator(env, policy, self.num_eval_episodes, seed=self.seed + 10_000,
+                                stop_event=stop_event)
          for name, env in zip(self.task_names, envs)}, envs)
 
   def make_agent(self, env, train_step: tf.Variable):

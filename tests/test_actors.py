@@ -1,6 +1,7 @@
 """Tests for tfrl.actors: the collect Actor and the Evaluator on real CartPole envs."""
 import glob
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -247,6 +248,23 @@ def test_evaluator_gives_up_after_max_steps(cartpole_specs):
                                  num_episodes=2, max_steps=3)
     with pytest.raises(RuntimeError, match='2 episodes within 3 vector steps'):
       evaluator.run()
+
+
+def test_an_evaluation_under_way_stops_when_its_stop_event_is_set(cartpole_specs):
+  """A program told to stop mid-evaluation gives up at the next step instead of playing
+  its episodes out (here a million: hours of them)."""
+  stop = threading.Event()
+  with envs.make('CartPole-v1', num_envs=2, seed=0) as env:
+    evaluator = actors.Evaluator(env, random_tf_policy.RandomTFPolicy(*cartpole_specs),
+                                 num_episodes=10**6, stop_event=stop)
+    timer = threading.Timer(1.0, stop.set)
+    timer.start()
+    try:
+      with pytest.raises(actors.EvaluationStopped,
+                         match=r'Evaluation stopped after [1-9]\d* of 1000000 episodes'):
+        evaluator.run()
+    finally:
+      timer.cancel()
 
 
 class FailingWriter(StepRecorder):

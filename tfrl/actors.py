@@ -1,4 +1,5 @@
 """Batched actors: one compiled policy call per vector step, all envs at once."""
+import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from absl import logging
@@ -202,6 +203,10 @@ class Actor:
       writer.close()
 
 
+class EvaluationStopped(Exception):
+  """An evaluation given up because its stop event was set (a program stopping)."""
+
+
 class Evaluator:
   """Runs a policy for exactly K complete episodes on a batched env.
 
@@ -213,7 +218,8 @@ class Evaluator:
 
   def __init__(self, env: BatchedEnv, policy: tf_policy.TFPolicy, num_episodes: int = 10,
                seed: Optional[int] = None, max_steps: int = 1_000_000,
-               recorder: Optional[Any] = None):
+               recorder: Optional[Any] = None,
+               stop_event: Optional[threading.Event] = None):
     """Args:
       env: a `tfrl.envs.BatchedEnv`, ideally with num_envs <= num_episodes.
       policy: the policy to evaluate (usually greedy).
@@ -225,6 +231,9 @@ class Evaluator:
       recorder: a writer that keeps whole episodes (`tfrl.datasets.rlds.RldsRecorder`):
         it gets every step and, with each env's quota (`set_quota`), keeps exactly the
         episodes this evaluation counts.
+      stop_event: once set, an evaluation under way gives up at its next vector step
+        (raising EvaluationStopped): a stopping program does not play its episodes
+        out, which can take minutes (many tasks, long episodes, a loaded machine).
     """
     self._env = env
     self._policy = policy
@@ -237,6 +246,7 @@ class Evaluator:
     n = env.num_envs
     self._quota = np.array([num_episodes // n + (i < num_episodes % n) for i in range(n)])
     self._recorder = recorder
+    self._stop_event = stop_event
 
   def run(self) -> Dict[str, float]:
     """Evaluates once.
@@ -246,6 +256,7 @@ class Evaluator:
 
     Raises:
       RuntimeError: the episodes did not all end within `max_steps` vector steps.
+      EvaluationStopped: the stop event was set before they did.
     """
     seed = None if self._seed is None else self._seed + 1000 * self._calls
     self._calls += 1
@@ -261,6 +272,9 @@ class Evaluator:
     running_length = np.zeros(n, dtype=np.int64)
     returns, lengths = [], []
     for _ in range(self._max_steps):
+      if self._stop_event is not None and self._stop_event.is_set():
+        raise EvaluationStopped(f'Evaluation stopped after {len(returns)} of '
+                                f'{self._num_episodes} episodes.')
       policy_step = self._action_fn(time_step, state)
       next_time_step = self._env.step(policy_step.action)
       if self._recorder is not None:
