@@ -3,8 +3,11 @@
 CLEAR (Rolnick et al. 2019) is measured on a sequence of tasks trained one after the
 other (A, then B, then C, optionally cycling): an agent that forgets loses its return on
 A while it trains on C. An `Experiment` with `tasks` trains on task k for
-`task_env_steps` env steps, then on task k + 1, `task_cycles` times round the list,
-and evaluates every task at each evaluation (`learners/one_process_job.py`).
+`task_env_steps` env steps (one count, or one per task), then on task k + 1,
+`task_cycles` times round the list, and evaluates every task at each evaluation
+(`learners/one_process_job.py`). Also here: the multi-task envs (`TaskRoundRobin`), the
+task index input, the evaluation of every task (`TaskEvaluators`) and the job's target
+(`Target`: on the tasks' mean return, or a threshold per task).
 
 The schedule is a function of the job's env steps alone, which the checkpoint holds, so
 a resumed job trains on the task it was on when it stopped.
