@@ -229,7 +229,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
                                interval, barrier, stop_event, options) or row
     except actors.EvaluationStopped:
       barrier.release()  # a trainer held for a confirmation goes on to its own stop
-      logging.info('Stopped during an evaluation; it is not recorded.')
+      logs.progress('Stopped during an evaluation (not recorded).')
       break
     except Exception as e:  # pylint: disable=broad-except
       if not replay.is_server_lost(e):  # only a lost server is worth a retry

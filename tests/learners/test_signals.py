@@ -138,9 +138,11 @@ from programs import GIN, SMALL, checkpoint_step, evaluate_export, final_state  
 _BINDINGS = [f'--gin_bindings={b}' for b in SMALL + ['Experiment.num_train_steps=1000000']]
 
 
-def _launch_until_training(root: str, min_step: int) -> subprocess.Popen:
-  """A small launched job, returned once its trainer checkpointed at `min_step` or later."""
-  launcher = _launch(root, GIN, *_BINDINGS, '--num_collectors=1', '--status_interval_s=2')
+def _launch_until_training(root: str, min_step: int, *bindings: str) -> subprocess.Popen:
+  """A small launched job (with `bindings` too), returned once its trainer checkpointed
+  at `min_step` or later."""
+  launcher = _launch(root, GIN, *_BINDINGS, *[f'--gin_bindings={b}' for b in bindings],
+                     '--num_collectors=1', '--status_interval_s=2')
   checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
   deadline = time.monotonic() + 300  # generous: did not hang on a loaded machine
   while checkpoint_step(checkpoint_dir) < min_step:
@@ -166,6 +168,25 @@ def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
   assert 'at train step None' not in stdout
   # The final export loads and plays a short rollout.
   assert np.isfinite(evaluate_export(os.path.join(root, 'policies', 'greedy_policy'), 0))
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_during_an_evaluation_ends_it_and_the_job_stops_cleanly(tmp_path):
+  """An evaluation that would outlast the stop's grace (a hundred thousand episodes
+  here; several tasks of long episodes on a loaded machine in practice) ends when its
+  program is told to stop: every program stops in time, with the final saves."""
+  root = str(tmp_path / 'job')
+  # The evaluator starts its first evaluation once the trainer pushes its variables.
+  launcher = _launch_until_training(root, 64, 'Experiment.num_eval_episodes=100000')
+  launcher.send_signal(signal.SIGTERM)
+  stdout, stderr = _finish(launcher, root, 240)
+  assert launcher.returncode == 0, (stdout + stderr)[-5000:]
+  assert 'did not stop in time' not in stdout + stderr
+  with open(os.path.join(root, 'logs', 'eval.log')) as f:
+    assert 'Stopped during an evaluation (not recorded).' in f.read()
+  final = int(re.findall(r'Trainer stopped at train step (\d+)',
+                         open(os.path.join(root, 'logs', 'train.log')).read())[-1])
+  assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
 
 
 @pytest.mark.timeout(600)
