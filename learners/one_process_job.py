@@ -41,10 +41,14 @@ class OneProcessJob:
   evaluations), export. Each phase is a method; `train_eval` calls them in order."""
 
   def __init__(self, root_dir: str, exp: Experiment, strategy: tf.distribute.Strategy,
-               cleanup: contextlib.ExitStack, hooks: callbacks_lib.Hooks):
+               cleanup: contextlib.ExitStack, hooks: callbacks_lib.Hooks,
+               stop_event: Optional[threading.Event] = None):
     """Builds every component; `cleanup` gets what must be closed on any exit, `hooks`
-    the progress rows and evaluations."""
+    the progress rows and evaluations. Once `stop_event` is set, training stops after
+    the current iteration (an evaluation under way at once) and the job saves as at
+    its end."""
     self.exp, layout, self.root_dir = exp, exp.layout, root_dir
+    self.stop_event = stop_event or threading.Event()
     self.task_envs = self._make_envs(cleanup)
     self.env = self.task_envs[0]
     with strategy.scope():
@@ -60,7 +64,8 @@ class OneProcessJob:
         self.agent, None, **(dict(dataset_items=self.dataset.items) if self.dataset else {}))
     self.server = self._start_server(root_dir, tables, cleanup)
     self._make_actors(cleanup)
-    self.evaluator = exp.make_evaluator(triggers.greedy(self.agent))  # every task
+    self.evaluator = exp.make_evaluator(triggers.greedy(self.agent),  # every task
+                                        stop_event=self.stop_event)
     cleanup.callback(self.evaluator.close)
     # The job's env steps, checkpointed with the agent: a resumed job counts on from
     # where it stopped (progress lines, summaries against env steps, export metadata).
@@ -99,7 +104,6 @@ class OneProcessJob:
     self.progress: List[Dict[str, Any]] = []
     self.hooks = hooks
     self.bar: Optional[progress_bar_lib.ProgressBar] = None
-    self.stop_event: Optional[threading.Event] = None  # set: stop, then save as at the end
     self.last_return = float('nan')
     self.start_step = self.learner.train_step_numpy
     self.start_time = time.perf_counter()
@@ -228,7 +232,7 @@ class OneProcessJob:
     next_log = (math.inf if exp.log_interval is None else
                 _next_multiple(self.start_step, exp.log_interval))
     while (self.learner.train_step_numpy < exp.num_train_steps and
-           not (self.stop_event is not None and self.stop_event.is_set()) and
+           not self.stop_event.is_set() and
            not self.hooks.stop_requested):
       self.collect()
       if not self.train():
@@ -296,7 +300,11 @@ class OneProcessJob:
     """Evaluates the greedy policy, records and logs it; returns whether it reached
     the target."""
     step, exp = self.learner.train_step_numpy, self.exp
-    result = self.evaluator.run()
+    try:
+      result = self.evaluator.run()
+    except actors.EvaluationStopped:  # told to stop: save without playing it out
+      logs.progress('Stopped during an evaluation at train step %d (not recorded).', step)
+      return False
     # With tasks, the job's return (its target, the export metadata) is their mean.
     self.last_return, task_returns = result['AverageReturn'], result['task_returns']
     self.env_steps_var.assign(self.env_steps)
@@ -344,7 +352,11 @@ class OneProcessJob:
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
-    result = self.evaluator.run()
+    try:
+      result = self.evaluator.run()
+    except actors.EvaluationStopped:
+      logs.progress('Stopped during the confirmation (not recorded).')
+      return False
     confirmation = result['AverageReturn']
     self.confirmation_seed = self.evaluator.last_seed
     # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),

@@ -65,8 +65,9 @@ def train_eval(root_dir: str, strategy: str = 'default',
       draw a learning curve from the training episodes.
     progress_bar: show a tqdm bar (a widget in a notebook) while training: ETA, env
       steps/s, the last eval return; the progress lines print above it.
-    stop_event: once set, training stops after the current iteration and the job
-      ends as at its budget: final checkpoint and exports at the last train step.
+    stop_event: once set, training stops after the current iteration (an evaluation
+      under way at once, unrecorded) and the job ends as at its budget: final
+      checkpoint and exports at the last train step.
     overwrite: start from scratch, deleting root_dir's checkpoints and exports, instead
       of resuming or refusing (see `tfrl.run_dir.claim`).
     callbacks: `learners.callbacks.Callback`s: they see progress lines and evaluations
@@ -93,8 +94,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
-    job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy), cleanup, hooks)
-    job.stop_event = stop_event
+    job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy),
+                                        cleanup, hooks, stop_event)
     job.warm_up()
     if progress_bar:
       job.bar = cleanup.enter_context(progress_bar_lib.ProgressBar(

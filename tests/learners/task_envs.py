@@ -1,4 +1,7 @@
-"""A second CartPole task for task-sequence tests ('task_envs:long_pole_cartpole')."""
+"""Env factories for tests, named as 'task_envs:<function>': a second CartPole task for
+task-sequence tests, and a CartPole that tells when an evaluation begins."""
+import threading
+
 import gymnasium as gym
 
 
@@ -8,3 +11,30 @@ def long_pole_cartpole(**kwargs) -> gym.Env:
   env.unwrapped.length *= 2.0
   env.unwrapped.polemass_length = env.unwrapped.masspole * env.unwrapped.length
   return env
+
+
+# Set by `cartpole_flagging_evaluations` envs when an evaluation resets them: a test
+# passes it as a job's stop event to stop the job in the middle of an evaluation.
+EVALUATION_STARTED = threading.Event()
+EVAL_SEED_OFFSET = 10_000  # Experiment seeds its eval envs from seed + 10000 up
+
+
+class _FlagEvaluations(gym.Wrapper):
+  """Sets EVALUATION_STARTED at its second reset with an eval seed: the first is the
+  eval env's own when it is made, the next an Evaluator's."""
+
+  def __init__(self, env: gym.Env):
+    super().__init__(env)
+    self._eval_resets = 0
+
+  def reset(self, *, seed=None, options=None):
+    if seed is not None and seed >= EVAL_SEED_OFFSET:
+      self._eval_resets += 1
+      if self._eval_resets >= 2:
+        EVALUATION_STARTED.set()
+    return super().reset(seed=seed, options=options)
+
+
+def cartpole_flagging_evaluations(**kwargs) -> gym.Env:
+  """CartPole-v1 that sets EVALUATION_STARTED when an evaluation resets it."""
+  return _FlagEvaluations(gym.make('CartPole-v1', **kwargs))

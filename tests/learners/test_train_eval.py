@@ -271,3 +271,18 @@ def test_a_run_resumed_after_a_kill_never_exports_older_policies(tmp_path):
   assert 'from train step 50' in line
   policy = export.load_policy(path)
   assert policy.get_train_step() == 50 == export.exported_train_step(path)
+
+
+def test_a_stop_during_an_evaluation_ends_it_and_the_job_saves(tmp_path, capsys):
+  """An evaluation of a hundred thousand episodes, told to stop as it begins: the job
+  gives it up (unrecorded) and ends as at its budget, with its final saves."""
+  import task_envs  # pylint: disable=g-import-not-at-top (tests/learners/task_envs.py)
+  task_envs.EVALUATION_STARTED.clear()
+  settings = {**TINY, 'eval_interval': 25, 'num_eval_episodes': 100_000}
+  result = train_eval.run(str(tmp_path / 'run'), ['dqn_cartpole.gin'],
+                          stop_event=task_envs.EVALUATION_STARTED, num_train_steps=1_000,
+                          env_name='task_envs:cartpole_flagging_evaluations', **settings)
+  assert 'Stopped during an evaluation at train step 25 (not recorded).' in (
+      capsys.readouterr().err)
+  assert result['history'] == [] and result['train_step'] == 25
+  assert export.exported_train_step(result['greedy_policy_dir']) == 25
