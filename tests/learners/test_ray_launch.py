@@ -22,7 +22,9 @@ import psutil
 import pytest
 
 from learners import config
+from tfrl.metrics import format_return
 from programs import evaluate_export, final_state
+from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESOURCES = {'reverb_server': {'tfrl_server': 1}, 'train': {'tfrl_server': 1},
@@ -124,6 +126,15 @@ def test_a_job_on_a_two_node_ray_cluster(job):
   last = rows[-1]
   assert last['reached_target'] and last['task_returns']['CartPole-v1'] >= 475.0, last
   assert last['task_returns']['CartPole-v0'] >= 195.0, last
+  assert last['return'] == pytest.approx(sum(last['task_returns'].values()) / 2)
+  tags = event_tags(str(root / 'eval'))
+  assert tags['eval/CartPole-v0/AverageReturn'] == tags['eval/AverageReturn'] == len(rows)
+  # The launcher's status line gives each task's last return after the mean.
+  status = [line for line in launched.splitlines()
+            if '] env steps ' in line and 'last eval return' in line][-1]
+  each = last['task_returns']
+  assert status.endswith(f' | CartPole-v1 {format_return(each["CartPole-v1"])} | '
+                         f'CartPole-v0 {format_return(each["CartPole-v0"])}'), status
   state = final_state(str(root))
   assert set(state.values()) == {last['train_step']}, (state, last)
   config.parse(['dqn_cartpole.gin'])
