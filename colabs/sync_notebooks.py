@@ -15,7 +15,7 @@ import nbformat
 COLABS = os.path.dirname(os.path.abspath(__file__))
 SETUP_CELL = os.path.join(COLABS, 'setup_cell.py')
 # notebook -> the tfrl extras its set-up cell installs (default: 'notebooks').
-EXTRAS = {'atari.ipynb': 'atari,notebooks'}
+EXTRAS = {'atari.ipynb': 'atari,notebooks', 'impala_clear.ipynb': 'minigrid,notebooks'}
 BADGE = re.compile(r'\n*\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n*')
 
 

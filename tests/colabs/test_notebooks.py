@@ -174,13 +174,25 @@ def test_distributed(tmp_path):
 
 @pytest.mark.slow
 def test_impala_clear(tmp_path):
-  text, _ = execute('impala_clear.ipynb', dict(
-      NUM_TRAIN_STEPS=300, TARGET_RETURN=None, EXPECTED_MIN_RETURN=0.0), tmp_path)
+  # The task sequence through all three tasks: 6 train steps of 512 env steps each.
+  sequence = ['Experiment.task_env_steps = 1024', 'Experiment.num_train_steps = 6',
+              'Experiment.eval_interval = 2', 'Experiment.num_eval_episodes = 1']
+  text, notebook = execute('impala_clear.ipynb', dict(
+      NUM_TRAIN_STEPS=300, TARGET_RETURN=None, EXPECTED_MIN_RETURN=0.0,
+      SEQUENCE_BINDINGS=sequence, EXPECTED_MAX_FORGETTING_RATIO=None), tmp_path)
   assert _number(r'IMPALA_FINAL_RETURN = (-?[\d.]+)', text) > 0
   assert _number(r'CLEAR_FINAL_RETURN = (-?[\d.]+)', text) > 0
   tags = re.search(r'SUMMARY_TAGS = (.*)', text).group(1)
   for term in ('policy_loss', 'baseline_loss', 'policy_cloning_loss', 'value_cloning_loss'):
     assert f'losses/{term}' in tags
+  for name in ('IMPALA', 'CLEAR'):  # a forgetting figure and every task's returns
+    line = re.search(rf'{name}_MEAN_FORGETTING = (-?[\d.]+) \| (.*)', text)
+    assert line and float(line.group(1)) >= 0.0, text[-2000:]
+    for task in ('DoorKey-5x5', 'LavaGapS5', 'SimpleCrossingS9N1'):
+      assert f'MiniGrid-{task}-v0: best ' in line.group(2)
+  images = [c for c in notebook.cells for o in c.get('outputs', []) if 'image/png' in
+            o.get('data', {})]
+  assert len(images) == 3, len(images)  # CartPole's curves, the losses, the tasks
 
 
 @pytest.mark.slow
