@@ -137,10 +137,10 @@ class _Collector:
     self.actor = actors.Actor(
         self.env, policy, [self.writer], policy_version=self.train_step,
         summary_dir=os.path.join(root_dir, 'collect', f'task_{self.task_id}'),
-        summary_interval=1)
+        summary_interval=1, stop_event=stop_event)
     self.random_actor = actors.Actor(self.env, random_tf_policy.RandomTFPolicy(
         self.env.time_step_spec(), self.env.action_spec()), [self.writer],
-                                     policy_version=-1)
+                                     policy_version=-1, stop_event=stop_event)
 
   @property
   def env_steps(self) -> int:

@@ -267,6 +267,34 @@ def test_an_evaluation_under_way_stops_when_its_stop_event_is_set(cartpole_specs
       timer.cancel()
 
 
+class StoppingWriter(StepRecorder):
+  """A writer that sets a stop event at its n-th write (a SIGTERM mid-unroll)."""
+
+  def __init__(self, stop_at, stop_event):
+    super().__init__()
+    self.stop_at, self.stop_event = stop_at, stop_event
+
+  def write(self, *args, **kwargs):
+    super().write(*args, **kwargs)
+    if len(self.rewards) == self.stop_at:
+      self.stop_event.set()
+
+
+def test_a_run_under_way_returns_soon_after_its_stop_event_is_set(cartpole_specs):
+  """A stopping collector does not play out its unroll (on a slow env, longer than its
+  stop grace): `run` returns after the vector step under way, every step taken written
+  and counted."""
+  stop = threading.Event()
+  writer = StoppingWriter(stop_at=5, stop_event=stop)
+  with envs.make('CartPole-v1', num_envs=NUM_ENVS, seed=0) as env:
+    actor = actors.Actor(env, random_tf_policy.RandomTFPolicy(*cartpole_specs), [writer],
+                         stop_event=stop)
+    actor.run(1000)
+  # The 5th write happens while the env takes the 6th step, which is then written too.
+  assert len(writer.rewards) == 6
+  assert actor.env_steps == 6 * NUM_ENVS
+
+
 class FailingWriter(StepRecorder):
   """A writer whose server went away at its n-th write."""
 

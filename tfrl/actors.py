@@ -89,7 +89,8 @@ class Actor:
                metrics_window: int = 100,
                summary_dir: Optional[str] = None,
                summary_interval: int = 1_000,
-               name: str = 'collect'):
+               name: str = 'collect',
+               stop_event: Optional[threading.Event] = None):
     """Args:
       env: a `tfrl.envs.BatchedEnv`.
       policy: any tf-agents `TFPolicy` (random, epsilon-greedy, greedy, stochastic).
@@ -101,9 +102,13 @@ class Actor:
       summary_dir: where TensorBoard summaries go (none when None).
       summary_interval: env steps between summaries.
       name: summary name scope.
+      stop_event: once set, `run` returns after the vector step under way (a stopping
+        program need not play out the rest of its `num_steps`: on a slow env they can
+        outlast the program's stop grace).
     """
     self._env = env
     self._policy = policy
+    self._stop_event = stop_event
     self._writers = list(writers)
     self._version = _version_reader(policy_version)
     self._action_fn = CompiledActionFn(policy, env.num_envs)
@@ -137,7 +142,8 @@ class Actor:
       writer.reset()
 
   def run(self, num_steps: int) -> Dict[str, float]:
-    """Runs `num_steps` vector steps and returns the metrics.
+    """Runs `num_steps` vector steps (fewer once the stop event is set) and returns the
+    metrics.
 
     Returns:
       AverageReturn, AverageEpisodeLength, EnvironmentSteps, NumberOfEpisodes,
@@ -151,6 +157,8 @@ class Actor:
     self._throughput.rate(start_steps)
     previous = None  # the step before, written while the env takes this one
     for _ in range(num_steps):
+      if self._stop_event is not None and self._stop_event.is_set():
+        break
       policy_step = self._action_fn(time_step, state)
       self._env.step_async(policy_step.action)
       try:
