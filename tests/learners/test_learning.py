@@ -183,7 +183,7 @@ def test_masked_cartpole_needs_the_lstm(jobs):
   """The feed-forward control (FEED_FORWARD_MASKED) never reaches the target."""
   returncode, log, _ = jobs.result('feed_forward_masked')
   assert returncode == 1, log[-4000:]
-  assert 'never reached the target 475.0' in log, log[-4000:]
+  assert 'never reached the target 475 within' in log, log[-4000:]
   returns = [float(r) for r in re.findall(r'\| eval return\s+' + NUMBER, log)]
   assert returns and max(returns) < 300.0, returns
 
