@@ -19,6 +19,7 @@ from tfrl import graph_options
 from tfrl import logs
 from tfrl import metrics
 from tfrl import triggers as triggers_lib
+from tfrl.agents import hyperparameters as hyperparameters_lib
 
 # Directory names of tf-agents' `tf_agents.train.learner` (its examples build paths from
 # them), so code that switches its import finds the same layout. Where the policy
@@ -122,7 +123,8 @@ class Learner(tf.Module):
       summary_root_dir: root for summaries if not `root_dir`.
       checkpoint_extras: more trackables (e.g. a program's env-step counter, a
         `tf.Variable`) saved in and restored from the checkpoint beside the agent and
-        the train step, by name; one the checkpoint lacks keeps its value.
+        the train step, by name; one the checkpoint lacks keeps its value. The
+        agent's `hyperparameters` (`tfrl.agents.hyperparameters`) join them.
 
     Raises:
       ValueError: a train_step that is not an int64 variable.
@@ -173,8 +175,8 @@ class Learner(tf.Module):
         self._create_optimizer_variables()
 
       self._checkpoints = checkpoints.TrainCheckpoint(
-          self.checkpoint_dir, agent, train_step, checkpoint_extras,
-          max_checkpoints_to_keep)
+          self.checkpoint_dir, agent, train_step,
+          _with_hyperparameters(checkpoint_extras, agent), max_checkpoints_to_keep)
       # Scans ckpt-N files itself (state file or not) and falls back past unreadable
       # ones.
       latest = self._checkpoints.restore_newest()
@@ -463,3 +465,13 @@ class Learner(tf.Module):
   @property
   def agent(self) -> tf_agent.TFAgent:
     return self._agent
+
+
+def _with_hyperparameters(extras: Optional[Dict[str, Any]], agent) -> Dict[str, Any]:
+  """`extras` and the agent's own hyperparameters (a population may have changed them:
+  a resumed job goes on with the changed values)."""
+  extras = dict(extras or {})
+  own = getattr(agent, 'hyperparameters', None)
+  if isinstance(own, hyperparameters_lib.Hyperparameters):
+    extras.setdefault('hyperparameters', own)
+  return extras

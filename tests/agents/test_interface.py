@@ -12,6 +12,7 @@ from tf_agents.networks import q_network
 import tfrl.envs
 from tfrl import layouts
 from tfrl.agents import dqn
+from tfrl.agents import hyperparameters
 from tfrl.agents import impala
 from tfrl.agents import interface
 from tfrl.agents import ppo
@@ -51,6 +52,10 @@ class OnPolicyNotABool(dqn_agent.DqnAgent):
   on_policy = 'yes'
 
 
+class HyperparametersAsADict(dqn_agent.DqnAgent):
+  hyperparameters = {'learning_rate': 1e-3}  # read from variables, or not at all
+
+
 @pytest.mark.parametrize('cls, message', [
     (MisspeltInputs, "MisspeltInputs defines 'train_input', which tfrl does not read; did "
                      "you mean 'train_inputs'?"),
@@ -59,7 +64,9 @@ class OnPolicyNotABool(dqn_agent.DqnAgent):
     (InputTrainDoesNotTake, "InputTrainDoesNotTake.train_inputs names 'policy_version', "
                             "but InputTrainDoesNotTake._train has no parameter"),
     (OnPolicyNotABool, "OnPolicyNotABool.on_policy must be True or False, got 'yes'."),
-], ids=['misspelt', 'unknown', 'not_taken', 'on_policy'])
+    (HyperparametersAsADict, 'HyperparametersAsADict.hyperparameters must be a tfrl.agents.'
+                             'hyperparameters.Hyperparameters'),
+], ids=['misspelt', 'unknown', 'not_taken', 'on_policy', 'hyperparameters'])
 def test_a_wrong_declaration_is_an_error_naming_it(cartpole, cls, message):
   agent = tf_agents_dqn(*cartpole, tf.Variable(0, dtype=tf.int64), cls=cls)
   with pytest.raises(interface.AgentProtocolError) as raised:
@@ -87,6 +94,18 @@ def test_tfrls_agents_and_a_plain_tf_agents_agent_pass(cartpole):
   interface.check_agent(sac.create_sac_agent(pendulum.time_step_spec(),
                                              pendulum.action_spec(), step))
   pendulum.close()
+
+
+def test_a_plain_tf_agents_agent_offers_its_learning_rate(cartpole):
+  """Population-based training can change a plain agent's rate: its optimizer's own
+  variable, so the optimizer (and its checkpoint) sees the change."""
+  agent = tf_agents_dqn(*cartpole, tf.Variable(0, dtype=tf.int64))
+  found = hyperparameters.of(agent)
+  assert found.names == ('learning_rate',)
+  found.assign({'learning_rate': 0.25})
+  assert float(agent._optimizer.learning_rate.numpy()) == 0.25  # pylint: disable=protected-access
+  own = dqn.create_dqn_agent(*cartpole, tf.Variable(0, dtype=tf.int64))
+  assert hyperparameters.of(own) is own.hyperparameters
 
 
 def test_builders_name_their_layout():

@@ -15,7 +15,7 @@ result to equal one replica training on the whole batch, three things must be gl
 With one replica (the default strategy) the all-reductions are skipped and nothing
 changes. Summaries are written from the global values.
 """
-from typing import Optional, Sequence, Type
+from typing import Mapping, Optional, Sequence, Type
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
@@ -23,6 +23,7 @@ from tf_agents.policies import greedy_policy
 
 from tfrl import replicas
 from tfrl.agents import actor_critic_policy
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.networks import actor_critic
 
 
@@ -42,13 +43,16 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
   """
 
   def __init__(self, time_step_spec, action_spec, network, optimizer,
-               train_step_counter: tf.Variable, name: str):
+               train_step_counter: tf.Variable, name: str,
+               hyperparameters: Mapping[str, float]):
     """Args:
       time_step_spec, action_spec: the environment's specs.
       network: an `ActorCriticNetwork`.
       optimizer: a Keras optimizer.
       train_step_counter: the learner's step variable.
       name: agent name.
+      hyperparameters: the loss settings the subclass reads from variables (beside the
+        optimizer's learning rate, unless that is a schedule).
     """
     tf.Module.__init__(self, name=name)
     actor_critic.create_variables(network, time_step_spec.observation)
@@ -57,10 +61,20 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
     optimizer.build(network.trainable_variables)
     self._network = network
     self._optimizer = optimizer
+    rate = optimizer.learning_rate
+    self._hyperparameters = hyperparameters_lib.untracked(
+        self, hyperparameters_lib.Hyperparameters(
+            **({'learning_rate': rate} if isinstance(rate, tf.Variable) else {}),
+            **{key: float(value) for key, value in hyperparameters.items()}))
     collect = actor_critic_policy.ActorCriticPolicy(time_step_spec, action_spec, network)
     super().__init__(time_step_spec, action_spec,
                      policy=greedy_policy.GreedyPolicy(collect), collect_policy=collect,
                      train_sequence_length=None, train_step_counter=train_step_counter)
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change while the agent trains."""
+    return self._hyperparameters
 
   def _initialize(self):
     return tf.no_op()

@@ -12,7 +12,7 @@ epsilon_end ** (1 + i / (num_collectors - 1)) (Ape-X's spread, anchored at the c
 collector 0 keeps the configured epsilon_end, the last one its square).
 """
 import dataclasses
-from typing import Sequence
+from typing import Sequence, Union
 
 import gin
 import tensorflow as tf
@@ -24,28 +24,35 @@ from tf_agents.policies import tf_policy
 from tf_agents.utils import common
 
 from tfrl import layouts
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 from tfrl.networks import encoders
 
 
 @dataclasses.dataclass(frozen=True)
 class EpsilonSchedule:
-  """Exploration falling linearly from `start` to `end` over `decay_steps` train steps."""
+  """Exploration falling linearly from `start` to `end` over `decay_steps` train steps.
+
+  `end` may be a variable (population-based training changes it while the job runs);
+  a collector of several acts with `end ** end_exponent` (`for_task`).
+  """
   start: float
-  end: float
+  end: Union[float, tf.Variable]
   decay_steps: int
   train_step: tf.Variable
+  end_exponent: float = 1.0
 
   def __call__(self) -> tf.Tensor:
     fraction = tf.minimum(
         tf.cast(self.train_step, tf.float32) / float(max(self.decay_steps, 1)), 1.0)
-    return self.start + fraction * (self.end - self.start)
+    end = tf.cast(self.end, tf.float32) ** self.end_exponent
+    return self.start + fraction * (end - self.start)
 
   def for_task(self, task_id: int, num_tasks: int) -> 'EpsilonSchedule':
     """Collector `task_id`'s schedule: its end is end ** (1 + task_id / (num_tasks - 1))."""
     if num_tasks < 2:
       return self
-    return dataclasses.replace(self, end=self.end ** (1 + task_id / (num_tasks - 1)))
+    return dataclasses.replace(self, end_exponent=1 + task_id / (num_tasks - 1))
 
 
 class _ReplayAgentInterface:
@@ -57,6 +64,30 @@ class _ReplayAgentInterface:
     self._epsilon_schedule = epsilon_schedule
     self._cql_alpha = float(cql_alpha)
     super().__init__(*args, epsilon_greedy=epsilon_schedule, **kwargs)
+    # What population-based training may change: those given as variables.
+    candidates = {'learning_rate': self._optimizer.learning_rate,
+                  'epsilon_end': epsilon_schedule.end,
+                  'target_update_period': kwargs.get('target_update_period')}
+    self._hyperparameters = hyperparameters_lib.untracked(
+        self, hyperparameters_lib.Hyperparameters(
+            **{key: value for key, value in candidates.items()
+               if isinstance(value, tf.Variable)}))
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change while the agent trains: the learning
+    rate, the exploration's end and the train steps between target updates."""
+    return self._hyperparameters
+
+  def _get_target_updater(self, tau=1.0, period=1):
+    """tf-agents' target update, with a period that may be a variable (tf-agents'
+    `Periodically` asks `period == 1` in Python, which a variable cannot answer inside
+    the traced train step)."""
+    def update():
+      return common.soft_variables_update(self._q_network.variables,
+                                          self._target_q_network.variables, tau,
+                                          tau_non_trainable=1.0)
+    return _PeriodicUpdate(update, period)
 
   def _loss(self, experience, td_errors_loss_fn=None, gamma=1.0, reward_scale_factor=1.0,
             weights=None, training=False):
@@ -91,6 +122,27 @@ class _ReplayAgentInterface:
     """Epsilon-greedy over the greedy policy with collector `task_id`'s exploration."""
     return epsilon_greedy_policy.EpsilonGreedyPolicy(
         self.policy, epsilon=self._epsilon_schedule.for_task(task_id, num_tasks))
+
+
+class _PeriodicUpdate(tf.Module):
+  """Runs `body` on every `period`-th call (the 1st call counts as 1); `period` is read
+  at each call, so a variable's new value applies from the next call on."""
+
+  def __init__(self, body, period, name='periodic_update_targets'):
+    super().__init__(name=name)
+    self._body = body
+    self._period = period
+    # The same name as tf-agents' Periodically: checkpoints keep their counter.
+    self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name='counter')
+
+  def __call__(self):
+    def call(strategy=None):
+      del strategy
+      period = tf.cast(self._period, tf.int64)
+      remainder = tf.math.mod(self._counter.assign_add(1), period)
+      return tf.cond(tf.equal(remainder, 0), self._body, tf.no_op)
+    context = tf.distribute.get_replica_context()
+    return context.merge_call(call) if context else call()
 
 
 class DqnAgent(_ReplayAgentInterface, dqn_agent.DqnAgent):
@@ -200,7 +252,11 @@ def create_dqn_agent(time_step_spec,
     raise ValueError('Set one of gradient_clipping (per variable) and '
                      'global_gradient_clipping (global norm), not both.')
   network = q_network_for(time_step_spec.observation, action_spec, fc_layer_params, cnn)
-
+  # Variables, so population-based training can change them (`agent.hyperparameters`).
+  epsilon_end = tf.Variable(epsilon_end, dtype=tf.float32, trainable=False,
+                            name='epsilon_end')
+  target_update_period = tf.Variable(target_update_period, dtype=tf.int64,
+                                     trainable=False, name='target_update_period')
   agent_class = DdqnAgent if double_q else DqnAgent
   agent = agent_class(
       time_step_spec, action_spec,

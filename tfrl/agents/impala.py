@@ -120,7 +120,6 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                        'state: set lstm_size, or replay_burn_in_steps=0.')
     self._gamma = gamma
     self._baseline_cost = baseline_cost
-    self._entropy_cost = entropy_cost
     self._reward_clipping = reward_clipping
     self._gradient_clipping = gradient_clipping
     self._clip_rho_threshold = clip_rho_threshold
@@ -128,15 +127,16 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self._lambda = lambda_
     self._positive_advantages_only = positive_advantages_only
     self._policy_loss = policy_loss
-    self._ppo_clip_ratio = ppo_clip_ratio
     self._normalize_advantages = normalize_advantages
     self._max_policy_lag = max_policy_lag
     self._policy_cloning_cost = policy_cloning_cost
     self._value_cloning_cost = value_cloning_cost
-    self._reward_scale = reward_scale
     self._replay_burn_in_steps = replay_burn_in_steps
+    hyperparameters = {'entropy_cost': entropy_cost, 'reward_scale': reward_scale}
+    if policy_loss == 'ppo':
+      hyperparameters['clip_ratio'] = ppo_clip_ratio
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
-                     name)
+                     name, hyperparameters)
 
   @property
   def train_inputs(self) -> Tuple[str, ...]:
@@ -197,8 +197,9 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     params, values = self._unroll(time_major, policy_state, replayed_rows)
     valid, fraction_dropped = self._valid_steps(time_major.step_type[:-1], weights,
                                                 replayed_rows, policy_version)
-    rewards = returns_lib.clip_rewards(self._reward_scale * time_major.reward[:-1],
-                           self._reward_clipping)
+    rewards = returns_lib.clip_rewards(
+        self._hyperparameters['reward_scale'] * time_major.reward[:-1],
+        self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
     discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
     head = self._network.head
@@ -227,7 +228,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     if self._policy_loss == 'ppo':
       ratio = tf.exp(target_log_probs - behaviour_log_probs)
       policy_loss = policy_gradient.clipped_surrogate_loss(
-          ratio, advantages, policy_weight, self._ppo_clip_ratio, count)
+          ratio, advantages, policy_weight, self._hyperparameters['clip_ratio'], count)
     else:
       policy_loss = policy_gradient.policy_gradient_loss(
           target_log_probs, advantages, policy_weight, count)
@@ -242,7 +243,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
           behaviour, target, values[:-1], info[actor_critic_policy.VALUE], replayed,
           count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
-             self._entropy_cost * entropy_loss +
+             self._hyperparameters['entropy_cost'] * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +
              self._value_cloning_cost * value_cloning_loss)
     terms = {'policy_loss': policy_loss, 'baseline_loss': baseline_loss,

@@ -14,6 +14,8 @@ An agent may declare (each optional; any tf-agents agent trains without them):
 - `on_policy = True`: its loss assumes the data was acted by the policy it trains
   (PPO), so separate collectors are paced to the trainer (`learners.pacing`).
   tf-agents' PPOAgent counts as on-policy without saying so.
+- `hyperparameters`: a `tfrl.agents.hyperparameters.Hyperparameters`, the settings its
+  train step reads from variables (what population-based training may change).
 
 `check_agent` runs when a job builds its agent: a declaration with a misspelt name
 (`train_input`), an unknown input, or an input its `train` does not accept is an
@@ -29,8 +31,11 @@ from tf_agents.agents import tf_agent
 from tf_agents.agents.ppo import ppo_agent
 from tf_agents.policies import tf_policy
 
+from tfrl.agents import hyperparameters as hyperparameters_lib
+
 # The declarations `check_agent` knows.
-PROTOCOL = ('train_inputs', 'priorities', 'collect_policy_for_task', 'on_policy')
+PROTOCOL = ('train_inputs', 'priorities', 'collect_policy_for_task', 'on_policy',
+            'hyperparameters')
 # Sample fields a layout can supply (`tfrl.layouts`): each unroll's policy version per
 # step, a recurrent policy's state at the first step, 1.0 on replayed rows (CLEAR).
 KNOWN_INPUTS = ('policy_version', 'policy_state', 'replay_mask')
@@ -122,8 +127,8 @@ def check_agent(agent: Any) -> None:
   Raises:
     AgentProtocolError: an attribute whose name is a near miss of a declaration's, a
       train input outside `KNOWN_INPUTS` or not a parameter of the agent's `_train`,
-      `priorities` or `collect_policy_for_task` that is not callable, or an `on_policy`
-      that is not a bool.
+      `priorities` or `collect_policy_for_task` that is not callable, an `on_policy`
+      that is not a bool, or `hyperparameters` of another type.
   """
   kind = type(agent).__name__
   for name in _public_names(agent):
@@ -148,6 +153,10 @@ def check_agent(agent: Any) -> None:
   value = getattr(agent, 'on_policy', False)
   if not isinstance(value, bool):
     raise AgentProtocolError(f'{kind}.on_policy must be True or False, got {value!r}.')
+  value = getattr(agent, 'hyperparameters', None)
+  if value is not None and not isinstance(value, hyperparameters_lib.Hyperparameters):
+    raise AgentProtocolError(f'{kind}.hyperparameters must be a tfrl.agents.'
+                             f'hyperparameters.Hyperparameters, got {value!r}.')
 
 
 def _public_names(agent: Any) -> set:

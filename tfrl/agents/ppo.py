@@ -108,11 +108,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
                        "recurrent network needs whole: use shuffle='rows' with an LSTM.")
     self._gamma = gamma
     self._lambda = lambda_
-    self._clip_ratio = clip_ratio
     self._value_clip = value_clip
     self._value_cost = value_cost
-    self._entropy_cost = entropy_cost
-    self._reward_scale = reward_scale
     self._reward_clipping = reward_clipping
     self._num_epochs = num_epochs
     self._num_minibatches = num_minibatches
@@ -120,7 +117,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     self._gradient_clipping = gradient_clipping
     self._shuffle = shuffle
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
-                     name)
+                     name, hyperparameters={'entropy_cost': entropy_cost,
+                                            'clip_ratio': clip_ratio,
+                                            'reward_scale': reward_scale})
 
   @property
   def train_inputs(self) -> Tuple[str, ...]:
@@ -141,10 +140,10 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     old_values = data.policy_info[actor_critic_policy.VALUE]  # [T+1, B]
     actions = data.action[:-1]
     discounts = self._gamma * data.discount[:-1] * valid
+    rewards = returns_lib.clip_rewards(
+        self._hyperparameters['reward_scale'] * data.reward[:-1], self._reward_clipping)
     advantages, value_targets = returns_lib.generalized_advantage_estimation(
-        returns_lib.clip_rewards(self._reward_scale * data.reward[:-1],
-                                 self._reward_clipping), discounts, old_values[:-1], old_values[-1],
-        self._lambda, valid)
+        rewards, discounts, old_values[:-1], old_values[-1], self._lambda, valid)
     old_log_prob = head.log_prob(action_heads.params_of(action_info, head), actions,
                                  action_info)
     # A nest for Dict observations: every leaf loses the bootstrap step.
@@ -174,8 +173,9 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     log_prob = head.log_prob(params, batch['action'], batch['action_info'])
     log_ratio = log_prob - batch['old_log_prob']
     ratio = tf.exp(log_ratio)
+    clip_ratio = self._hyperparameters['clip_ratio']
     policy_loss = policy_gradient.clipped_surrogate_loss(
-        ratio, advantages, valid, self._clip_ratio, count)
+        ratio, advantages, valid, clip_ratio, count)
     value_error = tf.square(values - batch['value_target'])
     if self._value_clip is not None:
       clipped_values = batch['old_value'] + tf.clip_by_value(
@@ -183,12 +183,13 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       value_error = tf.maximum(value_error, tf.square(clipped_values - batch['value_target']))
     value_loss = 0.5 * reductions.masked_mean(value_error, valid, count)
     entropy = reductions.masked_mean(head.entropy(params), valid, count)
-    total = policy_loss + self._value_cost * value_loss - self._entropy_cost * entropy
+    total = (policy_loss + self._value_cost * value_loss -
+             self._hyperparameters['entropy_cost'] * entropy)
     # Diagnostics: KL(old || new) by the low-variance estimator (r - 1) - log r, and
     # the share of steps whose ratio is outside the clip range.
     approx_kl = reductions.masked_mean((ratio - 1) - log_ratio, valid, count)
     clip_fraction = reductions.masked_mean(
-        tf.cast(tf.abs(ratio - 1) > self._clip_ratio, tf.float32), valid, count)
+        tf.cast(tf.abs(ratio - 1) > clip_ratio, tf.float32), valid, count)
     return total, PpoLossInfo(policy_loss, value_loss, entropy, approx_kl, clip_fraction)
 
   def _train(self, experience, weights=None, policy_state=None):

@@ -1,0 +1,198 @@
+"""Hyperparameters in variables: a change applies on the next train step of the same
+traced function, and the agent's checkpoint keeps it (what population-based training
+needs of an agent)."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from tfrl import checkpoints
+from tfrl import learner as learner_lib
+from tfrl.agents import dqn
+from tfrl.agents import hyperparameters as hyperparameters_lib
+from tfrl.agents import impala
+from tfrl.agents import ppo
+import unrolls  # tests/agents/unrolls.py
+from test_bc import transitions  # tests/agents/test_bc.py
+
+FIRST, MID = int(ts.StepType.FIRST), int(ts.StepType.MID)
+ROWS, LENGTH = 4, 6  # unrolls of 5 steps and their bootstrap step
+
+
+def ppo_agent(specs, train_step=None, **kwargs):
+  kwargs.setdefault('learning_rate', 1e-3)
+  if train_step is None:
+    train_step = learner_lib.new_train_step()
+  return ppo.create_ppo_agent(*specs, train_step,
+                              fc_layer_params=(16,), num_epochs=1, num_minibatches=1,
+                              **kwargs)
+
+
+def experience():
+  step_type = np.full((ROWS, LENGTH), MID)
+  step_type[:, 0] = FIRST
+  return unrolls.tensors(unrolls.make(step_type, np.ones((ROWS, LENGTH))))
+
+
+def weights(agent):
+  return [v.numpy().copy() for v in agent._network.trainable_variables]  # pylint: disable=protected-access
+
+
+def test_each_agent_names_what_it_reads_from_variables(specs):
+  assert ppo_agent(specs).hyperparameters.names == (
+      'learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale')
+  impala_agent = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
+                                            fc_layer_params=(16,))
+  assert impala_agent.hyperparameters.names == (
+      'learning_rate', 'entropy_cost', 'reward_scale')  # V-trace: no clip ratio
+  appo_agent = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
+                                          fc_layer_params=(16,), policy_loss='ppo')
+  assert 'clip_ratio' in appo_agent.hyperparameters
+  dqn_agent = dqn.create_dqn_agent(*specs, learner_lib.new_train_step())
+  assert dqn_agent.hyperparameters.values() == pytest.approx(
+      {'learning_rate': 1e-3, 'epsilon_end': 0.05, 'target_update_period': 100})
+
+
+def test_a_new_learning_rate_applies_on_the_next_step_without_a_retrace(specs):
+  agent, data = ppo_agent(specs), experience()
+  train = tf.function(agent.train)
+  start = weights(agent)
+  train(data)
+  moved = weights(agent)
+  assert any(not np.array_equal(a, b) for a, b in zip(start, moved))
+  agent.hyperparameters.assign({'learning_rate': 0.0})
+  train(data)  # Adam with a zero rate: no step at all
+  for a, b in zip(moved, weights(agent)):
+    np.testing.assert_array_equal(a, b)
+  agent.hyperparameters.assign({'learning_rate': 1e-3})
+  train(data)
+  assert any(not np.array_equal(a, b) for a, b in zip(moved, weights(agent)))
+  assert train.experimental_get_tracing_count() == 1
+
+
+def test_loss_settings_apply_to_the_same_traced_loss(specs):
+  """Entropy cost, clip ratio and reward scale change the loss as its formula says."""
+  agent, data = ppo_agent(specs), experience()
+  loss = tf.function(agent.loss)
+  hyperparameters = agent.hyperparameters
+  base = loss(data)
+  hyperparameters.assign({'entropy_cost': 0.5})
+  with_entropy = loss(data)
+  np.testing.assert_allclose(with_entropy.loss.numpy(),
+                             base.loss.numpy() - 0.5 * base.extra.entropy.numpy(), rtol=1e-5)
+  hyperparameters.assign({'clip_ratio': 1e-6})  # every step's ratio is off 1 by more
+  assert loss(data).extra.clip_fraction.numpy() == pytest.approx(1.0)
+  hyperparameters.assign({'clip_ratio': 100.0})
+  assert loss(data).extra.clip_fraction.numpy() == 0.0
+  hyperparameters.assign({'reward_scale': 10.0})
+  assert loss(data).extra.value_loss.numpy() != pytest.approx(base.extra.value_loss.numpy())
+  assert loss.experimental_get_tracing_count() == 1
+
+
+def make_learner(root_dir, agent, train_step, **kwargs):
+  data = experience()
+  return learner_lib.Learner(
+      root_dir, train_step, agent,
+      experience_dataset_fn=lambda: tf.data.Dataset.from_tensors(
+          {'experience': data}).map(lambda x: (x, ())).repeat(),
+      use_kwargs_in_agent_train=True, summary_interval=0, **kwargs)
+
+
+def test_a_resumed_job_goes_on_with_the_changed_values(specs, tmp_path):
+  """The Learner's checkpoint holds the hyperparameters beside the agent; a new job on
+  the directory starts from the changed values, not the config's."""
+  train_step = learner_lib.new_train_step()
+  agent = ppo_agent(specs, train_step=train_step)
+  learner = make_learner(str(tmp_path), agent, train_step, checkpoint_interval=1)
+  agent.hyperparameters.assign({'learning_rate': 5e-4, 'entropy_cost': 0.03})
+  learner.run(iterations=2)
+  learner.save_checkpoint()
+  changed = agent.hyperparameters.values()
+
+  train_step = learner_lib.new_train_step()
+  resumed = ppo_agent(specs, train_step=train_step)  # the config's 1e-3 and 0.0
+  make_learner(str(tmp_path), resumed, train_step, checkpoint_interval=1)
+  assert int(train_step.numpy()) == 2
+  assert resumed.hyperparameters.values() == changed
+  assert changed['learning_rate'] == pytest.approx(5e-4)
+
+
+def test_a_checkpoint_from_before_the_variables_still_restores(specs, tmp_path):
+  """A job checkpointed by a tfrl whose agents had no hyperparameter variables resumes
+  (with the config's values) instead of refusing its checkpoint."""
+  train_step = learner_lib.new_train_step()
+  agent = ppo_agent(specs, train_step=train_step)
+  directory = os.path.join(str(tmp_path), 'train', 'checkpoints')
+  checkpoints.TrainCheckpoint(directory, agent, train_step).save()  # agent and step only
+  weights_saved = weights(agent)
+
+  train_step = learner_lib.new_train_step()
+  resumed = ppo_agent(specs, train_step=train_step, entropy_cost=0.02)
+  make_learner(str(tmp_path), resumed, train_step, checkpoint_interval=1)
+  for a, b in zip(weights_saved, weights(resumed)):
+    np.testing.assert_array_equal(a, b)
+  assert resumed.hyperparameters.values()['entropy_cost'] == pytest.approx(0.02)
+
+
+def test_unknown_names_and_bad_values_are_refused(specs):
+  hyperparameters = ppo_agent(specs).hyperparameters
+  with pytest.raises(KeyError, match="no hyperparameter 'epsilon_end'; this agent has: "
+                     'learning_rate, entropy_cost, clip_ratio, reward_scale'):
+    hyperparameters.assign({'entropy_cost': 0.1, 'epsilon_end': 0.1})
+  assert hyperparameters.values()['entropy_cost'] == 0.0  # nothing assigned
+  with pytest.raises(ValueError, match='entropy_cost must be finite'):
+    hyperparameters.assign({'entropy_cost': float('nan')})
+  with pytest.raises(TypeError, match='must be an int or a float'):
+    hyperparameters_lib.Hyperparameters(lr='fast')
+
+
+def dqn_agent_on_small_specs(**kwargs):
+  observation_spec = tensor_spec.BoundedTensorSpec((3,), tf.float32, -1, 1)
+  action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
+  train_step = tf.Variable(0, dtype=tf.int64)
+  return dqn.create_dqn_agent(ts.time_step_spec(observation_spec), action_spec,
+                              train_step, fc_layer_params=(16,), **kwargs), train_step
+
+
+def test_dqn_target_update_period_changes_between_steps_of_one_trace():
+  """The target copies the online network on every period-th train step, the period
+  read at each step: 2, then 3 from the 4th step on."""
+  agent, _ = dqn_agent_on_small_specs(target_update_period=2)
+  rng = np.random.default_rng(0)
+  data = tf.nest.map_structure(tf.convert_to_tensor, transitions(
+      rng.uniform(-1, 1, (8, 3)).astype(np.float32), rng.integers(0, 4, 8),
+      np.ones(8, np.int32)))
+  train = tf.function(agent.train)
+  online, target = agent._q_network, agent._target_q_network  # pylint: disable=protected-access
+
+  def target_is_online():
+    return all(np.array_equal(a.numpy(), b.numpy())
+               for a, b in zip(online.variables, target.variables))
+
+  copied = []
+  for step in range(1, 10):
+    if step == 4:
+      # (The first call traced twice: tf-agents' DQN creates the optimizer's slots then.)
+      traces = train.experimental_get_tracing_count()
+      agent.hyperparameters.assign({'target_update_period': 3})
+    train(data)
+    copied.append(target_is_online())
+  # Steps 2 (period 2), then the counter's multiples of 3: 6 and 9.
+  assert [s for s, c in zip(range(1, 10), copied) if c] == [2, 6, 9]
+  assert train.experimental_get_tracing_count() == traces
+
+
+def test_dqn_exploration_end_applies_to_the_collect_policy():
+  agent, train_step = dqn_agent_on_small_specs(epsilon_start=1.0, epsilon_end=0.1,
+                                               epsilon_decay_steps=10)
+  schedule = agent.collect_policy._get_epsilon  # pylint: disable=protected-access
+  train_step.assign(100)  # past the decay
+  assert float(schedule()) == pytest.approx(0.1)
+  agent.hyperparameters.assign({'epsilon_end': 0.02})
+  assert float(schedule()) == pytest.approx(0.02)
+  # A second collector of three acts with end ** 1.5 (Ape-X's spread) of the new value.
+  second = agent.collect_policy_for_task(1, 3)._get_epsilon  # pylint: disable=protected-access
+  assert float(second()) == pytest.approx(0.02 ** 1.5, rel=1e-5)
