@@ -1,0 +1,186 @@
+"""Population-based training's decisions and its history (Jaderberg et al. 2017).
+
+A population of jobs trains at once; at each ready point every member reports its
+recent evaluation. Truncation selection: each member in the bottom `quantile` takes a
+top-`quantile` member's weights and that member's hyperparameters, perturbed (explore):
+each multiplied by one of `factors`, or with `resample_probability` drawn afresh from its
+declared bounds, and kept within them. (The defaults, a quarter, x0.8 / x1.2 and a
+quarter, are the paper's and Ray Tune's.)
+
+This module decides and records; the jobs read their hyperparameters from variables
+(`tfrl.agents.hyperparameters`), so a member applies a decision without re-tracing.
+
+The lineage file (JSON lines) holds every start, report and copy in order: `replay`
+rebuilds each member's hyperparameter history from it.
+"""
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+Number = Union[int, float]  # an int where its bound says `integer`
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+  """Where a hyperparameter may go: [low, high], searched on a log scale by default.
+
+  Attributes:
+    low, high: the inclusive range (> 0 both when `log`).
+    log: sample log-uniformly (rates, costs spanning decades); else uniformly.
+    integer: round to an int (a period in train steps).
+  """
+  low: float
+  high: float
+  log: bool = True
+  integer: bool = False
+
+  def __post_init__(self):
+    if not self.low <= self.high:
+      raise ValueError(f'a bound needs low <= high, got [{self.low}, {self.high}]')
+    if self.log and self.low <= 0:
+      raise ValueError(f'a log-scale bound needs low > 0, got {self.low} (log=False '
+                       'for a range that includes 0)')
+
+  def clip(self, value: float) -> Number:
+    value = min(max(float(value), self.low), self.high)
+    return int(round(value)) if self.integer else value
+
+  def sample(self, rng: np.random.Generator) -> Number:
+    if self.log:
+      value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+    else:
+      value = rng.uniform(self.low, self.high)
+    return self.clip(value)
+
+
+def sample_all(bounds: Mapping[str, Bound], rng: np.random.Generator) -> Dict[str, Number]:
+  """A member's initial hyperparameters: each drawn from its bound."""
+  return {name: bound.sample(rng) for name, bound in bounds.items()}
+
+
+def perturb(values: Mapping[str, Number], bounds: Mapping[str, Bound],
+            rng: np.random.Generator, factors: Sequence[float] = (0.8, 1.2),
+            resample_probability: float = 0.25) -> Dict[str, Number]:
+  """Explore: each bounded hyperparameter resampled (with `resample_probability`) or
+  multiplied by one of `factors`, then kept within its bound. Unbounded ones are kept.
+
+  Raises:
+    KeyError: a bound for a hyperparameter `values` lacks.
+  """
+  result = dict(values)
+  for name, bound in bounds.items():
+    if rng.uniform() < resample_probability:
+      result[name] = bound.sample(rng)
+    else:
+      result[name] = bound.clip(values[name] * factors[rng.integers(len(factors))])
+  return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Exploit:
+  """One decision: `member` takes `source`'s latest checkpoint and `hyperparameters`."""
+  member: int
+  source: int
+  hyperparameters: Dict[str, Number]
+
+
+def exploit_and_explore(scores: Mapping[int, float],
+                        hyperparameters: Mapping[int, Mapping[str, Number]],
+                        bounds: Mapping[str, Bound], rng: np.random.Generator,
+                        quantile: float = 0.25, **perturb_kwargs) -> List[Exploit]:
+  """The decisions at a ready point: the bottom `quantile` of members by score each copy
+  a random member of the top `quantile`, with that member's hyperparameters perturbed.
+
+  Args:
+    scores: each ready member's recent evaluation (NaN: none yet, ranked last).
+    hyperparameters: each member's current hyperparameters.
+    bounds: where each may go (`perturb`).
+    rng: the population's random generator.
+    quantile: the fraction of the population at each end (at least one member each
+      once there are two).
+    **perturb_kwargs: `factors`, `resample_probability` (see `perturb`).
+
+  Returns:
+    The copies to make, bottom member first; none with fewer than two members.
+
+  Raises:
+    ValueError: a quantile outside (0, 0.5].
+  """
+  if not 0 < quantile <= 0.5:
+    raise ValueError(f'quantile must be in (0, 0.5], got {quantile}')
+  members = sorted(scores, key=lambda m: (-math.inf if math.isnan(scores[m])
+                                          else scores[m], m))
+  if len(members) < 2:
+    return []
+  count = max(1, int(len(members) * quantile))
+  bottom, top = members[:count], members[-count:]
+  decisions = []
+  for member in bottom:
+    source = top[rng.integers(len(top))]
+    decisions.append(Exploit(member, source, perturb(hyperparameters[source], bounds, rng,
+                                                     **perturb_kwargs)))
+  return decisions
+
+
+class Lineage:
+  """The population's history, one JSON object per line, appended and flushed as it
+  happens (a killed runner loses nothing it wrote)."""
+
+  def __init__(self, path: str):
+    self.path = path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+  def record(self, event: str, member: int, **fields: Any) -> None:
+    """Appends one event: 'start' (hyperparameters), 'ready' (env_steps, score),
+    'exploit' (source, env_steps, hyperparameters) or any other with its fields."""
+    with open(self.path, 'a') as f:
+      f.write(json.dumps({'event': event, 'member': member, **fields}) + '\n')
+      f.flush()
+      os.fsync(f.fileno())
+
+
+def read(path: str) -> List[Dict[str, Any]]:
+  """The lineage file's events, in order (a torn last line, from a kill mid-write, is
+  left out).
+
+  Raises:
+    ValueError: a line before the last that is not JSON (the file is not a lineage).
+  """
+  with open(path) as f:
+    lines = [line for line in f.read().split('\n') if line.strip()]
+  events = []
+  for number, line in enumerate(lines, 1):
+    try:
+      events.append(json.loads(line))
+    except json.JSONDecodeError as e:
+      if number == len(lines):
+        break
+      raise ValueError(f'{path}:{number} is not a lineage event: {e}') from None
+  return events
+
+
+def replay(path: str) -> Dict[int, List[Dict[str, Any]]]:
+  """Each member's hyperparameter history from the lineage: a list of {'env_steps',
+  'hyperparameters', 'source'} (source: None at the start, else the member copied)."""
+  history: Dict[int, List[Dict[str, Any]]] = {}
+  for event in read(path):
+    member = event['member']
+    if event['event'] == 'start':
+      history.setdefault(member, []).append(
+          {'env_steps': event.get('env_steps', 0), 'source': None,
+           'hyperparameters': event['hyperparameters']})
+    elif event['event'] == 'exploit':
+      history.setdefault(member, []).append(
+          {'env_steps': event['env_steps'], 'source': event['source'],
+           'hyperparameters': event['hyperparameters']})
+  return history
+
+
+def best_member(scores: Mapping[int, float]) -> Optional[int]:
+  """The member with the highest score (None if none has one yet)."""
+  scored = {m: s for m, s in scores.items() if not math.isnan(s)}
+  return max(scored, key=lambda m: (scored[m], -m)) if scored else None
