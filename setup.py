@@ -83,6 +83,7 @@ setuptools.setup(
         'tfrl-train=learners.train:run_main',
         'tfrl-eval=learners.eval:run_main',
         'tfrl-launch=learners.launch:run_main',
+        'tfrl-pbt=learners.pbt:run_main',
         'tfrl-export=learners.export_policy:run_main',
     ]},
     classifiers=[

@@ -16,6 +16,7 @@ The plain functions `on_evaluation=` and `on_progress=` of `train_eval` only obs
 their return values are ignored.
 """
 import dataclasses
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tfrl import logs
@@ -35,12 +36,17 @@ class JobContext:
     learner: its `tfrl.learner.Learner` (train_step_numpy, save_checkpoint, ...).
     save: writes a checkpoint and the policy SavedModels at the current train step,
       as the job's end does; returns the policies' directories by name.
+    stop_event: set once the job is told to stop (a signal, `stop_event=`): a callback
+      that waits on something else must also watch it.
+    env_steps: the job's env steps so far.
   """
   root_dir: str
   experiment: Any
   agent: Any
   learner: Any
   save: Callable[[], Dict[str, str]]
+  stop_event: Optional[threading.Event] = None
+  env_steps: Optional[Callable[[], int]] = None
 
 
 class Callback:

@@ -105,7 +105,8 @@ def exploit_and_explore(scores: Mapping[int, float],
     **perturb_kwargs: `factors`, `resample_probability` (see `perturb`).
 
   Returns:
-    The copies to make, bottom member first; none with fewer than two members.
+    The copies to make, bottom member first; none with fewer than two members, and none
+    from a source that scored no better.
 
   Raises:
     ValueError: a quantile outside (0, 0.5].
@@ -121,6 +122,8 @@ def exploit_and_explore(scores: Mapping[int, float],
   decisions = []
   for member in bottom:
     source = top[rng.integers(len(top))]
+    if scores[member] >= scores[source]:  # a tie: nothing better to copy
+      continue
     decisions.append(Exploit(member, source, perturb(hyperparameters[source], bounds, rng,
                                                      **perturb_kwargs)))
   return decisions
@@ -184,3 +187,43 @@ def best_member(scores: Mapping[int, float]) -> Optional[int]:
   """The member with the highest score (None if none has one yet)."""
   scored = {m: s for m, s in scores.items() if not math.isnan(s)}
   return max(scored, key=lambda m: (scored[m], -m)) if scored else None
+
+
+# -- Files the runner and its members share (learners/pbt.py, learners/pbt_member.py) --
+
+
+def member_dir(pbt_dir: str, member: int) -> str:
+  """Where member `member`'s start file, reports and decisions go."""
+  return os.path.join(pbt_dir, f'member_{member}')
+
+
+def write_json(path: str, value: Dict[str, Any]) -> None:
+  """Writes `value` whole or not at all (a reader never sees half a file)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  temporary = f'{path}.tmp{os.getpid()}'
+  with open(temporary, 'w') as f:
+    json.dump(value, f)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(temporary, path)
+
+
+def read_json(path: str) -> Optional[Dict[str, Any]]:
+  """The file's value, or None while it does not exist."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
+
+
+def last_round(directory: str, kind: str) -> int:
+  """The highest k of `directory`'s `<kind>_<k>.json` files (0 if none)."""
+  rounds = [0]
+  if os.path.isdir(directory):
+    for name in os.listdir(directory):
+      stem, _, extension = name.partition('.')
+      prefix, _, number = stem.rpartition('_')
+      if prefix == kind and extension == 'json' and number.isdigit():
+        rounds.append(int(number))
+  return max(rounds)

@@ -102,7 +102,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
           exp.num_train_steps, job.learner.train_step_numpy, exp.max_train_seconds,
           desc=f'{type(job.agent).__name__} on {exp.env_display_name}'))
     hooks.train_start(callbacks_lib.JobContext(root_dir, exp, job.agent, job.learner,
-                                               save=job.save))
+                                               save=job.save, stop_event=job.stop_event,
+                                               env_steps=lambda: job.env_steps))
     reached = job.collect_and_train()
     if job.bar is not None:
       job.bar.close()  # before the export's lines
@@ -155,14 +156,16 @@ def _show_progress_bar(choice: str) -> bool:
   return choice == 'on' or (choice == 'auto' and sys.stderr.isatty())
 
 
-def _main() -> None:
+def main(callbacks: Sequence[callbacks_lib.Callback] = ()) -> None:
+  """The program's body, also that of programs that add callbacks (`learners.pbt_member`)."""
   experiment = config.parse_from_flags(one_process=True)
   stopped = threading.Event()
 
   def work(stop_event: threading.Event) -> Dict[str, Any]:
     result = train_eval(FLAGS.root_dir, experiment=experiment,
                         progress_bar=_show_progress_bar(FLAGS.progress_bar),
-                        overwrite=FLAGS.overwrite, stop_event=stop_event)
+                        overwrite=FLAGS.overwrite, stop_event=stop_event,
+                        callbacks=callbacks)
     if stop_event.is_set():
       stopped.set()
     return result
@@ -198,7 +201,7 @@ def _main() -> None:
 
 def run_main():
   """Console-script entry point (tfrl-train-eval)."""
-  program.run_main(_main, extra_arguments_ok=False)
+  program.run_main(main, extra_arguments_ok=False)
 
 
 if __name__ == '__main__':

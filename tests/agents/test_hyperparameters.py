@@ -9,6 +9,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from learners import pbt_member
 from tfrl import checkpoints
 from tfrl import learner as learner_lib
 from tfrl.agents import dqn
@@ -196,3 +197,36 @@ def test_dqn_exploration_end_applies_to_the_collect_policy():
   # A second collector of three acts with end ** 1.5 (Ape-X's spread) of the new value.
   second = agent.collect_policy_for_task(1, 3)._get_epsilon  # pylint: disable=protected-access
   assert float(second()) == pytest.approx(0.02 ** 1.5, rel=1e-5)
+
+
+def test_exploit_copies_weights_and_optimizer_state_and_keeps_the_train_step(specs,
+                                                                             tmp_path):
+  """A population member that takes another's checkpoint acts as it does and would
+  take the same next step (Adam's moments copied); its own train step stays."""
+  source_step = learner_lib.new_train_step()
+  source = ppo_agent(specs, train_step=source_step, entropy_cost=0.01)
+  source_learner = make_learner(str(tmp_path / 'source'), source, source_step,
+                                checkpoint_interval=0)
+  source_learner.run(iterations=3)
+  prefix = source_learner.save_checkpoint()
+
+  member_step = learner_lib.new_train_step()
+  member = ppo_agent(specs, train_step=member_step)
+  make_learner(str(tmp_path / 'member'), member, member_step,
+               checkpoint_interval=0).run(iterations=1)
+  pbt_member.copy_agent(member, member_step, prefix)
+
+  assert int(member_step.numpy()) == 1
+  for a, b in zip(weights(source), weights(member)):
+    np.testing.assert_array_equal(a, b)
+  source_slots = [v.numpy() for v in source._optimizer.variables]  # pylint: disable=protected-access
+  member_slots = [v.numpy() for v in member._optimizer.variables]  # pylint: disable=protected-access
+  assert len(source_slots) == len(member_slots) > 2
+  for a, b in zip(source_slots, member_slots):
+    np.testing.assert_array_equal(a, b)
+  observations = tf.constant(np.random.default_rng(0).normal(size=(16, 4)), tf.float32)
+  time_step = ts.restart(observations, batch_size=16)
+  np.testing.assert_array_equal(source.policy.action(time_step).action.numpy(),
+                                member.policy.action(time_step).action.numpy())
+  # Copying the agent leaves the hyperparameters to the decision (not the source's).
+  assert member.hyperparameters.values()['entropy_cost'] == 0.0

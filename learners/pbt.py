@@ -1,0 +1,289 @@
+"""tfrl-pbt: population-based training of one config (Jaderberg et al. 2017).
+
+Starts `--population_size` members, each a one-process job (`learners.pbt_member`) in
+`<root_dir>/member_<i>` with hyperparameters drawn from `--bounds`. At each ready point
+(every `--ready_interval` env steps, at the member's next evaluation) every member
+reports and waits; once all running members have reported, the bottom quarter copies a
+random top-quarter member's checkpoint and takes its hyperparameters, perturbed
+(`learners.population`). The history goes to `<root_dir>/pbt/lineage.jsonl` and
+TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final evaluation
+is the population's result (`<root_dir>/pbt/best.json`, its exported policies).
+
+A member that reaches the config's target ends the population: the others are stopped
+(they save). A member that fails is restarted from its last checkpoint, up to
+`--max_restarts` times. Run again on the same root_dir, the population resumes: every
+member from its checkpoint, the rounds from its reports.
+
+    tfrl-pbt --root_dir=/tmp/pbt --gin_file=ppo_lunarlander.gin --population_size=4 \
+        --ready_interval=50000 \
+        --bounds=learning_rate=1e-5:1e-2,entropy_cost=0:0.05:linear
+"""
+import dataclasses
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from absl import flags
+import numpy as np
+
+from learners import child_process
+from learners import config
+from learners import population
+from learners import program
+from tfrl import logs
+
+_POLL_S = 0.5
+
+
+def parse_bounds(text: str) -> Dict[str, population.Bound]:
+  """'name=low:high[:linear|:int],...' as bounds (log scale unless ':linear').
+
+  Raises:
+    ValueError: a malformed entry, named.
+  """
+  bounds = {}
+  for entry in filter(None, (part.strip() for part in text.split(','))):
+    name, _, spec = entry.partition('=')
+    parts = spec.split(':')
+    try:
+      low, high = float(parts[0]), float(parts[1])
+      options = set(parts[2:])
+      if not options <= {'linear', 'int', 'log'}:
+        raise ValueError(f'unknown options {sorted(options - {"linear", "int", "log"})}')
+      bounds[name.strip()] = population.Bound(low, high, log='linear' not in options,
+                                              integer='int' in options)
+    except (ValueError, IndexError) as e:
+      raise ValueError(f'--bounds entry {entry!r}: want name=low:high[:linear][:int] '
+                       f'({e})') from None
+  if not bounds:
+    raise ValueError('--bounds names no hyperparameter')
+  return bounds
+
+
+@dataclasses.dataclass
+class _Member:
+  index: int
+  root_dir: str
+  process: Optional[subprocess.Popen] = None
+  log: Any = None
+  restarts: int = 0
+  done: bool = False
+  returncode: Optional[int] = None
+
+
+class Population:
+  """Runs the members and the rounds (see the module docstring)."""
+
+  def __init__(self, root_dir: str, gin_files: Sequence[str], gin_bindings: Sequence[str],
+               bounds: Mapping[str, population.Bound], population_size: int = 4,
+               ready_interval: int = 50_000, seed: int = 0, quantile: float = 0.25,
+               resample_probability: float = 0.25, max_restarts: int = 2,
+               python: str = sys.executable):
+    if population_size < 2:
+      raise ValueError(f'population_size must be >= 2, got {population_size}')
+    self.root_dir, self.pbt_dir = root_dir, os.path.join(root_dir, 'pbt')
+    self.gin_files, self.gin_bindings = list(gin_files), list(gin_bindings)
+    self.bounds, self.ready_interval, self.seed = dict(bounds), ready_interval, seed
+    self.quantile, self.resample_probability = quantile, resample_probability
+    self.max_restarts, self.python = max_restarts, python
+    self.rng = np.random.default_rng(seed)
+    self.lineage = population.Lineage(os.path.join(self.pbt_dir, 'lineage.jsonl'))
+    self.members = [_Member(i, os.path.join(root_dir, f'member_{i}'))
+                    for i in range(population_size)]
+    self.round = 1
+    self._writer = None
+
+  def run(self, stop_event=None) -> Dict[str, Any]:
+    """Runs the population to its end; returns best.json's content.
+
+    Raises:
+      RuntimeError: a member failed more than max_restarts times.
+    """
+    # A resumed population goes on at the first round not every member has a decision of.
+    while all(population.last_round(population.member_dir(self.pbt_dir, m.index),
+                                    'decision') >= self.round for m in self.members):
+      self.round += 1
+    for member in self.members:
+      self._start(member, first=True)
+    try:
+      while not all(m.done for m in self.members):
+        if stop_event is not None and stop_event.is_set():
+          self._stop_all('stop requested')
+        self._check_processes()
+        if self._round_ready():
+          self._decide()
+        time.sleep(_POLL_S)
+    finally:
+      self._stop_all('the runner is ending')
+    return self._best()
+
+  def _command(self, member: _Member) -> List[str]:
+    bindings = self.gin_bindings + [f'Experiment.seed = {self.seed * 1000 + member.index}']
+    return ([self.python, '-u', '-m', 'learners.pbt_member', f'--root_dir={member.root_dir}',
+             f'--pbt_dir={self.pbt_dir}', f'--member={member.index}',
+             f'--ready_interval={self.ready_interval}', '--progress_bar=off'] +
+            [f'--gin_file={f}' for f in self.gin_files] +
+            [f'--gin_bindings={b}' for b in bindings])
+
+  def _start(self, member: _Member, first: bool = False) -> None:
+    start_file = os.path.join(population.member_dir(self.pbt_dir, member.index), 'start.json')
+    if first and population.read_json(start_file) is None:
+      values = population.sample_all(self.bounds, self.rng)
+      population.write_json(start_file, {'hyperparameters': values})
+      self.lineage.record('start', member.index, env_steps=0, hyperparameters=values)
+    os.makedirs(self.pbt_dir, exist_ok=True)
+    member.log = open(os.path.join(self.pbt_dir, f'member_{member.index}.log'), 'a')
+    # Members die with the runner (a killed runner leaves no job behind).
+    member.process = subprocess.Popen(self._command(member), stdout=member.log,
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      env=child_process.child_env(os.environ))
+    logs.progress('Member %d started (pid %d), log %s.', member.index, member.process.pid,
+                  member.log.name)
+
+  def _check_processes(self) -> None:
+    for member in self.members:
+      if member.done or member.process.poll() is None:
+        continue
+      code = member.process.returncode
+      member.log.close()
+      if code == 0 or self._stopping:
+        member.done, member.returncode = True, code
+        result = self._member_result(member)
+        self.lineage.record('end', member.index, returncode=code, **result)
+        if result.get('reached_target'):
+          self._stop_all(f'member {member.index} reached the target')
+        continue
+      if member.restarts >= self.max_restarts:
+        self.lineage.record('failed', member.index, returncode=code)
+        raise RuntimeError(f'population member {member.index} failed {member.restarts + 1} '
+                           f'times (exit status {code}); see {member.log.name}')
+      member.restarts += 1
+      self.lineage.record('restart', member.index, returncode=code)
+      logs.progress('Member %d exited with status %d; restarting it from its checkpoint '
+                    '(%d of %d).', member.index, code, member.restarts, self.max_restarts)
+      self._start(member)
+
+  _stopping = False
+
+  def _stop_all(self, why: str) -> None:
+    running = [m for m in self.members if m.process is not None and m.process.poll() is None]
+    if running and not self._stopping:
+      logs.progress('Stopping the population: %s.', why)
+    self._stopping = True
+    for member in running:
+      member.process.send_signal(signal.SIGTERM)
+    for member in running:
+      try:
+        member.process.wait(timeout=120)
+      except subprocess.TimeoutExpired:
+        member.process.kill()
+        member.process.wait()
+
+  def _report(self, member: _Member, round_: int) -> Optional[Dict[str, Any]]:
+    return population.read_json(os.path.join(
+        population.member_dir(self.pbt_dir, member.index), f'report_{round_}.json'))
+
+  def _round_ready(self) -> bool:
+    running = [m for m in self.members if not m.done]
+    return bool(running) and all(self._report(m, self.round) is not None for m in running)
+
+  def _decide(self) -> None:
+    running = [m for m in self.members if not m.done]
+    reports = {m.index: self._report(m, self.round) for m in running}
+    for index, report in reports.items():
+      self.lineage.record('ready', index, round=self.round, env_steps=report['env_steps'],
+                          score=report['score'], hyperparameters=report['hyperparameters'])
+    decisions = population.exploit_and_explore(
+        {i: r['score'] for i, r in reports.items()},
+        {i: r['hyperparameters'] for i, r in reports.items()}, self.bounds, self.rng,
+        self.quantile, resample_probability=self.resample_probability)
+    copies = {d.member: d for d in decisions}
+    for index, report in reports.items():
+      path = os.path.join(population.member_dir(self.pbt_dir, index),
+                          f'decision_{self.round}.json')
+      if index in copies:
+        decision = copies[index]
+        source = reports[decision.source]
+        self.lineage.record('exploit', index, round=self.round, source=decision.source,
+                            env_steps=report['env_steps'],
+                            source_train_step=source['train_step'],
+                            hyperparameters=decision.hyperparameters)
+        population.write_json(path, {'action': 'exploit', 'source': decision.source,
+                                     'checkpoint': source['checkpoint'],
+                                     'hyperparameters': decision.hyperparameters})
+      else:
+        population.write_json(path, {'action': 'continue'})
+    self._summaries(reports)
+    logs.progress('Round %d: scores %s; %s.', self.round, ', '.join(
+        f'{i}: {r["score"]:.1f}' for i, r in sorted(reports.items())), '; '.join(
+            f'{d.member} takes {d.source}' for d in decisions) or 'no copies')
+    self.round += 1
+
+  def _summaries(self, reports: Mapping[int, Dict[str, Any]]) -> None:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top (only here: start-up)
+    if self._writer is None:
+      self._writer = tf.summary.create_file_writer(os.path.join(self.pbt_dir, 'tensorboard'))
+    with self._writer.as_default():
+      for index, report in reports.items():
+        step = report['env_steps']
+        tf.summary.scalar(f'member_{index}/score', report['score'], step=step)
+        for name, value in report['hyperparameters'].items():
+          tf.summary.scalar(f'member_{index}/{name}', value, step=step)
+    self._writer.flush()
+
+  def _member_result(self, member: _Member) -> Dict[str, Any]:
+    """What the member's job returned at its end (`member_<i>/result.json`), or {}."""
+    return population.read_json(os.path.join(
+        population.member_dir(self.pbt_dir, member.index), 'result.json')) or {}
+
+  def _best(self) -> Dict[str, Any]:
+    results = {m.index: self._member_result(m) for m in self.members}
+    scores = {i: float(r.get('eval_return', math.nan)) for i, r in results.items()}
+    best = population.best_member(scores)
+    summary = {'best_member': best, 'scores': {str(i): s for i, s in scores.items()},
+               'greedy_policy_dir': None if best is None else os.path.abspath(
+                   results[best]['greedy_policy_dir']),
+               'lineage': self.lineage.path}
+    population.write_json(os.path.join(self.pbt_dir, 'best.json'), summary)
+    return summary
+
+
+flags.DEFINE_integer('population_size', 4, 'Members.')
+flags.DEFINE_integer('ready_interval', 50_000, 'Env steps between ready points.')
+flags.DEFINE_string('bounds', None, 'name=low:high[:linear][:int],... : the hyperparameters '
+                    'to search and where (log scale unless :linear).')
+flags.DEFINE_integer('seed', 0, "The population's seed (member i runs Experiment.seed = "
+                     'seed * 1000 + i).')
+flags.DEFINE_float('quantile', 0.25, 'Fraction of the population at each end.')
+flags.DEFINE_float('resample_probability', 0.25, 'Chance a hyperparameter is resampled '
+                   'instead of perturbed.')
+flags.DEFINE_integer('max_restarts', 2, 'Restarts of a failing member.')
+config.define_common_flags()
+FLAGS = flags.FLAGS
+
+
+def _main() -> None:
+  try:
+    bounds = parse_bounds(FLAGS.bounds or '')
+  except ValueError as e:
+    config.fail(str(e))
+  runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings, bounds,
+                      FLAGS.population_size, FLAGS.ready_interval, FLAGS.seed,
+                      FLAGS.quantile, FLAGS.resample_probability, FLAGS.max_restarts)
+  best = runner.run()
+  print(f'Best member: {best["best_member"]} (eval return '
+        f'{best["scores"].get(str(best["best_member"]), math.nan):.1f}); its policy: '
+        f'{best["greedy_policy_dir"]}; lineage: {best["lineage"]}')
+
+
+def run_main():
+  """Console-script entry point (tfrl-pbt)."""
+  program.run_main(_main, extra_arguments_ok=False)
+
+
+if __name__ == '__main__':
+  run_main()

@@ -1,0 +1,92 @@
+"""A population of two PPO CartPole members under `learners.pbt`: rounds, copies, the
+lineage, a member killed mid-run that resumes, and the best member's policy."""
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from learners import config
+from learners import pbt
+from learners import population
+from programs import evaluate_export  # tests/learners/programs.py
+
+BINDINGS = ['Experiment.num_train_steps = 24', 'Experiment.eval_interval = 4',
+            'Experiment.num_eval_episodes = 2', 'Experiment.target_return = None',
+            'Experiment.checkpoint_interval = 4']
+BOUNDS = 'learning_rate=1e-4:1e-2,entropy_cost=0:0.02:linear'
+
+
+def test_a_population_copies_records_survives_a_kill_and_names_its_best(tmp_path):
+  root = str(tmp_path)
+  runner = pbt.Population(root, ['ppo_cartpole.gin'], BINDINGS, pbt.parse_bounds(BOUNDS),
+                          population_size=2, ready_interval=2048, seed=0)
+  outcome = {}
+  thread = threading.Thread(target=lambda: outcome.update(best=runner.run()), daemon=True)
+  thread.start()
+  # Member 1 is killed (-9) once it has reported its first round: the runner restarts
+  # it, and it resumes from its checkpoint after that round.
+  report = os.path.join(population.member_dir(runner.pbt_dir, 1), 'report_1.json')
+  deadline = time.monotonic() + 300
+  while not os.path.exists(report):
+    assert time.monotonic() < deadline and thread.is_alive(), "no first report of member 1"
+    time.sleep(0.2)
+  runner.members[1].process.send_signal(signal.SIGKILL)
+  thread.join(timeout=600)
+  assert not thread.is_alive(), 'the population did not end'
+
+  events = population.read(runner.lineage.path)
+  kinds = [(e['event'], e['member']) for e in events]
+  assert kinds[:2] == [('start', 0), ('start', 1)]
+  assert ('restart', 1) in kinds and sorted(k for k in kinds if k[0] == 'end') == [
+      ('end', 0), ('end', 1)]
+  readies = [e for e in events if e['event'] == 'ready']
+  assert {e['round'] for e in readies} >= {1, 2}
+  for event in readies:  # each round's report at or past its ready point
+    assert event['env_steps'] >= 2048 * event['round']
+  # The drawn settings stay inside their bounds, copies included.
+  bounds = pbt.parse_bounds(BOUNDS)
+  for event in events:
+    for name, value in event.get('hyperparameters', {}).items():
+      if name in bounds:
+        assert bounds[name].low <= value <= bounds[name].high * (1 + 1e-6), (name, event)
+  # Every copy is from a member that scored better in that round, and the copying
+  # member reports the decision's settings in its next round.
+  history = population.replay(runner.lineage.path)
+  for copy in (e for e in events if e['event'] == 'exploit'):
+    scores = {e['member']: e['score'] for e in readies if e['round'] == copy['round']}
+    assert scores[copy['source']] > scores[copy['member']], copy
+    assert copy['hyperparameters'] in [h['hyperparameters'] for h in history[copy['member']]]
+    later = [e for e in readies if e['member'] == copy['member'] and
+             e['round'] == copy['round'] + 1]
+    for event in later:
+      for name, value in copy['hyperparameters'].items():
+        assert event['hyperparameters'][name] == pytest.approx(value, rel=1e-6)
+  assert any(e['event'] == 'exploit' for e in events), kinds
+
+  best = outcome['best']
+  with open(os.path.join(runner.pbt_dir, 'best.json')) as f:
+    assert json.load(f) == best
+  assert best['best_member'] in (0, 1)
+  assert best['scores'][str(best['best_member'])] == max(best['scores'].values())
+  config.parse(['ppo_cartpole.gin'], BINDINGS)
+  played = evaluate_export(best['greedy_policy_dir'], seed=0)
+  assert played > 0  # CartPole pays 1 a step: the exported policy loads and plays
+  with open(os.path.join(runner.pbt_dir, 'member_1.log')) as f:
+    log = f.read()
+  assert 'Restored ' in log, log[-3000:]  # the restarted member went on from its checkpoint
+
+
+def test_bad_bounds_are_refused_in_one_line():
+  with pytest.raises(ValueError, match=r"--bounds entry 'learning_rate=1e-3': want "
+                     r'name=low:high\[:linear\]\[:int\]'):
+    pbt.parse_bounds('learning_rate=1e-3')
+  with pytest.raises(ValueError, match='unknown options'):
+    pbt.parse_bounds('entropy_cost=0:0.1:lin')
+  assert pbt.parse_bounds('target_update_period=100:1000:int:linear') == {
+      'target_update_period': population.Bound(100, 1000, log=False, integer=True)}
+  with pytest.raises(ValueError, match='population_size must be >= 2'):
+    pbt.Population('/tmp/unused', [], [], pbt.parse_bounds('learning_rate=1e-4:1e-2'),
+                   population_size=1)
