@@ -55,6 +55,14 @@ class EpsilonSchedule:
     return dataclasses.replace(self, end_exponent=1 + task_id / (num_tasks - 1))
 
 
+def _track_epsilon_end(policy: tf_policy.TFPolicy,
+                       schedule: EpsilonSchedule) -> tf_policy.TFPolicy:
+  """`policy`, tracking the schedule's `end` where it is a variable (for its export)."""
+  if isinstance(schedule.end, tf.Variable):
+    policy._epsilon_end = schedule.end  # pylint: disable=protected-access
+  return policy
+
+
 class _ReplayAgentInterface:
   """What tfrl's trainers ask of a DQN agent (see `tfrl.agents.interface`), and the
   conservative (CQL) term for training from datasets."""
@@ -64,6 +72,9 @@ class _ReplayAgentInterface:
     self._epsilon_schedule = epsilon_schedule
     self._cql_alpha = float(cql_alpha)
     super().__init__(*args, epsilon_greedy=epsilon_schedule, **kwargs)
+    # A policy's SavedModel saves the variables its functions read only when the policy
+    # tracks them: the schedule (a dataclass) does not, so the policy holds `end` too.
+    _track_epsilon_end(self.collect_policy, epsilon_schedule)
     # What population-based training may change: those given as variables.
     candidates = {'learning_rate': self._optimizer.learning_rate,
                   'epsilon_end': epsilon_schedule.end,
@@ -120,8 +131,9 @@ class _ReplayAgentInterface:
 
   def collect_policy_for_task(self, task_id: int, num_tasks: int) -> tf_policy.TFPolicy:
     """Epsilon-greedy over the greedy policy with collector `task_id`'s exploration."""
-    return epsilon_greedy_policy.EpsilonGreedyPolicy(
-        self.policy, epsilon=self._epsilon_schedule.for_task(task_id, num_tasks))
+    schedule = self._epsilon_schedule.for_task(task_id, num_tasks)
+    return _track_epsilon_end(
+        epsilon_greedy_policy.EpsilonGreedyPolicy(self.policy, epsilon=schedule), schedule)
 
 
 class _PeriodicUpdate(tf.Module):
