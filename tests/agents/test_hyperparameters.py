@@ -230,3 +230,21 @@ def test_exploit_copies_weights_and_optimizer_state_and_keeps_the_train_step(spe
                                 member.policy.action(time_step).action.numpy())
   # Copying the agent leaves the hyperparameters to the decision (not the source's).
   assert member.hyperparameters.values()['entropy_cost'] == 0.0
+
+
+def test_no_hyperparameter_is_inside_the_agents_own_checkpoint(specs, tmp_path):
+  """What lets a checkpoint written before the variables existed restore strictly: the
+  agent's object graph holds none of them (the Learner saves them beside it), though
+  DQN's collect policy reads epsilon_end and its export saves it."""
+  for name, agent in [('ppo', ppo_agent(specs)),
+                      ('dqn', dqn.create_dqn_agent(*specs, learner_lib.new_train_step()))]:
+    path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / name / 'ckpt'))
+    saved = {key for key, _ in tf.train.list_variables(path)}
+    # Keys are attribute paths (the optimizer's own learning rate is saved with it, as
+    # it always was).
+    for part in ('hyperparameters', 'epsilon_end', '_update_target/_period'):
+      assert not any(part in entry for entry in saved), (name, part, sorted(saved))
+    assert any('_update_target/_counter' in e for e in saved) == (name == 'dqn')
+  dqn_agent = dqn.create_dqn_agent(*specs, learner_lib.new_train_step())
+  assert any(v is dqn_agent.hyperparameters['epsilon_end']
+             for v in dqn_agent.collect_policy.variables())

@@ -57,9 +57,11 @@ class EpsilonSchedule:
 
 def _track_epsilon_end(policy: tf_policy.TFPolicy,
                        schedule: EpsilonSchedule) -> tf_policy.TFPolicy:
-  """`policy`, tracking the schedule's `end` where it is a variable (for its export)."""
+  """`policy`, holding the schedule's `end` where it is a variable: in its `variables()`,
+  which its export saves, but not a checkpoint dependency (the agent's checkpoint holds
+  the policy; see `tfrl.agents.hyperparameters` on checkpoints written before)."""
   if isinstance(schedule.end, tf.Variable):
-    policy._epsilon_end = schedule.end  # pylint: disable=protected-access
+    policy._epsilon_end = policy._no_dependency(schedule.end)  # pylint: disable=protected-access
   return policy
 
 
@@ -143,7 +145,9 @@ class _PeriodicUpdate(tf.Module):
   def __init__(self, body, period, name='periodic_update_targets'):
     super().__init__(name=name)
     self._body = body
-    self._period = period
+    # Not a checkpoint dependency: a variable period is a hyperparameter, saved beside
+    # the agent (`tfrl.agents.hyperparameters`).
+    self._period = self._no_dependency(period)
     # The same name as tf-agents' Periodically: checkpoints keep their counter.
     self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name='counter')
 
