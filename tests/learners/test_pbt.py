@@ -90,3 +90,55 @@ def test_bad_bounds_are_refused_in_one_line():
   with pytest.raises(ValueError, match='population_size must be >= 2'):
     pbt.Population('/tmp/unused', [], [], pbt.parse_bounds('learning_rate=1e-4:1e-2'),
                    population_size=1)
+
+
+FAKE_MEMBER = '''#!/usr/bin/env python3
+"""Stands in for `python -m learners.pbt_member` (the runner's command after the
+interpreter): member 0 {zero}; member 1 waits for SIGTERM, then ends as a stopped job."""
+import json, os, signal, sys, time
+args = dict(a[2:].split('=', 1) for a in sys.argv if a.startswith('--') and '=' in a)
+directory = os.path.join(args['pbt_dir'], 'member_' + args['member'])
+os.makedirs(directory, exist_ok=True)
+def finish(reached):
+  with open(os.path.join(directory, 'result.json'), 'w') as f:
+    json.dump({{'train_step': 9, 'env_steps': 90, 'eval_return': 1.0 if reached else 0.0,
+               'reached_target': reached, 'greedy_policy_dir': directory}}, f)
+  sys.exit(0)
+if args['member'] == '0':
+  {zero_code}
+signal.signal(signal.SIGTERM, lambda *_: finish(False))
+time.sleep(120)
+sys.exit(7)
+'''
+
+
+def fake_member(tmp_path, zero, zero_code):
+  path = tmp_path / 'fake_member.py'
+  path.write_text(FAKE_MEMBER.format(zero=zero, zero_code=zero_code))
+  path.chmod(0o755)
+  return str(path)
+
+
+def test_a_member_that_reaches_the_target_ends_the_population(tmp_path):
+  python = fake_member(tmp_path, 'reaches the target at once',
+                       'time.sleep(1); finish(True)')
+  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+                          population_size=2, python=python)
+  best = runner.run()
+  assert best['best_member'] == 0
+  ends = {e['member']: e for e in population.read(runner.lineage.path)
+          if e['event'] == 'end'}
+  assert ends[0]['reached_target'] and not ends[1]['reached_target']
+  assert runner.members[1].returncode == 0  # stopped by SIGTERM, ended as a stopped job
+
+
+def test_a_member_failing_past_its_restarts_ends_the_population_with_an_error(tmp_path):
+  python = fake_member(tmp_path, 'fails every time', 'sys.exit(3)')
+  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+                          population_size=2, max_restarts=2, python=python)
+  with pytest.raises(RuntimeError, match=r'population member 0 failed 3 times \(exit '
+                     r'status 3\); see .*member_0.log'):
+    runner.run()
+  kinds = [(e['event'], e['member']) for e in population.read(runner.lineage.path)]
+  assert kinds.count(('restart', 0)) == 2 and ('failed', 0) in kinds
+  assert runner.members[1].process.poll() is not None  # the other member was stopped
