@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -33,10 +34,13 @@ import numpy as np
 from learners import child_process
 from learners import config
 from learners import population
+from learners import process
 from learners import program
 from tfrl import logs
 
 _POLL_S = 0.5
+# A stopped population's members each get up to 120 s to save (`_stop_all`).
+_STOP_GRACE_S = 150.0
 
 
 def parse_bounds(text: str) -> Dict[str, population.Bound]:
@@ -97,8 +101,9 @@ class Population:
     self.round = 1
     self._writer = None
 
-  def run(self, stop_event=None) -> Dict[str, Any]:
-    """Runs the population to its end; returns best.json's content.
+  def run(self, stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
+    """Runs the population to its end (or, once `stop_event` is set, stops every
+    member, which saves); returns best.json's content.
 
     Raises:
       RuntimeError: a member failed more than max_restarts times.
@@ -274,7 +279,8 @@ def _main() -> None:
   runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings, bounds,
                       FLAGS.population_size, FLAGS.ready_interval, FLAGS.seed,
                       FLAGS.quantile, FLAGS.resample_probability, FLAGS.max_restarts)
-  best = runner.run()
+  # SIGTERM / SIGINT / SIGHUP: stop every member (each saves), then end.
+  best = process.run_until_signal(runner.run, 'tfrl-pbt', grace_s=_STOP_GRACE_S)
   print(f'Best member: {best["best_member"]} (eval return '
         f'{best["scores"].get(str(best["best_member"]), math.nan):.1f}); its policy: '
         f'{best["greedy_policy_dir"]}; lineage: {best["lineage"]}')
