@@ -167,9 +167,17 @@ def test_atari(tmp_path):
 def test_distributed(tmp_path):
   text, _ = execute('distributed.ipynb', dict(
       GIN_BINDINGS=['Experiment.num_train_steps = 1024', 'Experiment.eval_interval = 512'],
-      STATUS_INTERVAL_S=2, TIMEOUT_S=600, EXPECTED_MIN_RETURN=30.0), tmp_path)
+      STATUS_INTERVAL_S=2, TIMEOUT_S=600, EXPECTED_MIN_RETURN=30.0,
+      PBT_GIN_BINDINGS=['Experiment.target_return = None', 'Experiment.num_train_steps = 16',
+                        'Experiment.eval_interval = 4', 'Experiment.num_eval_episodes = 2'],
+      PBT_POPULATION=2, PBT_READY_INTERVAL=2048), tmp_path)
   assert _number(r'FINAL_EVAL_RETURN = (-?[\d.]+)', text) >= 30.0
   assert _number(r'ORPHANS = (\d+)', text) == 0
+  # The population: its best member's return and each member's lineage from its start.
+  assert _number(r'PBT_BEST_RETURN = (-?[\d.]+)', text) > 0
+  for member in (0, 1):
+    assert re.search(rf'LINEAGE member {member} at +0 env steps: start +learning_rate ',
+                     text), text[-2000:]
 
 
 @pytest.mark.slow
