@@ -17,7 +17,6 @@ Run by the population runner, or alone for a look:
     python -m learners.pbt_member --root_dir=/tmp/pbt/member_0 --pbt_dir=/tmp/pbt/pbt \
         --member=0 --ready_interval=20000 --gin_file=ppo_lunarlander.gin
 """
-import json
 import os
 import time
 from typing import Any, Dict, Optional
