@@ -258,7 +258,7 @@ class Population:
 
 
 flags.DEFINE_integer('population_size', 4, 'Members.')
-flags.DEFINE_integer('ready_interval', 50_000, 'Env steps between ready points.')
+population.define_ready_interval_flag()
 flags.DEFINE_string('bounds', None, 'name=low:high[:linear][:int],... : the hyperparameters '
                     'to search and where (log scale unless :linear).')
 flags.DEFINE_integer('seed', 0, "The population's seed (member i runs Experiment.seed = "

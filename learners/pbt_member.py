@@ -157,14 +157,14 @@ def _format(values: Dict[str, Any]) -> str:
 
 flags.DEFINE_string('pbt_dir', None, "The population's directory.")
 flags.DEFINE_integer('member', None, "This member's index.")
-flags.DEFINE_integer('ready_interval', None, 'Env steps between ready points.')
+population.define_ready_interval_flag()
 flags.DEFINE_float('decision_timeout_s', 3600.0, 'Seconds to wait for a decision.')
 FLAGS = flags.FLAGS
 
 
 def run_main():
   """Entry point: `train_eval` with the member's callback."""
-  for name in ('pbt_dir', 'member', 'ready_interval'):
+  for name in ('pbt_dir', 'member'):
     flags.mark_flag_as_required(name)
   program.run_main(lambda: train_eval.main([PopulationMember(
       FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval, FLAGS.decision_timeout_s)]),

@@ -19,6 +19,7 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from absl import flags
 import numpy as np
 
 Number = Union[int, float]  # an int where its bound says `integer`
@@ -227,3 +228,11 @@ def last_round(directory: str, kind: str) -> int:
       if prefix == kind and extension == 'json' and number.isdigit():
         rounds.append(int(number))
   return max(rounds)
+
+
+def define_ready_interval_flag() -> None:
+  """--ready_interval, once per process: the runner (`learners.pbt`) and its members
+  (`learners.pbt_member`) both take it, and a process may import both."""
+  if 'ready_interval' not in flags.FLAGS:
+    flags.DEFINE_integer('ready_interval', 50_000, 'Env steps between ready points (a '
+                         "member's first evaluation at or past each multiple).")

@@ -142,3 +142,9 @@ def test_a_member_failing_past_its_restarts_ends_the_population_with_an_error(tm
   kinds = [(e['event'], e['member']) for e in population.read(runner.lineage.path)]
   assert kinds.count(('restart', 0)) == 2 and ('failed', 0) in kinds
   assert runner.members[1].process.poll() is not None  # the other member was stopped
+
+
+def test_the_runner_and_its_member_program_import_into_one_process():
+  """Both take --ready_interval (a notebook or a test may import both)."""
+  from learners import pbt_member  # pylint: disable=g-import-not-at-top
+  assert pbt_member.FLAGS['ready_interval'].default == 50_000
