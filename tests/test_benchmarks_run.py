@@ -56,6 +56,10 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'task_sequence': ['--seeds=0', '--algos=clear', '--gin_bindings=Experiment.task_env_steps=512,'
                       'Experiment.num_train_steps=6,Experiment.eval_interval=2,'
                       'Experiment.num_eval_episodes=1'],
+    # A target any policy reaches at its first evaluation: the three stages run through.
+    'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=2048',
+                        '--gin_bindings=Experiment.eval_interval=4,Experiment.num_eval_episodes'
+                        '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8'],
 }
 NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
 # What each run must print: a regex whose groups are figures that must be > 0.
@@ -84,6 +88,9 @@ EXPECTED = {
                   rf'env steps, ([1-9]\d*) evaluations(?:.*\n)*?^launch      seed 0: target '
                   rf'NOT reached \(exit 0\) at ({NUMBER}) env steps(?:.*\n)*?^Curves: ',
     'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
+    'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
+                       rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
+                       r'alone: 2 of 2 reached within B',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
@@ -124,11 +131,13 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
                                    f'--png={sequences}/curves.png'])
   multi_task = tmp_path_factory.mktemp('multi_task')
   jobs['multi_task'][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
+  populations = tmp_path_factory.mktemp('pbt')
+  jobs['pbt_lunarlander'][0].append(f'--runs_dir={populations}')
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
-  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'atari_throughput', 'ppo_compile',
-           'solve_time',
+  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander',
+           'atari_throughput', 'ppo_compile', 'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']
   assert sorted(order) == sorted(jobs)

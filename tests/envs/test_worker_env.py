@@ -104,6 +104,17 @@ def test_close_ends_the_workers():
   assert not any(p.is_alive() for p in processes)
 
 
+def test_a_close_with_a_timeout_kills_workers_that_are_still_busy():
+  """A stopping collector gives its workers a moment, then kills them: here a worker
+  still stepping when the close comes (the step sent, never waited for)."""
+  env = tfrl.envs.make('CartPole-v1', num_envs=4, seed=0, num_workers=2)
+  processes = list(env.vector_env._processes)  # pylint: disable=protected-access
+  env.reset()
+  env.vector_env.step_async(np.zeros(4, np.int64))
+  env.close(timeout_s=0.0)
+  assert not any(p.is_alive() for p in processes)
+
+
 def test_worker_count_is_checked():
   with pytest.raises(ValueError, match='num_workers must be between 1 and num_envs'):
     tfrl.envs.make('CartPole-v1', num_envs=2, num_workers=3)

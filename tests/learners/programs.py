@@ -161,12 +161,19 @@ def evaluate_export(path: str, seed: int) -> float:
 
 
 def run_launch(root_dir, gin_file: str, bindings: Sequence[str], num_collectors: int,
-               timeout_s: int = 300) -> subprocess.CompletedProcess:
-  """Runs a whole job with `python -m learners.launch` as a user would, to its end."""
+               timeout_s: int = 300, stop_grace_s: float = 120.0
+               ) -> subprocess.CompletedProcess:
+  """Runs a whole job with `python -m learners.launch` as a user would, to its end.
+
+  The ordered stop gets `stop_grace_s` (the launcher's default is Kubernetes' 30 s): on
+  a loaded 2-core machine a trainer's final exports took over its 12 s share, and these
+  jobs test what they train and export, not the stop's timing (test_signals and
+  test_watchdogs do, with the default)."""
   return subprocess.run(
       [sys.executable, '-m', 'learners.launch', f'--root_dir={root_dir}',
        f'--gin_file={gin_file}', f'--num_collectors={num_collectors}',
-       f'--timeout_s={timeout_s}'] + [f'--gin_bindings={b}' for b in bindings],
+       f'--timeout_s={timeout_s}', f'--stop_grace_s={stop_grace_s}'] +
+      [f'--gin_bindings={b}' for b in bindings],
       cwd=REPO, env=program_env(), capture_output=True, text=True,
       timeout=timeout_s + 300)
 

@@ -20,6 +20,7 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.envs import atari_wrappers
 from tfrl.envs import specs as specs_lib
+from tfrl.envs import worker_env
 
 _FIRST = np.int32(ts.StepType.FIRST)
 _MID = np.int32(ts.StepType.MID)
@@ -227,8 +228,15 @@ class BatchedEnv:
     """Returns the frames of the sub-environments (needs `render_mode='rgb_array'`)."""
     return self._env.render()
 
-  def close(self):
-    self._env.close()
+  def close(self, timeout_s: Optional[float] = None):
+    """Closes the envs; with workers (`make(num_workers=...)`), those still running
+    after `timeout_s` (default 10 s) are killed."""
+    workers = isinstance(getattr(self._env, 'unwrapped', self._env),
+                         worker_env.WorkerVectorEnv)
+    if timeout_s is not None and workers:
+      self._env.close(timeout_s=timeout_s)
+    else:
+      self._env.close()
 
   def __enter__(self):
     return self

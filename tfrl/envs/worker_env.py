@@ -16,6 +16,7 @@ traceback; every wait for a worker has a timeout that names it.
 """
 import multiprocessing
 import os
+import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -229,14 +230,20 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     self.step_async(actions)
     return self.step_wait()
 
-  def close_extras(self, **kwargs) -> None:
+  def close_extras(self, timeout_s: float = 10.0, **kwargs) -> None:
+    """Asks every worker to close its envs and exit; kills those still running after
+    `timeout_s` in all (a stopping program has seconds, and a worker holds nothing that
+    must be saved)."""
+    del kwargs
     for connection in self._connections:
       try:
         connection.send(('close', None))
       except (BrokenPipeError, OSError):
         pass
+    deadline = time.monotonic() + timeout_s
     for process in self._processes:
-      process.join(timeout=10)
+      process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in self._processes:
       if process.is_alive():
         process.kill()
         process.join(timeout=5)
