@@ -100,6 +100,7 @@ class Population:
                     for i in range(population_size)]
     self.round = 1
     self._writer = None
+    self._stopping = False  # once set, members that exit have ended, not failed
 
   def run(self, stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
     """Runs the population to its end (or, once `stop_event` is set, stops every
@@ -172,7 +173,6 @@ class Population:
                     '(%d of %d).', member.index, code, member.restarts, self.max_restarts)
       self._start(member)
 
-  _stopping = False
 
   def _stop_all(self, why: str) -> None:
     running = [m for m in self.members if m.process is not None and m.process.poll() is None]
