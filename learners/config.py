@@ -1,6 +1,7 @@
 """What every program shares of its configuration: gin parsing, with errors that name
 the problem, and options declared once as dataclass fields that are also its flags."""
 import dataclasses
+import json
 import os
 import sys
 import typing
@@ -132,6 +133,23 @@ class CommonOptions:
       'resume.')
 
 
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+  """Where the programs of a launcher (tfrl-launch, tfrl-pbt) run: this host, or a Ray
+  cluster (`define_ray_flags`, `ray_backend_from_options`)."""
+  backend: str = option(
+      'local', 'local: every program a subprocess of this host. ray: processes placed by '
+      "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path every "
+      'node sees).', choices=['local', 'ray'])
+  ray_address: Optional[str] = option(
+      None, "The Ray cluster's address (HOST:PORT of its head).")
+  ray_resources: str = option(
+      '{}', 'JSON: program (tfrl-launch: reverb_server, train, collect, eval; tfrl-pbt: '
+      'pbt_member) -> extra Ray resources its process asks for, e.g. '
+      '\'{"collect": {"actors": 1}}\' to put collectors on the nodes started with that '
+      'custom resource.')
+
+
 def _flag_definer(field: dataclasses.Field, annotation: Any):
   """The absl DEFINE_* call for `field`, as f(name, default, help, flag_values)."""
   if typing.get_origin(annotation) is typing.Union:  # Optional[X]: the flag of X
@@ -178,6 +196,43 @@ def define_common_flags() -> None:
   """Defines --root_dir, --gin_file, --gin_bindings and --overwrite (once per process)."""
   if 'root_dir' not in flags.FLAGS:
     define_flags(CommonOptions)
+
+
+def define_ray_flags() -> None:
+  """Defines --backend, --ray_address and --ray_resources (once per process)."""
+  if 'backend' not in flags.FLAGS:
+    define_flags(RayOptions)
+
+
+def ray_backend_from_flags(trainer_gpus: Optional[float] = None,
+                           member_gpus: float = 0.0) -> Optional['ray_backend.RayBackend']:
+  """The backend --backend asks for: None for this host, else a connected
+  `ray_backend.RayBackend`. Bad flags, no Ray or no cluster end the program (`fail`).
+
+  Args:
+    trainer_gpus, member_gpus: GPUs a trainer, a population member asks for (see
+      `ray_backend.RayBackend`).
+  """
+  options = options_from_flags(RayOptions)
+  if options.backend != 'ray':
+    return None
+  from learners import ray_backend  # pylint: disable=g-import-not-at-top (it imports Ray)
+  if not options.ray_address:
+    fail('--backend=ray needs --ray_address=HOST:PORT (the Ray head node).')
+  try:
+    resources = json.loads(options.ray_resources)
+    unknown = set(resources) - set(ray_backend.DEFAULT_RESOURCES)
+    if unknown or not all(isinstance(r, dict) for r in resources.values()):
+      raise ValueError(f'programs are {sorted(ray_backend.DEFAULT_RESOURCES)}, each with a '
+                       f'{{resource: amount}} object; got {options.ray_resources}')
+  except ValueError as e:
+    fail(f'--ray_resources: {e}')
+  try:
+    return ray_backend.RayBackend(options.ray_address, resources, trainer_gpus, member_gpus)
+  except ImportError as e:
+    fail(str(e))
+  except ConnectionError as e:
+    fail(f'No Ray cluster at --ray_address={options.ray_address}: {e}')
 
 
 def define_reverb_address_flag() -> None:

@@ -27,7 +27,6 @@ importable from here) is in learners/launcher.py, its status line in
 learners/job_status.py.
 """
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -41,7 +40,6 @@ from learners import heartbeat
 from learners import launcher as launcher_lib
 from learners import process
 from learners import program
-from learners import ray_backend
 from learners import stop_plan
 from learners import validation
 from tfrl import export
@@ -73,22 +71,13 @@ class Options:
   stall_timeout_s: float = config.option(
       120.0, 'End the job (exit status 5) when a process makes no progress while '
       'working, or does not answer, for this long (0: never).')
-  backend: str = config.option(
-      'local', 'local: every program a subprocess of this host. ray: processes placed by '
-      "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path every "
-      'node sees).', choices=['local', 'ray'])
-  ray_address: Optional[str] = config.option(
-      None, "The Ray cluster's address (HOST:PORT of its head).")
-  ray_resources: str = config.option(
-      '{}', 'JSON: program (reverb_server, train, collect, eval) -> extra Ray resources '
-      'its process asks for, e.g. \'{"collect": {"actors": 1}}\' to put collectors on '
-      'the nodes started with that custom resource.')
   ray_trainer_gpus: float = config.option(
       -1.0, 'GPUs the trainer asks Ray for (-1: one if the cluster has any).')
 
 
 config.define_common_flags()
 config.define_flags(Options)
+config.define_ray_flags()
 FLAGS = flags.FLAGS
 
 
@@ -115,27 +104,6 @@ def _final_state(root_dir: str) -> str:
           f'{export.exported_train_step(greedy)}) in {greedy}.')
 
 
-def _ray_backend(options: Options) -> 'ray_backend.RayBackend':
-  """The Ray backend the options ask for; bad flags end the program with status 2."""
-  if not options.ray_address:
-    config.fail('--backend=ray needs --ray_address=HOST:PORT (the Ray head node).')
-  try:
-    resources = json.loads(options.ray_resources)
-    unknown = set(resources) - set(ray_backend.DEFAULT_RESOURCES)
-    if unknown or not all(isinstance(r, dict) for r in resources.values()):
-      raise ValueError(f'programs are {sorted(ray_backend.DEFAULT_RESOURCES)}, each with a '
-                       f'{{resource: amount}} object; got {options.ray_resources}')
-  except ValueError as e:
-    config.fail(f'--ray_resources: {e}')
-  gpus = None if options.ray_trainer_gpus < 0 else options.ray_trainer_gpus
-  try:
-    return ray_backend.RayBackend(options.ray_address, resources, gpus)
-  except ImportError as e:
-    config.fail(str(e))
-  except ConnectionError as e:
-    config.fail(f'No Ray cluster at --ray_address={options.ray_address}: {e}')
-
-
 def _raise_keyboard_interrupt(signum, unused_frame):
   """Signal handler: SIGTERM, SIGINT and SIGHUP take Ctrl-C's path (the ordered stop).
   Further signals are ignored from here: one arriving before the ordered stop begins
@@ -146,9 +114,8 @@ def _raise_keyboard_interrupt(signum, unused_frame):
 
 def _main() -> None:
   options = config.options_from_flags(Options, FLAGS)
-  backend = None
-  if options.backend == 'ray':
-    backend = _ray_backend(options)
+  backend = config.ray_backend_from_flags(
+      trainer_gpus=None if options.ray_trainer_gpus < 0 else options.ray_trainer_gpus)
   try:
     validation.check_flags(options, ('port', 'num_collectors', 'status_interval_s',
                                      'timeout_s', 'stall_timeout_s'))

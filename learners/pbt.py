@@ -10,8 +10,17 @@ TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final evalu
 is the population's result (`<root_dir>/pbt/best.json`, its exported policies).
 
 A member that reaches the config's target ends the population: the others are stopped
-(they save). A member that fails is restarted from its last checkpoint, up to
-`--max_restarts` times. Run again on the same root_dir, the population resumes: every
+(they save). A member killed (a signal, a stalled simulator) restarts from its last
+checkpoint; one that fails with an error restarts as a copy of a top member (its
+checkpoint, perturbed hyperparameters: `member_<i>/replacement_<n>.json`), or with fresh
+hyperparameters before any member has reported. Each member restarts up to
+`--max_restarts` times; bad settings and a full disk, which a restart cannot fix, end
+the population at once.
+
+`--backend=ray --ray_address=HOST:PORT` places the members on a Ray cluster's nodes, as
+tfrl-launch places its programs (`learners.ray_backend`; Ray Core actors, each running
+one member process): root_dir must be on a path every node sees, and
+`--ray_resources='{"pbt_member": {...}}'` pins members to nodes with those resources. Run again on the same root_dir, the population resumes: every
 member from its checkpoint, the rounds from its reports.
 
     tfrl-pbt --root_dir=/tmp/pbt --gin_file=ppo_lunarlander.gin --population_size=4 \
@@ -68,12 +77,16 @@ def parse_bounds(text: str) -> Dict[str, population.Bound]:
   return bounds
 
 
+# Exit statuses a restart cannot fix: every member runs the same config and disk.
+_NOT_RETRIED = {2: 'bad flags or settings', process.EXIT_DISK_FULL: 'disk full'}
+
+
 @dataclasses.dataclass
 class _Member:
   index: int
   root_dir: str
-  process: Optional[subprocess.Popen] = None
-  log: Any = None
+  log_path: str
+  process: Any = None  # a subprocess.Popen, or a ray_backend.RayProcess
   restarts: int = 0
   done: bool = False
   returncode: Optional[int] = None
@@ -86,17 +99,36 @@ class Population:
                bounds: Mapping[str, population.Bound], population_size: int = 4,
                ready_interval: int = 50_000, seed: int = 0, quantile: float = 0.25,
                resample_probability: float = 0.25, max_restarts: int = 2,
-               python: str = sys.executable):
+               python: str = sys.executable,
+               backend: Optional['ray_backend.RayBackend'] = None):
+    """Args:
+      root_dir: the population's directory: member_<i>/ (each member's job) and pbt/.
+      gin_files, gin_bindings: the config every member trains.
+      bounds: the hyperparameters searched and where (`parse_bounds`).
+      population_size: members (>= 2).
+      ready_interval: env steps between ready points.
+      seed: the population's seed (member i trains with seed * 1000 + i).
+      quantile, resample_probability: exploit and explore (`learners.population`).
+      max_restarts: restarts of one member (after a kill or an error) before the
+        population fails.
+      python: the interpreter that runs the members (on every node).
+      backend: a `ray_backend.RayBackend` places the members on a Ray cluster's nodes
+        (root_dir on a path every node sees); None: subprocesses of this host.
+
+    Raises:
+      ValueError: population_size < 2.
+    """
     if population_size < 2:
       raise ValueError(f'population_size must be >= 2, got {population_size}')
     self.root_dir, self.pbt_dir = root_dir, os.path.join(root_dir, 'pbt')
     self.gin_files, self.gin_bindings = list(gin_files), list(gin_bindings)
     self.bounds, self.ready_interval, self.seed = dict(bounds), ready_interval, seed
     self.quantile, self.resample_probability = quantile, resample_probability
-    self.max_restarts, self.python = max_restarts, python
+    self.max_restarts, self.python, self.backend = max_restarts, python, backend
     self.rng = np.random.default_rng(seed)
     self.lineage = population.Lineage(os.path.join(self.pbt_dir, 'lineage.jsonl'))
-    self.members = [_Member(i, os.path.join(root_dir, f'member_{i}'))
+    self.members = [_Member(i, os.path.join(root_dir, f'member_{i}'),
+                            os.path.join(self.pbt_dir, f'member_{i}.log'))
                     for i in range(population_size)]
     self.round = 1
     self._writer = None
@@ -142,37 +174,84 @@ class Population:
       population.write_json(start_file, {'hyperparameters': values})
       self.lineage.record('start', member.index, env_steps=0, hyperparameters=values)
     os.makedirs(self.pbt_dir, exist_ok=True)
-    member.log = open(os.path.join(self.pbt_dir, f'member_{member.index}.log'), 'a')
-    # Members die with the runner (a killed runner leaves no job behind).
-    member.process = subprocess.Popen(self._command(member), stdout=member.log,
-                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                      env=child_process.child_env(os.environ))
+    command, env = self._command(member), dict(os.environ)
+    if self.backend is not None:
+      member.process = self.backend.start('pbt_member', command, member.log_path, env)
+      logs.progress('Member %d started (pid %d on %s, Ray node %s), log %s.', member.index,
+                    member.process.pid, member.process.ip, member.process.node_id,
+                    member.log_path)
+      return
+    with open(member.log_path, 'a') as log:  # the member writes its own copy of the fd
+      # Members die with the runner (a killed runner leaves no job behind).
+      member.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
+                                        env=child_process.child_env(env))
     logs.progress('Member %d started (pid %d), log %s.', member.index, member.process.pid,
-                  member.log.name)
+                  member.log_path)
 
   def _check_processes(self) -> None:
     for member in self.members:
-      if member.done or member.process.poll() is None:
-        continue
-      code = member.process.returncode
-      member.log.close()
-      if code == 0 or self._stopping:
-        member.done, member.returncode = True, code
-        result = self._member_result(member)
-        self.lineage.record('end', member.index, returncode=code, **result)
-        if result.get('reached_target'):
-          self._stop_all(f'member {member.index} reached the target')
-        continue
-      if member.restarts >= self.max_restarts:
-        self.lineage.record('failed', member.index, returncode=code)
-        raise RuntimeError(f'population member {member.index} failed {member.restarts + 1} '
-                           f'times (exit status {code}); see {member.log.name}')
-      member.restarts += 1
-      self.lineage.record('restart', member.index, returncode=code)
-      logs.progress('Member %d exited with status %d; restarting it from its checkpoint '
-                    '(%d of %d).', member.index, code, member.restarts, self.max_restarts)
-      self._start(member)
+      if not member.done and member.process.poll() is not None:
+        self._exited(member)
 
+  def _exited(self, member: _Member) -> None:
+    """A member's process ended: its job's end, or a failure that the member restarts
+    from (after a kill: its own checkpoint; after an error: a copy of a top member).
+
+    Raises:
+      RuntimeError: a failure a restart cannot fix, or one past max_restarts.
+    """
+    code = member.process.returncode
+    if hasattr(member.process, 'release'):  # a backend's: free its place on the cluster
+      member.process.release()
+    result = self._member_result(member)
+    if code == 0 or result or self._stopping:  # result.json: the job ran to its end
+      member.done, member.returncode = True, code
+      self.lineage.record('end', member.index, returncode=code, **result)
+      if result.get('reached_target'):
+        self._stop_all(f'member {member.index} reached the target')
+      return
+    why = process.EXIT_STATUS_MEANING.get(code, 'killed by a signal' if code < 0
+                                          else 'failed with an error')
+    if code in _NOT_RETRIED or member.restarts >= self.max_restarts:
+      self.lineage.record('failed', member.index, returncode=code)
+      raise RuntimeError(f'population member {member.index} {why} (exit status {code}) '
+                         f'after {member.restarts} restarts; see {member.log_path}')
+    member.restarts += 1
+    self.lineage.record('restart', member.index, returncode=code)
+    if code > 0 and code != process.EXIT_STALLED:  # an error: not its checkpoint again
+      self._replace(member)
+    logs.progress('Member %d %s (exit status %d); restarting it (%d of %d).', member.index,
+                  why, code, member.restarts, self.max_restarts)
+    self._start(member)
+
+  def _replace(self, member: _Member) -> None:
+    """Gives a member that failed with an error a copy of a top member (checkpoint and
+    perturbed hyperparameters) to take on restart: `member_<i>/replacement_<n>.json`;
+    before any member has reported, fresh hyperparameters on its own weights."""
+    latest = {}
+    for other in self.members:
+      report = self._report(other, population.last_round(
+          population.member_dir(self.pbt_dir, other.index), 'report'))
+      if report is not None:
+        latest[other.index] = report
+    copy = population.replace_failed(
+        member.index, {i: r['score'] for i, r in latest.items()},
+        {i: r['hyperparameters'] for i, r in latest.items()}, self.bounds, self.rng,
+        self.quantile, resample_probability=self.resample_probability)
+    source = None if copy is None else copy.source
+    values = (population.sample_all(self.bounds, self.rng) if copy is None
+              else copy.hyperparameters)
+    directory = population.member_dir(self.pbt_dir, member.index)
+    number = population.last_round(directory, 'replacement') + 1
+    population.write_json(os.path.join(directory, f'replacement_{number}.json'), {
+        'action': 'exploit', 'source': source, 'hyperparameters': values,
+        'checkpoint': None if copy is None else latest[source]['checkpoint']})
+    self.lineage.record('replace', member.index, source=source, hyperparameters=values,
+                        env_steps=latest.get(member.index, {}).get('env_steps', 0))
+    logs.progress('Member %d failed with an error: it restarts as a copy of %s.',
+                  member.index, 'nobody (no member has reported yet; fresh hyperparameters)'
+                  if source is None else f'member {source}')
 
   def _stop_all(self, why: str) -> None:
     running = [m for m in self.members if m.process is not None and m.process.poll() is None]
@@ -266,8 +345,12 @@ flags.DEFINE_integer('seed', 0, "The population's seed (member i runs Experiment
 flags.DEFINE_float('quantile', 0.25, 'Fraction of the population at each end.')
 flags.DEFINE_float('resample_probability', 0.25, 'Chance a hyperparameter is resampled '
                    'instead of perturbed.')
-flags.DEFINE_integer('max_restarts', 2, 'Restarts of a failing member.')
+flags.DEFINE_integer('max_restarts', 2, 'Restarts of one member (killed: from its '
+                     'checkpoint; failed with an error: as a copy of a top member).')
+flags.DEFINE_float('ray_member_gpus', 0.0, 'With --backend=ray: GPUs each member asks for '
+                   '(a fraction: members share a GPU).')
 config.define_common_flags()
+config.define_ray_flags()
 FLAGS = flags.FLAGS
 
 
@@ -276,9 +359,12 @@ def _main() -> None:
     bounds = parse_bounds(FLAGS.bounds or '')
   except ValueError as e:
     config.fail(str(e))
+  backend = config.ray_backend_from_flags(trainer_gpus=0.0,
+                                         member_gpus=FLAGS.ray_member_gpus)
   runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings, bounds,
                       FLAGS.population_size, FLAGS.ready_interval, FLAGS.seed,
-                      FLAGS.quantile, FLAGS.resample_probability, FLAGS.max_restarts)
+                      FLAGS.quantile, FLAGS.resample_probability, FLAGS.max_restarts,
+                      backend=backend)
   # SIGTERM / SIGINT / SIGHUP: stop every member (each saves), then end.
   best = process.run_until_signal(runner.run, 'tfrl-pbt', grace_s=_STOP_GRACE_S)
   print(f'Best member: {best["best_member"]} (eval return '

@@ -10,7 +10,9 @@ state, normalizer statistics; its own train step and env steps stay) and the
 hyperparameters given, which the train step reads from variables from the next step on
 (`tfrl.agents.hyperparameters`). It checkpoints again after a copy, so a member killed
 then resumes as the decision left it. A fresh member (train step 0) starts from
-`member_<i>/start.json`'s hyperparameters; a resumed one from its checkpoint's.
+`member_<i>/start.json`'s hyperparameters; a resumed one from its checkpoint's, then
+takes a `replacement_<n>.json` it has not applied (the runner's copy of a top member
+after this member failed with an error).
 
 Run by the population runner, or alone for a look:
 
@@ -83,9 +85,14 @@ class PopulationMember(callbacks_lib.Callback):
     # one: the runner waits for each). A resumed member goes on after its last report,
     # first taking that round's decision if it was killed before it had.
     last = population.last_round(self.directory, 'report')
-    applied = population.read_json(os.path.join(self.directory, 'applied.json')) or {}
-    if last > applied.get('round', 0):
+    if last > self._applied().get('round', 0):
       self._decide(last, context.env_steps())
+    # A member restarted after an error takes the copy the runner chose for it.
+    replacement = population.last_round(self.directory, 'replacement')
+    if replacement > self._applied().get('replacement', 0):
+      self._apply(population.read_json(os.path.join(
+          self.directory, f'replacement_{replacement}.json')), context.env_steps(),
+                  {'replacement': replacement})
     self.next_round = last + 1
     logs.progress('Population member %d: hyperparameters %s; next ready point at %d env '
                   'steps.', self.member, _format(self.hyperparameters.values()),
@@ -104,26 +111,38 @@ class PopulationMember(callbacks_lib.Callback):
     self.next_round += 1
     return None
 
+  def _applied(self) -> Dict[str, int]:
+    """The last round's decision and the last replacement this member applied."""
+    return population.read_json(os.path.join(self.directory, 'applied.json')) or {}
+
   def _decide(self, round_: int, env_steps: int) -> None:
-    """Waits for round `round_`'s decision and applies it; then checkpoints and notes it
-    applied (`applied.json`), so a member killed after this does not apply it twice."""
+    """Waits for round `round_`'s decision and applies it (`_apply`)."""
     decision = self._wait_for(os.path.join(self.directory, f'decision_{round_}.json'))
     if decision is None:  # told to stop while waiting: the job saves and ends
       return
+    self._apply(decision, env_steps, {'round': round_})
+
+  def _apply(self, decision: Dict[str, Any], env_steps: int, done: Dict[str, int]) -> None:
+    """Takes a decision ('exploit': the source's checkpoint, when it names one, and the
+    hyperparameters given), checkpoints, and notes it applied (`applied.json` updated
+    with `done`), so a member killed after this does not apply it twice."""
     learner = self.context.learner
     if decision['action'] == 'exploit':
-      try:
-        copy_agent(self.context.agent, learner.train_step, decision['checkpoint'])
-      except tf.errors.NotFoundError:  # pruned since (a member resumed late): keep own
-        logs.progress('Population member %d: member %d\'s checkpoint %s is gone; keeping '
-                      'its own weights.', self.member, decision['source'],
-                      decision['checkpoint'])
+      if decision['checkpoint'] is not None:
+        try:
+          copy_agent(self.context.agent, learner.train_step, decision['checkpoint'])
+        except tf.errors.NotFoundError:  # pruned since (a member resumed late): keep own
+          logs.progress('Population member %d: member %d\'s checkpoint %s is gone; '
+                        'keeping its own weights.', self.member, decision['source'],
+                        decision['checkpoint'])
       self.hyperparameters.assign(decision['hyperparameters'])
       learner.save_checkpoint()
-      logs.progress('Population member %d took member %d\'s weights at %d env steps; '
-                    'hyperparameters now %s.', self.member, decision['source'], env_steps,
+      logs.progress('Population member %d took %s at %d env steps; hyperparameters now %s.',
+                    self.member, 'fresh hyperparameters' if decision['source'] is None
+                    else f'member {decision["source"]}\'s weights', env_steps,
                     _format(self.hyperparameters.values()))
-    population.write_json(os.path.join(self.directory, 'applied.json'), {'round': round_})
+    population.write_json(os.path.join(self.directory, 'applied.json'),
+                          {**self._applied(), **done})
 
   def on_train_end(self, result: Dict[str, Any]) -> None:
     """The job's end, for the runner: `member_<i>/result.json`."""

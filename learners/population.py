@@ -130,6 +130,33 @@ def exploit_and_explore(scores: Mapping[int, float],
   return decisions
 
 
+def replace_failed(member: int, scores: Mapping[int, float],
+                   hyperparameters: Mapping[int, Mapping[str, Number]],
+                   bounds: Mapping[str, Bound], rng: np.random.Generator,
+                   quantile: float = 0.25, **perturb_kwargs) -> Optional[Exploit]:
+  """What replaces a member whose job failed with an error: a copy of a random member
+  of the population's top `quantile` (the others' latest scores), with that member's
+  hyperparameters perturbed, as an exploit would take.
+
+  Args:
+    member: the member that failed.
+    scores: every member's latest score (the failed one's is ignored; NaN: none yet).
+    hyperparameters: every member's latest hyperparameters.
+    bounds, rng, quantile, **perturb_kwargs: as for `exploit_and_explore`.
+
+  Returns:
+    The copy to make; None while no other member has a score (nothing to copy yet).
+  """
+  others = {m: s for m, s in scores.items() if m != member and not math.isnan(s)}
+  if not others:
+    return None
+  ranked = sorted(others, key=lambda m: (others[m], m))
+  top = ranked[-max(1, int(len(scores) * quantile)):]
+  source = top[rng.integers(len(top))]
+  return Exploit(member, source, perturb(hyperparameters[source], bounds, rng,
+                                         **perturb_kwargs))
+
+
 class Lineage:
   """The population's history, one JSON object per line, appended and flushed as it
   happens (a killed runner loses nothing it wrote)."""
@@ -169,17 +196,13 @@ def read(path: str) -> List[Dict[str, Any]]:
 
 def replay(path: str) -> Dict[int, List[Dict[str, Any]]]:
   """Each member's hyperparameter history from the lineage: a list of {'env_steps',
-  'hyperparameters', 'source'} (source: None at the start, else the member copied)."""
+  'hyperparameters', 'source'} (source: None at the start or a fresh draw, else the
+  member copied), from its 'start', 'exploit' and 'replace' events."""
   history: Dict[int, List[Dict[str, Any]]] = {}
   for event in read(path):
-    member = event['member']
-    if event['event'] == 'start':
-      history.setdefault(member, []).append(
-          {'env_steps': event.get('env_steps', 0), 'source': None,
-           'hyperparameters': event['hyperparameters']})
-    elif event['event'] == 'exploit':
-      history.setdefault(member, []).append(
-          {'env_steps': event['env_steps'], 'source': event['source'],
+    if event['event'] in ('start', 'exploit', 'replace'):
+      history.setdefault(event['member'], []).append(
+          {'env_steps': event.get('env_steps', 0), 'source': event.get('source'),
            'hyperparameters': event['hyperparameters']})
   return history
 

@@ -29,7 +29,7 @@ import tfrl
 # Program -> the Ray resources its process asks for (on top of the CPU below). The
 # launcher merges --ray_resources into these.
 DEFAULT_RESOURCES: Dict[str, Dict[str, float]] = {
-    'reverb_server': {}, 'train': {}, 'collect': {}, 'eval': {}}
+    'reverb_server': {}, 'train': {}, 'collect': {}, 'eval': {}, 'pbt_member': {}}
 CALL_TIMEOUT_S = 60.0  # the longest one call to a program's actor may take
 
 
@@ -139,14 +139,20 @@ class RayBackend:
   """Starts programs as `RayProcess`es on the cluster at `address`."""
 
   def __init__(self, address: str, resources: Optional[Dict[str, Dict[str, float]]] = None,
-               trainer_gpus: Optional[float] = None):
+               trainer_gpus: Optional[float] = None, member_gpus: float = 0.0):
     """Connects to the cluster.
 
     Args:
       address: the cluster's address ('host:port' of its head).
-      resources: program ('reverb_server', 'train', 'collect', 'eval') -> extra Ray
-        resources its process asks for (custom resources pin programs to nodes).
+      resources: program ('reverb_server', 'train', 'collect', 'eval', 'pbt_member') ->
+        extra Ray resources its process asks for (custom resources pin programs to nodes).
       trainer_gpus: GPUs for the trainer; None: 1 when the cluster has a GPU, else 0.
+      member_gpus: GPUs for each population member (`learners.pbt`; a fraction shares
+        one GPU between members).
+
+    Raises:
+      ImportError: Ray is not installed.
+      ConnectionError: no cluster at `address`.
     """
     ray = _ray()
     if not ray.is_initialized():
@@ -155,7 +161,7 @@ class RayBackend:
                        for name in DEFAULT_RESOURCES}
     if trainer_gpus is None:
       trainer_gpus = 1.0 if ray.cluster_resources().get('GPU', 0) >= 1 else 0.0
-    self._trainer_gpus = trainer_gpus
+    self._gpus = {'train': trainer_gpus, 'pbt_member': member_gpus}
     self._runner = ray.remote(_Runner)
 
   def _options(self, program: str) -> dict:
@@ -163,10 +169,10 @@ class RayBackend:
     # `import learners` (this module's package) would (seconds and ~400 MB per actor).
     options = {'num_cpus': 0, 'resources': self._resources[program],
                'runtime_env': {'env_vars': {tfrl.NO_TENSORFLOW_VARIABLE: '1'}}}
-    if program == 'train' and self._trainer_gpus:
-      options['num_gpus'] = self._trainer_gpus
-    if program == 'collect':
-      options['scheduling_strategy'] = 'SPREAD'  # collectors over as many nodes as fit
+    if self._gpus.get(program):
+      options['num_gpus'] = self._gpus[program]
+    if program in ('collect', 'pbt_member'):
+      options['scheduling_strategy'] = 'SPREAD'  # over as many nodes as fit
     return options
 
   def start(self, program: str, command: List[str], log_path: str, env: Dict[str, str],

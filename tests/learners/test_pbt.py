@@ -3,6 +3,7 @@ lineage, a member killed mid-run that resumes, and the best member's policy."""
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -19,15 +20,41 @@ BINDINGS = ['Experiment.num_train_steps = 24', 'Experiment.eval_interval = 4',
 BOUNDS = 'learning_rate=1e-4:1e-2,entropy_cost=0:0.02:linear'
 
 
-def test_a_population_copies_records_survives_a_kill_and_names_its_best(tmp_path):
-  root = str(tmp_path)
+# Stands in for the interpreter the runner starts members with: runs the member, except
+# member 1's second start (after its kill), which fails with an error once member 0 has
+# reported, as a member whose job raised would.
+BREAKS_ONCE = """#!{python}
+import os, sys, time
+args = dict(a[2:].split('=', 1) for a in sys.argv if a.startswith('--') and '=' in a)
+starts = os.path.join(args['pbt_dir'], 'starts_of_' + args['member'])
+with open(starts, 'a') as f:
+  f.write('x')
+if args['member'] == '1' and os.path.getsize(starts) == 2:
+  report = os.path.join(args['pbt_dir'], 'member_0', 'report_1.json')
+  deadline = time.monotonic() + 300
+  while not os.path.exists(report) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  print('error: member 1 broke (a stand-in for an exception in its job)', flush=True)
+  sys.exit(1)
+os.execv(sys.executable, [sys.executable] + sys.argv[1:])
+"""
+
+
+def test_a_population_copies_records_survives_a_kill_and_an_error_and_names_its_best(
+    tmp_path):
+  root = str(tmp_path / 'run')
+  python = tmp_path / 'breaks_once.py'
+  python.write_text(BREAKS_ONCE.format(python=sys.executable))
+  python.chmod(0o755)
   runner = pbt.Population(root, ['ppo_cartpole.gin'], BINDINGS, pbt.parse_bounds(BOUNDS),
-                          population_size=2, ready_interval=2048, seed=0)
+                          population_size=2, ready_interval=2048, seed=0,
+                          python=str(python))
   outcome = {}
   thread = threading.Thread(target=lambda: outcome.update(best=runner.run()), daemon=True)
   thread.start()
   # Member 1 is killed (-9) once it has reported its first round: the runner restarts
-  # it, and it resumes from its checkpoint after that round.
+  # it; that start fails with an error (BREAKS_ONCE), so the runner has it start again
+  # as a copy of member 0, the only other member.
   report = os.path.join(population.member_dir(runner.pbt_dir, 1), 'report_1.json')
   deadline = time.monotonic() + 300
   while not os.path.exists(report):
@@ -40,8 +67,14 @@ def test_a_population_copies_records_survives_a_kill_and_names_its_best(tmp_path
   events = population.read(runner.lineage.path)
   kinds = [(e['event'], e['member']) for e in events]
   assert kinds[:2] == [('start', 0), ('start', 1)]
-  assert ('restart', 1) in kinds and sorted(k for k in kinds if k[0] == 'end') == [
-      ('end', 0), ('end', 1)]
+  assert [e['returncode'] for e in events if e['event'] == 'restart'] == [-9, 1], kinds
+  assert sorted(k for k in kinds if k[0] == 'end') == [('end', 0), ('end', 1)]
+  replace, = [e for e in events if e['event'] == 'replace']
+  assert replace['member'] == 1 and replace['source'] == 0, replace
+  with open(os.path.join(population.member_dir(runner.pbt_dir, 1),
+                         'replacement_1.json')) as f:
+    replacement = json.load(f)
+  assert replacement['checkpoint'].startswith(os.path.join(root, 'member_0')), replacement
   readies = [e for e in events if e['event'] == 'ready']
   assert {e['round'] for e in readies} >= {1, 2}
   for event in readies:  # each round's report at or past its ready point
@@ -77,6 +110,8 @@ def test_a_population_copies_records_survives_a_kill_and_names_its_best(tmp_path
   with open(os.path.join(runner.pbt_dir, 'member_1.log')) as f:
     log = f.read()
   assert 'Restored ' in log, log[-3000:]  # the restarted member went on from its checkpoint
+  assert 'error: member 1 broke' in log
+  assert "Population member 1 took member 0's weights" in log.split('member 1 broke')[1]
 
 
 def test_bad_bounds_are_refused_in_one_line():
@@ -99,11 +134,11 @@ import json, os, signal, sys, time
 args = dict(a[2:].split('=', 1) for a in sys.argv if a.startswith('--') and '=' in a)
 directory = os.path.join(args['pbt_dir'], 'member_' + args['member'])
 os.makedirs(directory, exist_ok=True)
-def finish(reached):
+def finish(reached, status=0):
   with open(os.path.join(directory, 'result.json'), 'w') as f:
     json.dump({{'train_step': 9, 'env_steps': 90, 'eval_return': 1.0 if reached else 0.0,
                'reached_target': reached, 'greedy_policy_dir': directory}}, f)
-  sys.exit(0)
+  sys.exit(status)
 if args['member'] == '0':
   {zero_code}
 signal.signal(signal.SIGTERM, lambda *_: finish(False))
@@ -112,18 +147,18 @@ sys.exit(7)
 '''
 
 
-def fake_member(tmp_path, zero, zero_code):
+def fake_population(tmp_path, zero, zero_code, **kwargs):
+  """A population of two FAKE_MEMBERs, member 0 running `zero_code`."""
   path = tmp_path / 'fake_member.py'
   path.write_text(FAKE_MEMBER.format(zero=zero, zero_code=zero_code))
   path.chmod(0o755)
-  return str(path)
+  return pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+                        population_size=2, python=str(path), **kwargs)
 
 
 def test_a_member_that_reaches_the_target_ends_the_population(tmp_path):
-  python = fake_member(tmp_path, 'reaches the target at once',
-                       'time.sleep(1); finish(True)')
-  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
-                          population_size=2, python=python)
+  runner = fake_population(tmp_path, 'reaches the target at once',
+                           'time.sleep(1); finish(True)')
   best = runner.run()
   assert best['best_member'] == 0
   ends = {e['member']: e for e in population.read(runner.lineage.path)
@@ -133,15 +168,77 @@ def test_a_member_that_reaches_the_target_ends_the_population(tmp_path):
 
 
 def test_a_member_failing_past_its_restarts_ends_the_population_with_an_error(tmp_path):
-  python = fake_member(tmp_path, 'fails every time', 'sys.exit(3)')
-  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
-                          population_size=2, max_restarts=2, python=python)
-  with pytest.raises(RuntimeError, match=r'population member 0 failed 3 times \(exit '
-                     r'status 3\); see .*member_0.log'):
+  runner = fake_population(tmp_path, 'fails every time', 'sys.exit(1)', max_restarts=2)
+  with pytest.raises(RuntimeError, match=r'population member 0 failed \(see its log\) '
+                     r'\(exit status 1\) after 2 restarts; see .*member_0.log'):
+    runner.run()
+  events = population.read(runner.lineage.path)
+  kinds = [(e['event'], e['member']) for e in events]
+  assert kinds.count(('restart', 0)) == 2 and ('failed', 0) in kinds
+  # Failed with an error before anyone reported: each restart draws fresh settings.
+  replaces = [e for e in events if e['event'] == 'replace']
+  assert [e['source'] for e in replaces] == [None, None]
+  bounds = pbt.parse_bounds(BOUNDS)
+  for event in replaces:
+    assert all(bounds[n].low <= v <= bounds[n].high for n, v in
+               event['hyperparameters'].items()), event
+  assert runner.members[1].process.poll() is not None  # the other member was stopped
+
+
+def test_bad_settings_end_the_population_without_a_restart(tmp_path):
+  runner = fake_population(tmp_path, 'has bad settings', 'sys.exit(2)')
+  with pytest.raises(RuntimeError, match=r'population member 0 bad input \(see its log\) '
+                     r'\(exit status 2\) after 0 restarts'):
     runner.run()
   kinds = [(e['event'], e['member']) for e in population.read(runner.lineage.path)]
-  assert kinds.count(('restart', 0)) == 2 and ('failed', 0) in kinds
-  assert runner.members[1].process.poll() is not None  # the other member was stopped
+  assert ('restart', 0) not in kinds and ('failed', 0) in kinds
+
+
+def test_a_member_that_ends_its_budget_short_of_the_target_has_ended_not_failed(tmp_path):
+  """train_eval exits 1 when its budget ends short of the target, with its result."""
+  runner = fake_population(tmp_path, 'ends short of the target',
+                           'time.sleep(1); finish(False, status=1)')
+  stop = threading.Event()
+  outcome = {}
+  thread = threading.Thread(target=lambda: outcome.update(best=runner.run(stop)))
+  thread.start()
+  deadline = time.monotonic() + 60
+  while not runner.members[0].done:
+    assert time.monotonic() < deadline and thread.is_alive(), 'member 0 did not end'
+    time.sleep(0.1)
+  stop.set()
+  thread.join(timeout=120)
+  kinds = [(e['event'], e['member']) for e in population.read(runner.lineage.path)]
+  assert ('restart', 0) not in kinds, kinds
+  assert sorted(k for k in kinds if k[0] == 'end') == [('end', 0), ('end', 1)]
+  assert outcome['best']['scores'] == {'0': 0.0, '1': 0.0}
+
+
+def test_a_failed_member_is_replaced_by_a_copy_of_a_top_member(tmp_path):
+  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+                          population_size=4, seed=3)
+  scores = {0: 10.0, 1: 50.0, 2: -5.0, 3: 20.0}
+  for member, score in scores.items():
+    population.write_json(os.path.join(population.member_dir(runner.pbt_dir, member),
+                                       'report_1.json'), {
+        'round': 1, 'env_steps': 100 * member, 'train_step': member, 'score': score,
+        'checkpoint': f'/ckpt/{member}', 'hyperparameters': {
+            'learning_rate': 1e-3 * (member + 1), 'entropy_cost': 0.005 * member}})
+  runner._replace(runner.members[1])  # the best member failed: the next best is copied
+  runner._replace(runner.members[2])
+  directory = population.member_dir(runner.pbt_dir, 1)
+  first = population.read_json(os.path.join(directory, 'replacement_1.json'))
+  assert first['source'] == 3 and first['checkpoint'] == '/ckpt/3', first
+  second = population.read_json(os.path.join(population.member_dir(runner.pbt_dir, 2),
+                                             'replacement_1.json'))
+  assert second['source'] == 1 and second['checkpoint'] == '/ckpt/1', second
+  for value, source_value in ((first['hyperparameters']['learning_rate'], 4e-3),
+                              (second['hyperparameters']['learning_rate'], 2e-3)):
+    assert value == pytest.approx(source_value * 0.8) or value == pytest.approx(
+        source_value * 1.2) or 1e-4 <= value <= 1e-2
+  runner._replace(runner.members[1])  # a second failure: the next file
+  assert population.last_round(directory, 'replacement') == 2
+  assert [e['member'] for e in population.read(runner.lineage.path)] == [1, 2, 1]
 
 
 def test_the_runner_and_its_member_program_import_into_one_process():

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from learners import config
+from learners import population
 from tfrl.metrics import format_return
 from programs import evaluate_export, final_state
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
@@ -37,6 +38,7 @@ SCRIPT = textwrap.dedent('''\
     ip link set lo up
     export RAY_USAGE_STATS_ENABLED=0 PYTHONPATH={repo}
     RAY={ray}; PY={python}; ROOT={root}; TMP={tmp}
+    trap '$RAY stop --force > /dev/null 2>&1' EXIT  # a cluster left by a failure, too
     common="--node-ip-address=127.0.0.1 --num-cpus=2 --disable-usage-stats --temp-dir=$TMP"
     $RAY start --head --port=6390 --include-dashboard=false $common \\
         --resources='{{"tfrl_server": 10}}' > $ROOT/ray_head.log 2>&1 || exit 11
@@ -59,6 +61,19 @@ SCRIPT = textwrap.dedent('''\
     pid=$(sed -n 's/.*Started collect_1 (pid \\([0-9]*\\) .*/\\1/p' $ROOT/launch.out)
     kill -9 "$pid" && echo '{{"killed": '"$pid"'}}'
     wait $launcher; echo '{{"launch_status": '$?'}}'
+    # A population of two on the 'tfrl_actors' node; member 1 killed at its first report.
+    $PY -m learners.pbt --backend=ray --ray_address=127.0.0.1:6390 \\
+        --ray_resources='{{"pbt_member": {{"tfrl_actors": 1}}}}' --root_dir=$ROOT/pbt_run \\
+        --gin_file=ppo_cartpole.gin --population_size=2 --ready_interval=2048 \\
+        --bounds=learning_rate=1e-4:1e-2,entropy_cost=0:0.02:linear \\
+        {pbt_bindings} > $ROOT/pbt.out 2>&1 &
+    runner=$!
+    for i in $(seq 1 600); do
+      [ -f $ROOT/pbt_run/pbt/member_1/report_1.json ] && break; sleep 0.5
+    done
+    pid=$(pgrep -f '[l]earners.pbt_member .*--member=1 ')  # [l]: not this script
+    kill -9 "$pid" && echo '{{"member_killed": '"$pid"'}}'
+    wait $runner; echo '{{"pbt_status": '$?'}}'
     $PY -c 'import json, ray; ray.init(address="127.0.0.1:6390", logging_level="ERROR"); \\
         print(json.dumps({{"nodes": {{n["NodeID"]: sorted(n["Resources"]) \\
         for n in ray.nodes() if n["Alive"]}}}}))'
@@ -72,15 +87,22 @@ def _ray_processes():
                  ('raylet', 'gcs_server', 'ray::'))]
 
 
-@pytest.fixture
-def job(tmp_path):
+PBT_BINDINGS = ['Experiment.num_train_steps = 24', 'Experiment.eval_interval = 4',
+                'Experiment.num_eval_episodes = 2', 'Experiment.target_return = None',
+                'Experiment.checkpoint_interval = 4']
+
+
+@pytest.fixture(scope='module')
+def job(tmp_path_factory):
+  tmp_path = tmp_path_factory.mktemp('ray_cluster')
   if shutil.which('unshare') is None or shutil.which('ip') is None:
     pytest.fail('this test needs unshare and ip (util-linux, iproute2) for its loopback-'
                 'only network namespace')
   ray = os.path.join(os.path.dirname(sys.executable), 'ray')
   temp = f'/tmp/tfrl_ray_{os.getpid()}'  # Ray's socket paths must stay short
   script = SCRIPT.format(repo=REPO, ray=ray, python=sys.executable, root=tmp_path,
-                         tmp=temp, resources=json.dumps(RESOURCES))
+                         tmp=temp, resources=json.dumps(RESOURCES),
+                         pbt_bindings=' '.join(f'--gin_bindings="{b}"' for b in PBT_BINDINGS))
   try:
     result = subprocess.run(['unshare', '-rn', 'bash', '-c', script], cwd=REPO,
                             capture_output=True, text=True, timeout=900)
@@ -144,3 +166,32 @@ def test_a_job_on_a_two_node_ray_cluster(job):
   # The cluster is gone: nothing of Ray is left running.
   assert facts.get('stop_status') == 0, context
   assert not _ray_processes(), _ray_processes()
+
+
+def test_a_population_on_the_ray_cluster(job):
+  """tfrl-pbt --backend=ray: members placed by their resources, a killed member
+  restarted from its checkpoint on the cluster, the rounds and the best member's policy
+  as on one host."""
+  facts, _, result, root = job
+  with open(root / 'pbt.out') as f:
+    out = f.read()
+  context = f'{facts}\n{out[-4000:]}\n{result.stderr[-2000:]}'
+  assert facts.get('pbt_status') == 0, context
+  started = re.findall(r'Member (\d) started \(pid \d+ on 127\.0\.0\.1, Ray node (\w+)\)',
+                       out)
+  node_of = {resource: node for node, resources in facts['nodes'].items()
+             for resource in resources if resource.startswith('tfrl_')}
+  assert sorted(m for m, _ in started) == ['0', '1', '1'], context  # 1 twice: a restart
+  assert {node for _, node in started} == {node_of['tfrl_actors']}, (started, facts)
+  assert 'member_killed' in facts, context
+  events = population.read(str(root / 'pbt_run' / 'pbt' / 'lineage.jsonl'))
+  assert [e['returncode'] for e in events if e['event'] == 'restart'] == [-9], events
+  assert {e['round'] for e in events if e['event'] == 'ready'} >= {1, 2}, events
+  assert sorted(e['member'] for e in events if e['event'] == 'end') == [0, 1]
+  with open(root / 'pbt_run' / 'pbt' / 'member_1.log') as f:
+    assert 'Restored ' in f.read()  # the restarted member went on from its checkpoint
+  with open(root / 'pbt_run' / 'pbt' / 'best.json') as f:
+    best = json.load(f)
+  assert best['best_member'] in (0, 1) and f"Best member: {best['best_member']}" in out
+  config.parse(['ppo_cartpole.gin'], PBT_BINDINGS)
+  assert evaluate_export(best['greedy_policy_dir'], seed=0) > 0  # loads and plays
