@@ -21,17 +21,19 @@ starting points alone do not.
 A run whose summary exists in --runs_dir is read, not run again. Record the output in
 benchmarks/RESULTS.md.
 """
+import glob
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
 from absl import app
 from absl import flags
+import numpy as np
 
 REPO = common.REPO
 
@@ -47,6 +49,8 @@ flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run (a smoke run
                   'small num_train_steps and target).')
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'pbt'),
                     "Where each run's directory and summary go.")
+flags.DEFINE_string('png', os.path.join(REPO, 'benchmarks', 'curves', 'pbt_lunarlander.png'),
+                    'Learning curves, a panel per seed ("" for none).')
 FLAGS = flags.FLAGS
 
 _TRAINED = re.compile(r'Trained to step (\d+) \((\d+) env steps\)')
@@ -122,6 +126,64 @@ def _seed(seed: int) -> Dict[str, Any]:
   return {'seed': seed, 'tuned': tuned, 'population': pbt, 'alone': alone}
 
 
+def _eval_curve(run_dir: str) -> List[Tuple[int, float]]:
+  """(env steps, eval return) of every evaluation a job wrote to its TensorBoard (every
+  life of a restarted job), in order of env steps."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top (start-up of the others)
+  points = []
+  for path in glob.glob(os.path.join(run_dir, 'eval', 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == 'eval/AverageReturn_vs_env_steps':
+          points.append((event.step, float(tf.make_ndarray(value.tensor))))
+  return sorted(points)
+
+
+def _plot(results: List[Dict[str, Any]], path: str) -> None:
+  """A panel per seed: the tuned config, each starting point alone (dashed) and each
+  population member (solid, an x where it took another member's weights), the target
+  and the budget B."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from learners import population  # pylint: disable=g-import-not-at-top
+  results = [r for r in results if 'population' in r]
+  if not results:
+    return
+  figure, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8),
+                              squeeze=False, sharey=True)
+  for axis, result in zip(axes[0], results):
+    runs = os.path.join(FLAGS.runs_dir, f's{result["seed"]}')
+    tuned = _eval_curve(os.path.join(runs, 'tuned'))
+    axis.plot(*zip(*tuned), color='black', linewidth=1.2, label='tuned config')
+    copies = [e for e in population.read(os.path.join(runs, 'population', 'pbt',
+                                                      'lineage.jsonl'))
+              if e['event'] == 'exploit']
+    for index, member in enumerate(sorted(result['alone'], key=int)):
+      color = f'C{index}'
+      alone = _eval_curve(os.path.join(runs, f'alone_{member}'))
+      if alone:
+        axis.plot(*zip(*alone), color=color, linestyle='--', linewidth=0.8, alpha=0.7,
+                  label='alone' if index == 0 else None)
+      curve = _eval_curve(os.path.join(runs, 'population', f'member_{member}'))
+      if curve:
+        axis.plot(*zip(*curve), color=color, linewidth=1.4, label=f'member {member}')
+      steps = [c['env_steps'] for c in copies if str(c['member']) == member]
+      axis.plot(steps, [float(np.interp(x, *zip(*curve))) for x in steps], 'x',
+                color=color, markersize=8)
+    axis.axhline(200, color='grey', linestyle=':', linewidth=0.8)
+    axis.set_ylim(-600, 320)  # a hovering lander's returns fall to the thousands: cut
+    axis.axvline(result['tuned']['env_steps'], color='grey', linestyle='-.', linewidth=0.8)
+    axis.set_title(f'seed {result["seed"]} (x: a copy; dash-dot: budget B)', fontsize=9)
+    axis.set_xlabel('env steps per member')
+  axes[0][0].set_ylabel('eval return (20 episodes)')
+  axes[0][0].legend(fontsize=7)
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  figure.savefig(path, dpi=90)
+  print(f'Curves: {path}')
+
+
 def _report(result: Dict[str, Any]) -> str:
   tuned = result['tuned']
   if 'population' not in result:
@@ -144,13 +206,21 @@ def main(argv):
   print(f'PBT on {FLAGS.gin_file}: population {FLAGS.population_size}, bounds '
         f'{FLAGS.bounds}, ready every {FLAGS.ready_interval:,} env steps; seeds '
         f'{",".join(FLAGS.seeds)}', flush=True)
-  met = 0
+  met, results = 0, []
   for seed in FLAGS.seeds:
-    result = _seed(int(seed))
-    line = _report(result)
+    results.append(_seed(int(seed)))
+    line = _report(results[-1])
     met += 'criterion MET' in line
     print(line, flush=True)
   print(f'criterion met on {met} of {len(FLAGS.seeds)} seeds')
+  reached = [r for r in results if r.get('population', {}).get('reached')]
+  if reached:
+    ratios = [r['population']['env_steps'] / r['tuned']['env_steps'] for r in reached]
+    print(f'population best member / tuned config, env steps to the target: '
+          f'{", ".join(f"{x:.2f}" for x in ratios)} (median {np.median(ratios):.2f}, '
+          f'{len(reached)} of {len(results)} seeds reached)')
+  if FLAGS.png:
+    _plot(results, FLAGS.png)
 
 
 if __name__ == '__main__':

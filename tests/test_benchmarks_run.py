@@ -90,7 +90,8 @@ EXPECTED = {
     'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
     'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
-                       r'alone: 2 of 2 reached within B',
+                       r'alone: 2 of 2 reached within B(?:.*\n)*?^population best member / '
+                       rf'tuned config, env steps to the target: ({NUMBER})(?:.*\n)*?^Curves: ',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
@@ -132,7 +133,8 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   multi_task = tmp_path_factory.mktemp('multi_task')
   jobs['multi_task'][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
   populations = tmp_path_factory.mktemp('pbt')
-  jobs['pbt_lunarlander'][0].append(f'--runs_dir={populations}')
+  jobs['pbt_lunarlander'][0].extend([f'--runs_dir={populations}',
+                                     f'--png={populations}/curves.png'])
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
