@@ -20,8 +20,10 @@ the population at once.
 `--backend=ray --ray_address=HOST:PORT` places the members on a Ray cluster's nodes, as
 tfrl-launch places its programs (`learners.ray_backend`; Ray Core actors, each running
 one member process): root_dir must be on a path every node sees, and
-`--ray_resources='{"pbt_member": {...}}'` pins members to nodes with those resources. Run again on the same root_dir, the population resumes: every
-member from its checkpoint, the rounds from its reports.
+`--ray_resources='{"pbt_member": {...}}'` pins members to nodes with those resources.
+
+Run again on the same root_dir, the population resumes: every member from its
+checkpoint, the rounds from its reports.
 
     tfrl-pbt --root_dir=/tmp/pbt --gin_file=ppo_lunarlander.gin --population_size=4 \
         --ready_interval=50000 \
