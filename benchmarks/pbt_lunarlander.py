@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
 from absl import app
@@ -49,6 +49,8 @@ flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run (a smoke run
                   'small num_train_steps and target).')
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'pbt'),
                     "Where each run's directory and summary go.")
+flags.DEFINE_bool('report_only', False, 'Report and draw what --runs_dir holds; run '
+                  'nothing.')
 flags.DEFINE_string('png', os.path.join(REPO, 'benchmarks', 'curves', 'pbt_lunarlander.png'),
                     'Learning curves, a panel per seed ("" for none).')
 FLAGS = flags.FLAGS
@@ -71,10 +73,13 @@ def _train_eval(root: str, bindings: List[str]) -> Dict[str, Any]:
           'log_tail': (result.stdout + result.stderr)[-1500:] if not match else ''}
 
 
-def _cached(path: str, run) -> Dict[str, Any]:
+def _cached(path: str, run) -> Optional[Dict[str, Any]]:
+  """The summary at `path`, else `run()`'s, saved there (None with --report_only)."""
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
+  if FLAGS.report_only:
+    return None
   value = run()
   with open(path, 'w') as f:
     json.dump(value, f, indent=1)
@@ -110,11 +115,13 @@ def _seed(seed: int) -> Dict[str, Any]:
   os.makedirs(runs, exist_ok=True)
   tuned = _cached(os.path.join(runs, 'tuned.json'), lambda: _train_eval(
       os.path.join(runs, 'tuned'), FLAGS.gin_bindings + [f'Experiment.seed = {seed}']))
-  if not tuned['reached']:
+  if tuned is None or not tuned['reached']:
     return {'seed': seed, 'tuned': tuned}
   budget_steps = tuned['train_step']  # B env steps: the tuned run's train steps
   pbt = _cached(os.path.join(runs, 'population.json'), lambda: _population(
       os.path.join(runs, 'population'), seed, budget_steps))
+  if pbt is None:
+    return {'seed': seed, 'tuned': tuned}
   alone = {}
   for member, start in sorted(pbt['starts'].items(), key=lambda kv: int(kv[0])):
     bindings = FLAGS.gin_bindings + [
@@ -186,19 +193,28 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
 
 def _report(result: Dict[str, Any]) -> str:
   tuned = result['tuned']
+  if tuned is None:
+    return f"seed {result['seed']}: not run (--report_only)"
   if 'population' not in result:
-    return f"seed {result['seed']}: the tuned config did not reach its target ({tuned})"
+    return (f"seed {result['seed']}: " + ('the population not run (--report_only)'
+            if tuned['reached'] else f'the tuned config did not reach its target ({tuned})'))
   pbt, alone = result['population'], result['alone']
-  solo = sum(run['reached'] for run in alone.values())
-  criterion = pbt['reached'] and solo <= len(alone) / 2
+  done = [run for run in alone.values() if run is not None]
+  solo = sum(run['reached'] for run in done)
+  if not pbt['reached'] or solo > len(alone) / 2:
+    criterion = 'NOT MET'
+  elif len(done) - solo >= len(alone) / 2:
+    criterion = 'MET'
+  else:
+    criterion = f'undecided ({len(alone) - len(done)} starting points not run)'
   where = (f"member {pbt['member']} at {pbt['env_steps']:,} env steps" if pbt['reached']
            else 'not reached')
+  each = ', '.join('not run' if run is None else str(run['env_steps']) if run['reached']
+                   else 'no' for run in alone.values())
   return (f"seed {result['seed']}: budget B = {tuned['env_steps']:,} env steps per run "
           f"({tuned['train_step']} train steps, the tuned config's) | population: {where}, "
           f"{pbt['copies']} copies, {pbt['seconds']:.0f} s | starting points alone: "
-          f"{solo} of {len(alone)} reached within B "
-          f"({', '.join(str(run['env_steps']) if run['reached'] else 'no' for run in alone.values())})"
-          f" | criterion {'MET' if criterion else 'NOT MET'}")
+          f"{solo} of {len(alone)} reached within B ({each}) | criterion {criterion}")
 
 
 def main(argv):
@@ -213,12 +229,13 @@ def main(argv):
     met += 'criterion MET' in line
     print(line, flush=True)
   print(f'criterion met on {met} of {len(FLAGS.seeds)} seeds')
-  reached = [r for r in results if r.get('population', {}).get('reached')]
+  reached = [r for r in results if (r.get('population') or {}).get('reached')]
   if reached:
     ratios = [r['population']['env_steps'] / r['tuned']['env_steps'] for r in reached]
     print(f'population best member / tuned config, env steps to the target: '
           f'{", ".join(f"{x:.2f}" for x in ratios)} (median {np.median(ratios):.2f}, '
-          f'{len(reached)} of {len(results)} seeds reached)')
+          f'{len(reached)} of {sum(bool(r.get("population")) for r in results)} populations '
+          'reached)')
   if FLAGS.png:
     _plot(results, FLAGS.png)
 
