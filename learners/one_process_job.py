@@ -284,17 +284,41 @@ class OneProcessJob:
       return 0
     self.env_steps_var.assign(self.env_steps)  # for a checkpoint written by this run
     with self.train_throughput.timing():
-      try:
-        self.exp.hybrid_schedule.run(self.learner, iterations,
-                                     self.dataset_only_iterator)
-      except tf.errors.OutOfRangeError as e:
-        raise RuntimeError(
-            f'No batch from {layout.experience_table!r} at {self.server.address} within '
-            f'{SAMPLE_TIMEOUT_MS / 1000:.0f} s although this process collected for it '
-            f'({self.writer.items_created} items written, {self.items_trained} trained '
-            'on).') from e
+      self._run_train_steps(iterations)
     self.items_trained += iterations * layout.items_per_train_step
     return iterations
+
+  def _run_train_steps(self, iterations: int) -> None:
+    """`iterations` train steps on the collected items, opening a new sample stream
+    once if the current one timed out.
+
+    The dataset asks for the next batch as soon as it hands one over, so that request
+    waits through whatever this process does before collecting again: an evaluation
+    of long episodes, a checkpoint, an export, on a loaded machine past the sample
+    timeout. The request ends the stream, not the items: they are still in the table,
+    and a new stream takes them.
+
+    Raises:
+      RuntimeError: the new stream got no batch either within the timeout.
+    """
+    first_step = self.learner.train_step_numpy
+    for attempt in range(2):
+      try:
+        done = self.learner.train_step_numpy - first_step  # steps before a timeout count
+        self.exp.hybrid_schedule.run(self.learner, iterations - done,
+                                     self.dataset_only_iterator)
+        return
+      except tf.errors.OutOfRangeError as e:
+        if attempt:
+          raise RuntimeError(
+              f'No batch from {self.exp.layout.experience_table!r} at '
+              f'{self.server.address} within {SAMPLE_TIMEOUT_MS / 1000:.0f} s although '
+              f'this process collected for it ({self.writer.items_created} items '
+              f'written, {self.items_trained} trained on).') from e
+        logs.progress('The sample stream timed out while this process was not training '
+                      '(an evaluation or a save of over %.0f s); opening a new one.',
+                      SAMPLE_TIMEOUT_MS / 1000)
+        self.learner.reset_iterator()
 
   def evaluate(self) -> bool:
     """Evaluates the greedy policy, records and logs it; returns whether it reached

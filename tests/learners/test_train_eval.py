@@ -6,11 +6,14 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import tensorflow as tf
 
+from learners import callbacks
 from learners import config
+from learners import one_process_job
 from learners import train_eval
 from tfrl import export
 
@@ -286,3 +289,25 @@ def test_a_stop_during_an_evaluation_ends_it_and_the_job_saves(tmp_path, capsys)
       capsys.readouterr().err)
   assert result['history'] == [] and result['train_step'] == 25
   assert export.exported_train_step(result['greedy_policy_dir']) == 25
+
+
+class _SlowEvaluation(callbacks.Callback):
+  """Makes each evaluation outlast the sample timeout, as 20 long LunarLander episodes
+  on a loaded machine did (the train step's fetch-ahead sample waits through it)."""
+
+  def on_evaluation(self, row):
+    time.sleep(2.5)
+
+
+def test_a_sample_timing_out_during_a_long_evaluation_does_not_end_the_job(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(one_process_job, 'SAMPLE_TIMEOUT_MS', 1000)
+  result = train_eval.run(
+      str(tmp_path / 'run'), ['ppo_cartpole.gin'], num_envs=4, batch_size=4,
+      layout_settings=dict(unroll_length=8), collect_steps_per_iteration=8,
+      train_steps_per_iteration=1, num_train_steps=12, eval_interval=4,
+      num_eval_episodes=1, target_return=None, checkpoint_interval=12,
+      policy_checkpoint_interval=12, callbacks=[_SlowEvaluation()])
+  assert result['train_step'] == 12
+  # It happened (two evaluations mid-run) and the job went on with a new stream.
+  assert capsys.readouterr().err.count('The sample stream timed out') == 2
