@@ -136,7 +136,7 @@ class CommonOptions:
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
   """Where the programs of a launcher (tfrl-launch, tfrl-pbt) run: this host, or a Ray
-  cluster (`define_ray_flags`, `ray_backend_from_options`)."""
+  cluster (`define_ray_flags`, `ray_backend_from_flags`)."""
   backend: str = option(
       'local', 'local: every program a subprocess of this host. ray: processes placed by '
       "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path every "
@@ -212,6 +212,9 @@ def ray_backend_from_flags(trainer_gpus: Optional[float] = None,
   Args:
     trainer_gpus, member_gpus: GPUs a trainer, a population member asks for (see
       `ray_backend.RayBackend`).
+
+  Returns:
+    The connected backend, or None for --backend=local.
   """
   options = options_from_flags(RayOptions)
   if options.backend != 'ray':
