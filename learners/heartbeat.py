@@ -19,6 +19,11 @@ from typing import Dict, Iterator, Optional
 # Activities that are the program's own work: no progress during one of them is a stall.
 # Waiting ('wait for server', 'wait for data') is not: the process waits on another.
 WORK_ACTIVITIES = frozenset({'env step', 'sample', 'push', 'insert', 'train', 'eval'})
+# A job held still on purpose: a population member's trainer waits for the population's
+# decision (learners/trainer_member.py) for as long as the slowest member takes to
+# report. The collectors blocked behind it (a rate limiter holds their inserts) are not
+# stalled while it holds, and their stall clock starts again when it lets go.
+HOLD_ACTIVITIES = frozenset({'wait for the population'})
 
 
 def status_dir(root_dir: str) -> str:
@@ -153,6 +158,7 @@ class Monitor:
     self._stall_timeout_s, self._silence_timeout_s = stall_timeout_s, silence_timeout_s
     # name -> (counters, wall time they were first seen at that value)
     self._last_progress: Dict[str, tuple] = {}
+    self._held_at = 0.0  # when a process was last seen holding the job (HOLD_ACTIVITIES)
 
   def _beats(self) -> Iterator[tuple]:
     try:
@@ -181,16 +187,18 @@ class Monitor:
     """name -> (state line, seconds the state has lasted)."""
     now = time.time() if now is None else now
     states = {}
-    for name, beat in self._beats():
-      if _exited(beat):
-        continue  # ended (or a file from an earlier run): the launcher judges exits
+    beats = [(name, beat) for name, beat in self._beats() if not _exited(beat)]
+    # (An exited process's file, or one from an earlier run: the launcher judges exits.)
+    if any(beat.get('activity') in HOLD_ACTIVITIES for _, beat in beats):
+      self._held_at = now
+    for name, beat in beats:
       counters = beat.get('counters', {})
       seen = self._last_progress.get(name)
       if seen is None or seen[0] != counters:
         self._last_progress[name] = seen = (counters, now)
       silent_s = now - float(beat.get('time', now))
       activity = beat.get('activity', '?')
-      still_s = now - max(seen[1], float(beat.get('since', now)))
+      still_s = now - max(seen[1], float(beat.get('since', now)), self._held_at)
       if silent_s > self._silence_timeout_s:
         states[name] = (f'not answering ({silent_s:.0f} s)', silent_s)
       elif (self._stall_timeout_s > 0 and activity in WORK_ACTIVITIES

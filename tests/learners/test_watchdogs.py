@@ -87,6 +87,26 @@ def test_monitor_progress_resets_the_stall_clock_and_zero_disables(tmp_path):
   assert off.check(now=t0 + 100) == {'collector_0': 'not answering (85 s)'}
 
 
+def test_a_trainer_waiting_for_its_population_holds_off_the_stall_clock(tmp_path):
+  """A population member's trainer waits for the population's decision: the collector
+  blocked behind it is not stalled then, and is again 8 s after the wait ends."""
+  root, t0 = str(tmp_path), 1000.0
+  monitor = heartbeat.Monitor(root, stall_timeout_s=8, silence_timeout_s=5)
+  _write_beat(root, 'collector_0', t0, 'env step', t0, env_steps=10)
+  _write_beat(root, 'train', t0, 'wait for the population', t0, train_step=3)
+  monitor.check(now=t0)
+  for t in (t0 + 4, t0 + 9, t0 + 30):  # a long wait: the slowest member reports late
+    _write_beat(root, 'collector_0', t, 'env step', t0, env_steps=10)
+    _write_beat(root, 'train', t, 'wait for the population', t0, train_step=3)
+    assert monitor.stalled(now=t) is None, t
+  _write_beat(root, 'train', t0 + 31, 'train or wait for data', t0 + 31, train_step=3)
+  for t in (t0 + 34, t0 + 39):  # let go at 30 s; the collector still makes no progress
+    _write_beat(root, 'collector_0', t, 'env step', t0, env_steps=10)
+    _write_beat(root, 'train', t, 'train or wait for data', t0 + 31, train_step=3)
+  assert monitor.stalled(now=t0 + 37) is None
+  assert monitor.stalled(now=t0 + 39) == 'collector_0 stalled (env step, 9 s)'
+
+
 def test_monitor_skips_unreadable_files_and_missing_dir(tmp_path):
   root = str(tmp_path)
   assert heartbeat.Monitor(root).check() == {}
