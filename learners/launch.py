@@ -22,6 +22,10 @@ had to be killed at the stop; 5 when a process stalled or stopped answering for
 starts. Children also get SIGTERM if the launcher itself is killed, so none are
 orphaned. Everything listens and connects on loopback addresses.
 
+With --pbt_dir and --member the job is a member of a population (`tfrl-pbt
+--member_program=launch`): the trainer reports at the ready points
+(learners/trainer_member.py) and the launcher writes the member's result at the end.
+
 This module is the command line; the `Launcher` it drives (also the notebooks' API,
 importable from here) is in learners/launcher.py, its status line in
 learners/job_status.py.
@@ -40,7 +44,9 @@ from learners import heartbeat
 from learners import launcher as launcher_lib
 from learners import process
 from learners import program
+from learners import ready_points
 from learners import stop_plan
+from learners import trainer_member
 from learners import validation
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -78,6 +84,8 @@ class Options:
 config.define_common_flags()
 config.define_flags(Options)
 config.define_ray_flags()
+# A population's member (`learners.pbt --member_program=launch`): passed to the trainer.
+ready_points.define_member_flags()
 FLAGS = flags.FLAGS
 
 
@@ -124,7 +132,8 @@ def _main() -> None:
   try:
     launcher = Launcher(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         options.num_collectors, options.port, backend=backend,
-                        stop_grace_s=options.stop_grace_s, overwrite=FLAGS.overwrite)
+                        stop_grace_s=options.stop_grace_s, overwrite=FLAGS.overwrite,
+                        trainer_args=_member_args())
     # The trainer takes root_dir's lock; probing it here refuses a busy root_dir before
     # any program starts.
     run_dir.RootDirLock(launcher.root_dir).release()
@@ -133,6 +142,17 @@ def _main() -> None:
   except ValueError as e:  # --stop_grace_s
     config.fail(f'--stop_grace_s: {e}')
   _run_job(launcher, options)
+
+
+def _member_args():
+  """The trainer's flags that make this job a population's member, if it is one."""
+  if not FLAGS.pbt_dir:
+    return []
+  if FLAGS.member is None:
+    config.fail('--pbt_dir names a population: --member must say which member this is')
+  return [f'--pbt_dir={os.path.abspath(FLAGS.pbt_dir)}', f'--member={FLAGS.member}',
+          f'--ready_interval={FLAGS.ready_interval}',
+          f'--decision_timeout_s={FLAGS.decision_timeout_s}']
 
 
 def _run_job(launcher: Launcher, options: Options) -> None:
@@ -165,6 +185,9 @@ def _run_job(launcher: Launcher, options: Options) -> None:
   # After Ctrl-C/SIGTERM `wait` returned nothing: the evaluator's file has what it did.
   results = results or launcher.eval_results()
   last = results[-1] if results else {}
+  if FLAGS.pbt_dir:  # the runner reads the member's end from its result
+    trainer_member.write_result(ready_points.ReadyPoints(
+        FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval), launcher.root_dir)
   print(f'Job finished: last eval return '
         f'{metrics.format_return(last.get("return", float("nan")))} at train '
         f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '

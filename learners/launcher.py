@@ -49,7 +49,7 @@ class Launcher:
                port: int = 0, python: str = sys.executable,
                backend: Optional['ray_backend.RayBackend'] = None,
                stop_grace_s: float = stop_plan.DEFAULT_STOP_GRACE_S,
-               overwrite: bool = False):
+               overwrite: bool = False, trainer_args: Sequence[str] = ()):
     """Args:
       root_dir: the job directory (logs go to root_dir/logs).
       gin_files, gin_bindings: passed to every program (and parsed here for status).
@@ -59,6 +59,7 @@ class Launcher:
       backend: a `ray_backend.RayBackend` places the programs on a Ray cluster's nodes;
         None runs them as subprocesses of this host.
       overwrite: passed to the trainer, which owns root_dir (see `tfrl.run_dir.claim`).
+      trainer_args: more flags for the trainer (a population member's: --pbt_dir, ...).
 
     Raises:
       learners.config.ConfigError: a missing gin file, a bad binding or Experiment
@@ -95,6 +96,7 @@ class Launcher:
                     experiment.dataset_dir)
     self._backend = backend
     self._overwrite = overwrite
+    self._trainer_args = list(trainer_args)
     # 0: the server picks its port as it binds it and writes it to root_dir/PORT_FILE
     # (a backend's server, on its node). A port picked here stayed free for the
     # seconds until the server bound it, and another job could take it meanwhile:
@@ -173,7 +175,8 @@ class Launcher:
     # Once per job, on the launcher's console (the server's own goes to its log).
     replay.warn_exposed(self.port)
     reverb_flag = f'--reverb_address={self.address}'
-    self._spawn('train', 'train', [reverb_flag] + ['--overwrite'] * self._overwrite)
+    self._spawn('train', 'train',
+                [reverb_flag] + ['--overwrite'] * self._overwrite + self._trainer_args)
     for task in range(self._num_collectors):
       self._spawn(f'collect_{task}', 'collect', [
           reverb_flag, f'--task_id={task}', f'--num_collectors={self._num_collectors}'])

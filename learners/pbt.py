@@ -1,7 +1,9 @@
 """tfrl-pbt: population-based training of one config (Jaderberg et al. 2017).
 
-Starts `--population_size` members, each a one-process job (`learners.pbt_member`) in
-`<root_dir>/member_<i>` with hyperparameters drawn from `--bounds`. At each ready point
+Starts `--population_size` members, each a one-process job (`learners.pbt_member`) or,
+with `--member_program=launch`, a launched job (`learners.launch`, its trainer reporting:
+`learners.trainer_member`) in `<root_dir>/member_<i>` with hyperparameters drawn from
+`--bounds`. At each ready point
 (every `--ready_interval` env steps, at the member's next evaluation) every member
 reports and waits; once all running members have reported, the bottom quarter copies a
 random top-quarter member's checkpoint and takes its hyperparameters, perturbed
@@ -79,6 +81,8 @@ def parse_bounds(text: str) -> Dict[str, population.Bound]:
   return bounds
 
 
+# What runs one member: a one-process job, or a launched job (learners/trainer_member.py).
+MEMBER_PROGRAMS = ('train_eval', 'launch')
 # Exit statuses a restart cannot fix: every member runs the same config and disk.
 _NOT_RETRIED = {2: 'bad flags or settings', process.EXIT_DISK_FULL: 'disk full'}
 
@@ -102,7 +106,8 @@ class Population:
                ready_interval: int = 50_000, seed: int = 0, quantile: float = 0.25,
                resample_probability: float = 0.25, max_restarts: int = 2,
                python: str = sys.executable,
-               backend: Optional['ray_backend.RayBackend'] = None):
+               backend: Optional['ray_backend.RayBackend'] = None,
+               member_program: str = 'train_eval', member_collectors: int = 1):
     """Args:
       root_dir: the population's directory: member_<i>/ (each member's job) and pbt/.
       gin_files, gin_bindings: the config every member trains.
@@ -116,12 +121,22 @@ class Population:
       python: the interpreter that runs the members (on every node).
       backend: a `ray_backend.RayBackend` places the members on a Ray cluster's nodes
         (root_dir on a path every node sees); None: subprocesses of this host.
+      member_program: 'train_eval': each member is one process (`learners.pbt_member`);
+        'launch': each is a launched job (`learners.launch`: its own Reverb server,
+        trainer, collectors and evaluator; the trainer reports, `learners.trainer_member`).
+      member_collectors: collectors of each launched member.
 
     Raises:
-      ValueError: population_size < 2.
+      ValueError: population_size < 2, an unknown member_program, member_collectors < 1.
     """
     if population_size < 2:
       raise ValueError(f'population_size must be >= 2, got {population_size}')
+    if member_program not in MEMBER_PROGRAMS:
+      raise ValueError(f'member_program must be one of {sorted(MEMBER_PROGRAMS)}, got '
+                       f'{member_program!r}')
+    if member_collectors < 1:
+      raise ValueError(f'member_collectors must be >= 1, got {member_collectors}')
+    self.member_program, self.member_collectors = member_program, member_collectors
     self.root_dir, self.pbt_dir = root_dir, os.path.join(root_dir, 'pbt')
     self.gin_files, self.gin_bindings = list(gin_files), list(gin_bindings)
     self.bounds, self.ready_interval, self.seed = dict(bounds), ready_interval, seed
@@ -163,9 +178,14 @@ class Population:
 
   def _command(self, member: _Member) -> List[str]:
     bindings = self.gin_bindings + [f'Experiment.seed = {self.seed * 1000 + member.index}']
-    return ([self.python, '-u', '-m', 'learners.pbt_member', f'--root_dir={member.root_dir}',
+    if self.member_program == 'launch':
+      program_args = ['learners.launch', f'--num_collectors={self.member_collectors}',
+                      '--status_interval_s=30']
+    else:
+      program_args = ['learners.pbt_member', '--progress_bar=off']
+    return ([self.python, '-u', '-m', program_args[0], f'--root_dir={member.root_dir}',
              f'--pbt_dir={self.pbt_dir}', f'--member={member.index}',
-             f'--ready_interval={self.ready_interval}', '--progress_bar=off'] +
+             f'--ready_interval={self.ready_interval}', *program_args[1:]] +
             [f'--gin_file={f}' for f in self.gin_files] +
             [f'--gin_bindings={b}' for b in bindings])
 
@@ -349,6 +369,11 @@ flags.DEFINE_float('resample_probability', 0.25, 'Chance a hyperparameter is res
                    'instead of perturbed.')
 flags.DEFINE_integer('max_restarts', 2, 'Restarts of one member (killed: from its '
                      'checkpoint; failed with an error: as a copy of a top member).')
+flags.DEFINE_enum('member_program', 'train_eval', list(MEMBER_PROGRAMS),
+                  'train_eval: each member is one process; launch: each is a launched job '
+                  '(Reverb server, trainer, collectors, evaluator), its trainer reporting.')
+flags.DEFINE_integer('member_collectors', 1, 'With --member_program=launch: collectors of '
+                     'each member.')
 flags.DEFINE_float('ray_member_gpus', 0.0, 'With --backend=ray: GPUs each member asks for '
                    '(a fraction: members share a GPU).')
 config.define_common_flags()
@@ -360,13 +385,18 @@ def _main() -> None:
   try:
     bounds = parse_bounds(FLAGS.bounds or '')
   except ValueError as e:
-    config.fail(str(e))
+    config.fail(str(e))  # before any Ray cluster is reached
   backend = config.ray_backend_from_flags(trainer_gpus=0.0,
                                          member_gpus=FLAGS.ray_member_gpus)
-  runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings, bounds,
-                      FLAGS.population_size, FLAGS.ready_interval, FLAGS.seed,
-                      FLAGS.quantile, FLAGS.resample_probability, FLAGS.max_restarts,
-                      backend=backend)
+  try:
+    runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
+                        bounds, FLAGS.population_size,
+                        FLAGS.ready_interval, FLAGS.seed, FLAGS.quantile,
+                        FLAGS.resample_probability, FLAGS.max_restarts, backend=backend,
+                        member_program=FLAGS.member_program,
+                        member_collectors=FLAGS.member_collectors)
+  except ValueError as e:  # bounds, sizes
+    config.fail(str(e))
   # SIGTERM / SIGINT / SIGHUP: stop every member (each saves), then end.
   best = process.run_until_signal(runner.run, 'tfrl-pbt', grace_s=_STOP_GRACE_S)
   print(f'Best member: {best["best_member"]} (eval return '

@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from typing import Optional
 
 from absl import flags
 from absl import logging
@@ -36,6 +37,8 @@ from learners import eval_barrier
 from learners import heartbeat as heartbeat_lib
 from learners import process
 from learners import program
+from learners import ready_points
+from learners import trainer_member
 from learners.experiment import Experiment
 from tfrl import distribute
 from tfrl import logs
@@ -72,6 +75,7 @@ flags.DEFINE_enum('strategy', 'default', list(distribute.STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
 config.define_flags(Options)
+ready_points.define_member_flags()  # a population's member (learners/trainer_member.py)
 FLAGS = flags.FLAGS
 _PROBE_INTERVAL_S = 5.0
 
@@ -180,7 +184,8 @@ def _held_by_evaluator(barrier: eval_barrier.TrainerSide, learner, variables,
 
 def train(experiment: Experiment, root_dir: str, address: str,
           strategy: tf.distribute.Strategy, stop_event: threading.Event,
-          options: Options = Options()) -> int:
+          options: Options = Options(),
+          member: Optional[ready_points.ReadyPoints] = None) -> int:
   """Trains until the step budget or a stop; returns the final train step.
 
   Every normal end (the budget, or a stop signal) writes the final checkpoint and, on
@@ -193,14 +198,18 @@ def train(experiment: Experiment, root_dir: str, address: str,
     strategy: the `tf.distribute` strategy to train under.
     stop_event: set to stop (after the current run, with the final saves).
     options: see `Options`.
+    member: this job is a member of a population (`learners.trainer_member`).
 
   Returns:
     The final train step.
 
   Raises:
     NoExperienceError: no experience for --data_timeout_s (after the final save).
+    ValueError: a member under --strategy=multi_worker, or with an agent a population
+      cannot change.
+    TimeoutError: a member's decision did not come (the population runner is gone).
   """
-  trainer = _Trainer(experiment, root_dir, address, strategy, stop_event, options)
+  trainer = _Trainer(experiment, root_dir, address, strategy, stop_event, options, member)
   if trainer.is_chief:
     trainer.variables.push()
   # The Learner's constructor built the train function (before the push above, which
@@ -221,7 +230,7 @@ class _Trainer:
 
   def __init__(self, experiment: Experiment, root_dir: str, address: str,
                strategy: tf.distribute.Strategy, stop_event: threading.Event,
-               options: Options):
+               options: Options, member: Optional[ready_points.ReadyPoints] = None):
     """Claims root_dir (the chief), builds the agent and the Learner, and starts the
     server watchdog."""
     self.experiment, self.root_dir, self.address = experiment, root_dir, address
@@ -235,6 +244,7 @@ class _Trainer:
     job_dir = (root_dir if self.is_chief else
                os.path.join(root_dir, f'worker_{self.task_id}'))
     train_step, agent = experiment.build_agent(strategy)
+    self.agent = agent
     replay.wait_for_server(address)
     self.layout = layout = experiment.layout
     replay.check_table_signature(address, layout.experience_table,
@@ -263,6 +273,13 @@ class _Trainer:
     # collector must not be the one named. A frozen trainer stops beating.
     self.beat = heartbeat_lib.Heartbeat(
         root_dir, 'train' if self.is_chief else f'train_worker_{self.task_id}')
+    self.member = None
+    if member is not None:
+      if self.multi_worker:  # the workers would wait for the chief in a collective
+        raise ValueError('a population member trains under one worker, not '
+                         '--strategy=multi_worker')
+      self.member = trainer_member.TrainerMember(member, root_dir, address, layout,
+                                                 self.beat)
 
   def train_until_done(self) -> None:
     """Trains to the step budget, a stop, or the target the evaluator confirmed.
@@ -284,6 +301,8 @@ class _Trainer:
                if self.is_chief and not self.multi_worker else None)
     self.beat.start()
     self.beat.set_activity('train or wait for data')
+    if self.member is not None:
+      self.member.start(self.agent, learner, self.stop_event)
     while (learner.train_step_numpy < experiment.num_train_steps and
            not self.stop_event.is_set()):
       self.loop_heartbeat.beat()  # this thread is not stuck in a sample
@@ -298,6 +317,8 @@ class _Trainer:
       loss_info = self._run_once()
       if loss_info is None:
         continue
+      if self.member is not None:
+        self.member.maybe_report(learner.train_step_numpy)  # may take others' weights
       if self.is_chief:
         self._push()
       if time.monotonic() - last_log >= self.options.log_interval_s:
@@ -363,9 +384,13 @@ def _main() -> None:
   strategy = distribute.get_strategy(FLAGS.strategy, tpu=FLAGS.tpu)
   experiment = config.parse_from_flags()
   options = config.options_from_flags(Options, FLAGS)
+  member = None
+  if FLAGS.pbt_dir:
+    member = ready_points.ReadyPoints(FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval,
+                                      FLAGS.decision_timeout_s)
   process.run_program(
       lambda stop_event: train(experiment, FLAGS.root_dir, FLAGS.reverb_address, strategy,
-                               stop_event, options),
+                               stop_event, options, member),
       'trainer')
 
 

@@ -245,3 +245,54 @@ def test_the_runner_and_its_member_program_import_into_one_process():
   """Both take --ready_interval (a notebook or a test may import both)."""
   from learners import pbt_member  # pylint: disable=g-import-not-at-top
   assert pbt_member.FLAGS['ready_interval'].default == 50_000
+
+
+def test_a_population_of_launched_jobs_reports_from_its_trainers_and_copies(tmp_path):
+  """--member_program=launch: each member is a job of programs (server, trainer, one
+  collector, evaluator); its trainer reports the evaluator's returns at the ready points
+  and takes the copies, which reach its next report; the launchers end cleanly."""
+  root = str(tmp_path / 'run')
+  # A longer budget than the one-process test's: the trainer runs ahead of its
+  # evaluator, and a member must not end before an evaluation past its first ready point.
+  bindings = BINDINGS + ['Experiment.num_train_steps = 40']
+  runner = pbt.Population(root, ['ppo_cartpole.gin'], bindings, pbt.parse_bounds(BOUNDS),
+                          population_size=2, ready_interval=2048, seed=1,
+                          member_program='launch', member_collectors=1)
+  best = runner.run()
+
+  events = population.read(runner.lineage.path)
+  ends = [e for e in events if e['event'] == 'end']
+  assert sorted((e['member'], e['returncode']) for e in ends) == [(0, 0), (1, 0)], (
+      events, _tails(root))
+  readies = [e for e in events if e['event'] == 'ready']
+  assert {e['round'] for e in readies} >= {1, 2}, readies
+  for event in readies:  # the server's env steps, at or past the ready point
+    assert event['env_steps'] >= 2048 * event['round'], event
+  copies = [e for e in events if e['event'] == 'exploit']
+  assert copies, (events, _tails(root))
+  for copy in copies:
+    member = copy['member']
+    with open(os.path.join(root, f'member_{member}', 'logs', 'train.log')) as f:
+      log = f.read()
+    assert f"Population member {member} took member {copy['source']}'s weights" in log
+    later = [e for e in readies if e['member'] == member and e['round'] == copy['round'] + 1]
+    for event in later:  # the copied settings, perturbed, are what it trained with next
+      for name, value in copy['hyperparameters'].items():
+        assert event['hyperparameters'][name] == pytest.approx(value, rel=1e-6)
+  # The evaluator's returns are what the members reported.
+  for event in readies:
+    with open(os.path.join(root, f'member_{event["member"]}', 'eval', 'results.json')) as f:
+      returns = [row['return'] for row in json.load(f)]
+    assert event['score'] in returns, event
+  assert best['scores'][str(best['best_member'])] == max(best['scores'].values())
+  config.parse(['ppo_cartpole.gin'], bindings)
+  assert evaluate_export(best['greedy_policy_dir'], seed=0) > 0
+
+
+def _tails(root: str) -> str:
+  """The ends of the members' launcher logs, for a failure's message."""
+  text = []
+  for member in (0, 1):
+    with open(os.path.join(root, 'pbt', f'member_{member}.log')) as f:
+      text.append(f'member_{member}.log:\n' + ''.join(f.readlines()[-15:]))
+  return '\n'.join(text)
