@@ -47,6 +47,9 @@ flags.DEFINE_string('binding_prefix', 'create_ppo_agent',
                     'Where a starting point trained alone binds its settings.')
 flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run (a smoke run: a '
                   'small num_train_steps and target).')
+flags.DEFINE_enum('member_program', 'train_eval', ['train_eval', 'launch'],
+                  "The population's members: one-process jobs, or launched jobs.")
+flags.DEFINE_integer('member_collectors', 1, 'Collectors of each launched member.')
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'pbt'),
                     "Where each run's directory and summary go.")
 flags.DEFINE_bool('report_only', False, 'Report and draw what --runs_dir holds; run '
@@ -92,7 +95,8 @@ def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
       [sys.executable, '-m', 'learners.pbt', f'--root_dir={root}',
        f'--gin_file={FLAGS.gin_file}', f'--population_size={FLAGS.population_size}',
        f'--ready_interval={FLAGS.ready_interval}', f'--bounds={FLAGS.bounds}',
-       f'--seed={seed}'] +
+       f'--seed={seed}', f'--member_program={FLAGS.member_program}',
+       f'--member_collectors={FLAGS.member_collectors}'] +
       [f'--gin_bindings={b}' for b in FLAGS.gin_bindings +
        [f'Experiment.num_train_steps = {budget_steps}']],
       cwd=REPO, capture_output=True, text=True)
@@ -110,6 +114,12 @@ def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
           'log_tail': '' if result.returncode == 0 else result.stderr[-1500:]}
 
 
+def _population_dir() -> str:
+  """Where a seed's population runs: launched members beside one-process ones, so both
+  compare with the same tuned run and starting points."""
+  return 'population' if FLAGS.member_program == 'train_eval' else 'population_launch'
+
+
 def _seed(seed: int) -> Dict[str, Any]:
   runs = os.path.join(FLAGS.runs_dir, f's{seed}')
   os.makedirs(runs, exist_ok=True)
@@ -118,8 +128,8 @@ def _seed(seed: int) -> Dict[str, Any]:
   if tuned is None or not tuned['reached']:
     return {'seed': seed, 'tuned': tuned}
   budget_steps = tuned['train_step']  # B env steps: the tuned run's train steps
-  pbt = _cached(os.path.join(runs, 'population.json'), lambda: _population(
-      os.path.join(runs, 'population'), seed, budget_steps))
+  pbt = _cached(os.path.join(runs, f'{_population_dir()}.json'), lambda: _population(
+      os.path.join(runs, _population_dir()), seed, budget_steps))
   if pbt is None:
     return {'seed': seed, 'tuned': tuned}
   alone = {}
@@ -155,6 +165,14 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   from learners import population  # pylint: disable=g-import-not-at-top
   results = [r for r in results if 'population' in r]
+  # The summaries kept in the repository (benchmarks/runs/pbt) have no runs to draw.
+  drawable = [r for r in results if os.path.exists(os.path.join(
+      FLAGS.runs_dir, f's{r["seed"]}', _population_dir(), 'pbt', 'lineage.jsonl'))]
+  missing = [r['seed'] for r in results if r not in drawable]
+  if missing:
+    print(f'No curves for seeds {missing}: {FLAGS.runs_dir} has their summaries, not '
+          'their runs.')
+  results = drawable
   if not results:
     return
   figure, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8),
@@ -163,7 +181,7 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
     runs = os.path.join(FLAGS.runs_dir, f's{result["seed"]}')
     tuned = _eval_curve(os.path.join(runs, 'tuned'))
     axis.plot(*zip(*tuned), color='black', linewidth=1.2, label='tuned config')
-    copies = [e for e in population.read(os.path.join(runs, 'population', 'pbt',
+    copies = [e for e in population.read(os.path.join(runs, _population_dir(), 'pbt',
                                                       'lineage.jsonl'))
               if e['event'] == 'exploit']
     for index, member in enumerate(sorted(result['alone'], key=int)):
@@ -172,7 +190,7 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
       if alone:
         axis.plot(*zip(*alone), color=color, linestyle='--', linewidth=0.8, alpha=0.7,
                   label='alone' if index == 0 else None)
-      curve = _eval_curve(os.path.join(runs, 'population', f'member_{member}'))
+      curve = _eval_curve(os.path.join(runs, _population_dir(), f'member_{member}'))
       if curve:
         axis.plot(*zip(*curve), color=color, linewidth=1.4, label=f'member {member}')
       steps = [c['env_steps'] for c in copies if str(c['member']) == member]
