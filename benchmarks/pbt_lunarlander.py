@@ -180,7 +180,8 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
   for axis, result in zip(axes[0], results):
     runs = os.path.join(FLAGS.runs_dir, f's{result["seed"]}')
     tuned = _eval_curve(os.path.join(runs, 'tuned'))
-    axis.plot(*zip(*tuned), color='black', linewidth=1.2, label='tuned config')
+    if tuned:  # (a summary without its run: no curve)
+      axis.plot(*zip(*tuned), color='black', linewidth=1.2, label='tuned config')
     copies = [e for e in population.read(os.path.join(runs, _population_dir(), 'pbt',
                                                       'lineage.jsonl'))
               if e['event'] == 'exploit']
@@ -193,7 +194,7 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
       curve = _eval_curve(os.path.join(runs, _population_dir(), f'member_{member}'))
       if curve:
         axis.plot(*zip(*curve), color=color, linewidth=1.4, label=f'member {member}')
-      steps = [c['env_steps'] for c in copies if str(c['member']) == member]
+      steps = [c['env_steps'] for c in copies if str(c['member']) == member and curve]
       axis.plot(steps, [float(np.interp(x, *zip(*curve))) for x in steps], 'x',
                 color=color, markersize=8)
     axis.axhline(200, color='grey', linestyle=':', linewidth=0.8)
