@@ -6,12 +6,17 @@ import signal
 import sys
 import threading
 import time
+import types
 
 import pytest
+import tensorflow as tf
 
 from learners import config
+from learners import heartbeat
 from learners import pbt
 from learners import population
+from learners import ready_points
+from learners import trainer_member
 from programs import evaluate_export  # tests/learners/programs.py
 
 BINDINGS = ['Experiment.num_train_steps = 24', 'Experiment.eval_interval = 4',
@@ -296,3 +301,47 @@ def _tails(root: str) -> str:
     with open(os.path.join(root, 'pbt', f'member_{member}.log')) as f:
       text.append(f'member_{member}.log:\n' + ''.join(f.readlines()[-15:]))
   return '\n'.join(text)
+
+
+def test_a_launched_member_counts_env_steps_from_its_server_and_reports_a_later_eval(
+    tmp_path, monkeypatch):
+  """A resumed launched member counts on from its last report (the job's new server
+  counts from 0), and reports the evaluator's first result finished after its env steps
+  passed the ready point, not an older one."""
+  pbt_dir, root = str(tmp_path / 'pbt'), str(tmp_path / 'member_0')
+  directory = population.member_dir(pbt_dir, 0)
+  population.write_json(os.path.join(directory, 'report_2.json'), {
+      'round': 2, 'env_steps': 100_000, 'train_step': 90, 'score': 1.0,
+      'checkpoint': 'unused', 'hyperparameters': {'learning_rate': 1e-3}})
+  population.write_json(os.path.join(directory, 'applied.json'), {'round': 2})
+  inserted = [1000]  # the job's server: items taken in since it started
+  monkeypatch.setattr(trainer_member.replay, 'inserted_items',
+                      lambda address, table: inserted[0])
+  monkeypatch.setattr(trainer_member, '_LOOK_INTERVAL_S', 0.0)
+  saved = []
+  learner = types.SimpleNamespace(train_step_numpy=95, train_step=tf.Variable(95),
+                                  save_checkpoint=lambda: saved.append(1) or 'ckpt-95')
+  agent = types.SimpleNamespace(_optimizer=types.SimpleNamespace(
+      learning_rate=tf.Variable(1e-3)))
+  layout = types.SimpleNamespace(experience_table='queue', env_steps_per_item=64)
+  member = trainer_member.TrainerMember(
+      ready_points.ReadyPoints(pbt_dir, 0, ready_interval=50_000), root, '127.0.0.1:1',
+      layout, heartbeat.Heartbeat(root, 'train'))
+  member.start(agent, learner, threading.Event())
+  assert member.env_steps() == 100_000
+  inserted[0] = 1000 + 700  # 44,800 env steps on: short of 150,000
+  assert member.env_steps() == 144_800 and not member.maybe_report(96)
+  inserted[0] = 1000 + 800  # past it; the evaluator's last result is older
+  results = os.path.join(root, 'eval', 'results.json')
+  population.write_json(results, [{'train_step': 94, 'return': -50.0,
+                                   'time': time.time() - 5}])
+  assert not member.maybe_report(97)
+  population.write_json(results, [{'train_step': 94, 'return': -50.0, 'time': 0.0},
+                                  {'train_step': 97, 'return': 120.0,
+                                   'time': time.time() + 1}])
+  population.write_json(os.path.join(directory, 'decision_3.json'), {'action': 'continue'})
+  assert member.maybe_report(98)
+  report = population.read_json(os.path.join(directory, 'report_3.json'))
+  assert (report['env_steps'], report['train_step'], report['score']) == (151_200, 98, 120.0)
+  assert report['checkpoint'] == 'ckpt-95' and saved == [1]
+  assert member.points.next_round == 4
