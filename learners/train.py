@@ -46,6 +46,7 @@ from tfrl import metrics
 from tfrl import replay
 from tfrl import run_dir
 from tfrl import triggers
+from tfrl.agents import interface
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +258,8 @@ class _Trainer:
           root_dir, agent, train_step, experiment.policy_checkpoint_interval,
           saved_model_interval=experiment.saved_model_interval or 0)
     self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    # Collectors act only on their turns, given by this trainer's pushes (pacing.py).
+    self.paced = layout.trains_on_collected_items and interface.on_policy(agent)
     sample_timeout_ms = -1 if self.multi_worker else int(options.sample_timeout_s * 1000)
     self.learner = experiment.make_learner(
         job_dir, address, agent, train_step, strategy, sample_timeout_ms=sample_timeout_ms,
@@ -352,6 +355,13 @@ class _Trainer:
       logs.progress('Waiting for experience from %s at %s (%.0f s so far).',
                    self.layout.experience_table, self.address, now - self._starved_since)
       learner.reset_iterator()
+      if self.paced and self.is_chief:
+        # The queue gives each item once, and a paced collector acts only on its turns:
+        # items that never reached a batch (a stream that ended after taking them)
+        # would be made by nobody, and this trainer and its collectors would wait on
+        # each other. A push gives the collectors their next turn (one that consumes
+        # nothing only moves turns earlier, which the queue's capacity bounds).
+        self._push()
       return None
     self._starved_since = None
     return loss_info

@@ -16,7 +16,8 @@ import numpy as np
 import portpicker
 import tensorflow as tf
 
-from programs import GIN, SMALL, checkpoint_step, gin_args, program_env, wait_until
+from programs import (GIN, SMALL, START_TIMEOUT_S, answers, checkpoint_step, gin_args,
+                      program_env, wait_until)
 from tfrl import replay
 
 
@@ -107,6 +108,27 @@ def test_killed_trainer_resumes_from_latest_checkpoint(programs):
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
   assert reader.get_tensor('train_step/.ATTRIBUTES/VARIABLE_VALUE') == later > step
   programs.processes['train_restarted'].kill()  # (a SIGTERM would export policies first)
+
+
+def test_a_starved_ppo_trainer_pushes_again_so_paced_collectors_get_a_turn(programs):
+  """PPO's collectors act only after the trainer's pushes (learners/pacing.py). A batch
+  that never reached the trainer (a launched LunarLander member's stream ended during
+  an evaluator's hold; benchmarks/RESULTS.md, "launched members") left trainer and
+  collector waiting on each other for good. A paced trainer now pushes at each sample
+  timeout, which gives the collectors a turn; here none runs, so the pushes pile up."""
+  root, port = programs.root_dir, portpicker.pick_unused_port()
+  ppo = ['--gin_file=ppo_cartpole.gin', '--gin_bindings=Experiment.num_train_steps=100']
+  programs.start('reverb_server', 'reverb_server', f'--root_dir={root}', f'--port={port}',
+                 *ppo)
+  address = f'127.0.0.1:{port}'
+  wait_until(lambda: answers(address), START_TIMEOUT_S, 'the server answering', programs,
+             ['reverb_server'])
+  programs.start('train', 'train', f'--root_dir={root}', f'--reverb_address={address}',
+                 *ppo, '--sample_timeout_s=1')
+  pushes = lambda: replay.inserted_items(address, replay.VARIABLES_TABLE)
+  wait_until(lambda: pushes() >= 4, START_TIMEOUT_S, 'the starved trainer pushing again',
+             programs, ['reverb_server', 'train'])
+  assert 'Waiting for experience from queue' in programs.log('train')
 
 
 # -- 4. Collectors survive a Reverb server restart ---------------------------------------
