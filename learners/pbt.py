@@ -54,6 +54,8 @@ from tfrl import logs
 _POLL_S = 0.5
 # A stopped population's members each get up to 120 s to save (`_stop_all`).
 _STOP_GRACE_S = 150.0
+_MEMBER_WAIT_S = 120.0
+_MEMBER_STOP_GRACE_S = 100.0  # a launched member's ordered stop, inside _MEMBER_WAIT_S
 
 
 def parse_bounds(text: str) -> Dict[str, population.Bound]:
@@ -179,8 +181,11 @@ class Population:
   def _command(self, member: _Member) -> List[str]:
     bindings = self.gin_bindings + [f'Experiment.seed = {self.seed * 1000 + member.index}']
     if self.member_program == 'launch':
+      # The ordered stop gets most of the runner's wait for a stopped member (`_stop_all`):
+      # four jobs' programs on one host made a trainer's final export outlast the
+      # default's 12 s share.
       program_args = ['learners.launch', f'--num_collectors={self.member_collectors}',
-                      '--status_interval_s=30']
+                      '--status_interval_s=30', f'--stop_grace_s={_MEMBER_STOP_GRACE_S:.0f}']
     else:
       program_args = ['learners.pbt_member', '--progress_bar=off']
     return ([self.python, '-u', '-m', program_args[0], f'--root_dir={member.root_dir}',
@@ -284,7 +289,7 @@ class Population:
       member.process.send_signal(signal.SIGTERM)
     for member in running:
       try:
-        member.process.wait(timeout=120)
+        member.process.wait(timeout=_MEMBER_WAIT_S)
       except subprocess.TimeoutExpired:
         member.process.kill()
         member.process.wait()
