@@ -30,12 +30,19 @@ def _path(root_dir: str, name: str) -> str:
   return os.path.join(root_dir, EVAL_DIR, name)
 
 
-def confirmed_step(root_dir: str) -> Optional[int]:
-  """The train step of the evaluator's last row if it reached the target, else None."""
+def last_result(root_dir: str) -> Optional[dict]:
+  """The evaluator's newest row (`root_dir/eval/results.json`), None before its first."""
   try:
     with open(_path(root_dir, RESULTS_JSON)) as f:
-      last = json.load(f)[-1]
+      return json.load(f)[-1]
   except (OSError, ValueError, IndexError):
+    return None
+
+
+def confirmed_step(root_dir: str) -> Optional[int]:
+  """The train step of the evaluator's last row if it reached the target, else None."""
+  last = last_result(root_dir)
+  if last is None:
     return None
   return int(last['train_step']) if last.get('reached_target') else None
 

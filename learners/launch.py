@@ -187,7 +187,7 @@ def _run_job(launcher: Launcher, options: Options) -> None:
   last = results[-1] if results else {}
   if FLAGS.pbt_dir:  # the runner reads the member's end from its result
     trainer_member.write_result(ready_points.ReadyPoints(
-        FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval), launcher.root_dir)
+        FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval), launcher.root_dir, last)
   print(f'Job finished: last eval return '
         f'{metrics.format_return(last.get("return", float("nan")))} at train '
         f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '

@@ -184,13 +184,14 @@ class Population:
       # The ordered stop gets most of the runner's wait for a stopped member (`_stop_all`):
       # four jobs' programs on one host made a trainer's final export outlast the
       # default's 12 s share.
-      program_args = ['learners.launch', f'--num_collectors={self.member_collectors}',
-                      '--status_interval_s=30', f'--stop_grace_s={_MEMBER_STOP_GRACE_S:.0f}']
+      module, extra = 'learners.launch', [
+          f'--num_collectors={self.member_collectors}', '--status_interval_s=30',
+          f'--stop_grace_s={_MEMBER_STOP_GRACE_S:.0f}']
     else:
-      program_args = ['learners.pbt_member', '--progress_bar=off']
-    return ([self.python, '-u', '-m', program_args[0], f'--root_dir={member.root_dir}',
+      module, extra = 'learners.pbt_member', ['--progress_bar=off']
+    return ([self.python, '-u', '-m', module, f'--root_dir={member.root_dir}',
              f'--pbt_dir={self.pbt_dir}', f'--member={member.index}',
-             f'--ready_interval={self.ready_interval}', *program_args[1:]] +
+             f'--ready_interval={self.ready_interval}', *extra] +
             [f'--gin_file={f}' for f in self.gin_files] +
             [f'--gin_bindings={b}' for b in bindings])
 

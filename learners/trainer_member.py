@@ -6,7 +6,7 @@ What differs from a one-process member is where the numbers come from:
 - Env steps: what the job's Reverb server took in since this trainer started, on top of
   the env steps of this member's last report (the server's own count starts again when
   it restarts, and a restarted job starts a new server).
-- The score: the evaluator's (`root_dir/eval/results.json`). Once the env steps pass
+- The score: the evaluator's (`eval_barrier.last_result`: root_dir/eval/results.json). Once the env steps pass
   the next ready point, the member reports the first evaluation the evaluator finishes
   after that, as a one-process member reports its first evaluation past it. (The
   checkpoint it reports is the trainer's at that moment: the evaluated weights are
@@ -24,15 +24,13 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from learners import eval_barrier
 from learners import heartbeat as heartbeat_lib
 from learners import ready_points
-from tfrl import files
 from tfrl import layouts
 from tfrl import replay
 from tfrl import triggers
 
-# The evaluator's results file (learners/eval.py's ResultsLog), relative to root_dir.
-_RESULTS = os.path.join('eval', 'results.json')
 _LOOK_INTERVAL_S = 1.0  # between looks at the env steps and the evaluator's results
 
 
@@ -94,8 +92,7 @@ class TrainerMember:
       if not self.points.due(env_steps):
         return False
       self._due_since = time.time()
-    rows = files.read_json(os.path.join(self.root_dir, _RESULTS)) or []
-    row = rows[-1] if rows else None
+    row = eval_barrier.last_result(self.root_dir)
     if row is None or row['time'] < self._due_since:
       return False  # the evaluation at or past the ready point is not in yet
     with self.beat.doing('wait for the population'):
@@ -107,13 +104,13 @@ class TrainerMember:
     return replay.inserted_items(self.address, self.layout.experience_table)
 
 
-def write_result(points: ready_points.ReadyPoints, root_dir: str) -> None:
+def write_result(points: ready_points.ReadyPoints, root_dir: str,
+                 last: Dict[str, Any]) -> None:
   """A launched member's end, for the runner (`member_<i>/result.json`), written by its
-  launcher once the job has ended: the evaluator's last result (its train step and env
-  steps as the evaluator counted them, since the job's server started) and the export.
+  launcher once the job has ended: the evaluator's last result `last` ({} if none; its
+  train step and env steps as the evaluator counted them, since the job's server
+  started) and the export.
   """
-  rows = files.read_json(os.path.join(root_dir, _RESULTS)) or []
-  last: Dict[str, Any] = rows[-1] if rows else {}
   points.write_result({
       'train_step': last.get('train_step', 0), 'env_steps': last.get('env_steps', 0),
       'eval_return': last.get('return', float('nan')),
