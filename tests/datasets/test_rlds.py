@@ -161,3 +161,42 @@ def test_uint8_frames_stay_uint8(tmp_path):
   assert data.observation.dtype == np.uint8
   np.testing.assert_array_equal(data.observation, frames[:, 0])
   np.testing.assert_array_equal(data.is_terminal, [False, False, True])
+
+
+def record_random(directory, env, steps):
+  """A random policy's episodes of `env`, recorded into `directory`."""
+  policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
+  recorder = rlds.RldsRecorder(directory, env.time_step_spec(), env.action_spec(),
+                               metadata={'steps': steps})
+  actors.Actor(env, policy, [recorder]).run(steps)
+  recorder.close()
+  return rlds.read(directory)
+
+
+def test_merged_datasets_hold_every_episode_in_order(tmp_path):
+  first = record_random(str(tmp_path / 'a'), short_cartpole(num_envs=2, seed=1), 40)
+  second = record_random(str(tmp_path / 'b'), short_cartpole(num_envs=3, seed=2), 30)
+  merged_recorder = rlds.merge([str(tmp_path / 'a'), str(tmp_path / 'b')],
+                               str(tmp_path / 'mixed'), metadata={'mix': 'a + b'})
+  merged = rlds.read(str(tmp_path / 'mixed'))
+  assert merged.num_episodes == merged_recorder.episodes == (first.num_episodes +
+                                                             second.num_episodes)
+  for field in ('observation', 'action', 'reward', 'discount', 'is_first', 'is_last',
+                'is_terminal'):
+    np.testing.assert_array_equal(
+        getattr(merged, field),
+        np.concatenate([getattr(first, field), getattr(second, field)]), err_msg=field)
+  metadata = rlds.read_metadata(str(tmp_path / 'mixed'))
+  assert metadata['mix'] == 'a + b'
+  assert [m['metadata'] for m in metadata['merged_from']] == [{'steps': 40}, {'steps': 30}]
+
+
+def test_merging_datasets_of_two_envs_is_refused_naming_both(tmp_path):
+  record_random(str(tmp_path / 'cartpole'), short_cartpole(num_envs=2), 30)
+  record_random(str(tmp_path / 'pendulum'), envs.make('Pendulum-v1', num_envs=1), 210)
+  with pytest.raises(rlds.DatasetSpecError) as error:
+    rlds.merge([str(tmp_path / 'cartpole'), str(tmp_path / 'pendulum')],
+               str(tmp_path / 'mixed'))
+  message = str(error.value)
+  assert 'float32[3]' in message and 'float32[4]' in message
+  assert str(tmp_path / 'pendulum') in message and str(tmp_path / 'cartpole') in message

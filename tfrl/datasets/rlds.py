@@ -84,8 +84,14 @@ def describe(spec_nest: Any) -> str:
 
 
 def check_specs(dataset_specs: Dict[str, Any], observation_spec: Any, action_spec: Any,
-                where: str) -> None:
+                where: str, expected_from: str = "the job's env") -> None:
   """Refuses a dataset whose observation or action specs differ from the job's.
+
+  Args:
+    dataset_specs: the dataset's {'observation', 'action'} specs (`EpisodeArrays.specs`).
+    observation_spec, action_spec: what it must hold.
+    where: the dataset, for the message.
+    expected_from: whose specs the expected ones are, for the message.
 
   Raises:
     DatasetSpecError: naming both specs.
@@ -97,7 +103,7 @@ def check_specs(dataset_specs: Dict[str, Any], observation_spec: Any, action_spe
         for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)))
     if not same:
       raise DatasetSpecError(
-          f'The dataset at {where} has {name}s {describe(got)}, but the job\'s env has '
+          f'The dataset at {where} has {name}s {describe(got)}, but {expected_from} has '
           f'{describe(want)}: record the dataset with this env (or these env options).')
 
 
@@ -168,6 +174,8 @@ class RldsRecorder:
     info.set_file_format('tfrecord')
     self._writer = tfds.core.SequentialWriter(info, episodes_per_file, overwrite=False)
     self._writer.initialize_splits(['train'], fail_if_exists=True)
+    self._observation_spec = _plain(time_step_spec.observation)
+    self._action_spec = _plain(action_spec)
     self._zero_action = tf.nest.map_structure(
         lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), action_spec)
     self._open: Dict[int, List[dict]] = {}
@@ -216,6 +224,23 @@ class RldsRecorder:
     self.episodes += 1
     self.steps += len(steps) - 1
     self.returns.append(float(sum(step['reward'] for step in steps)))
+
+  def add_episodes(self, arrays: 'EpisodeArrays') -> None:
+    """Writes every episode of `arrays` (another dataset's, as `read` returns them).
+
+    Raises:
+      DatasetSpecError: their observations or actions differ from this recorder's.
+    """
+    check_specs(arrays.specs, self._observation_spec, self._action_spec,
+                where='the episodes to add', expected_from=f'the dataset at {self.directory}')
+    starts = arrays.episode_starts()
+    ends = np.append(starts[1:], arrays.num_steps)
+    for start, end in zip(starts, ends):
+      self._add_episode([{
+          'observation': _row(arrays.observation, i), 'action': _row(arrays.action, i),
+          'reward': np.float32(arrays.reward[i]), 'discount': np.float32(arrays.discount[i]),
+          'is_first': bool(arrays.is_first[i]), 'is_last': bool(arrays.is_last[i]),
+          'is_terminal': bool(arrays.is_terminal[i])} for i in range(start, end)])
 
   def reset(self) -> None:
     """Drops the episodes under way (the actor reset its envs)."""
@@ -359,3 +384,43 @@ def _whole_episodes(arrays: EpisodeArrays, directory: str) -> EpisodeArrays:
     raise DatasetError(f'The RLDS dataset at {directory} has steps outside episodes '
                      '(each episode must run from an is_first step to an is_last one).')
   return arrays
+
+
+def merge(directories: Sequence[str], directory: str, metadata: Optional[Dict[str, Any]]
+          = None) -> RldsRecorder:
+  """Writes the episodes of several datasets, in the order given, into one new dataset
+  (a mixed dataset: several policies' episodes of the same env).
+
+  Args:
+    directories: the datasets to read (`read`); all with the same specs.
+    directory: the new dataset's directory (it must not hold files yet).
+    metadata: facts kept beside the data; each source's metadata is added under
+      'merged_from'.
+
+  Returns:
+    The closed recorder: its `episodes`, `steps` and `returns` say what was written.
+
+  Raises:
+    DatasetSpecError: a dataset's observations or actions differ from the first one's
+      (both named).
+    DatasetError, FileExistsError: as `read` and `RldsRecorder`.
+  """
+  if not directories:
+    raise DatasetError('rlds.merge needs at least one dataset to read.')
+  first = read(directories[0])
+  reward = tf.TensorSpec((), tf.float32)
+  time_step_spec = ts.TimeStep(tf.TensorSpec((), tf.int32), reward, reward,
+                               first.specs['observation'])
+  sources = [{'directory': d, 'metadata': read_metadata(d)} for d in directories]
+  recorder = RldsRecorder(directory, time_step_spec, first.specs['action'],
+                          metadata={**(metadata or {}), 'merged_from': sources})
+  try:
+    for i, source in enumerate(directories):
+      arrays = first if i == 0 else read(source)
+      if i:
+        check_specs(arrays.specs, first.specs['observation'], first.specs['action'],
+                    where=source, expected_from=f'the first dataset ({directories[0]})')
+      recorder.add_episodes(arrays)
+  finally:
+    recorder.close()
+  return recorder
