@@ -11,6 +11,7 @@ solve_time.py, which only drives subprocesses, imports it without paying for Ten
 """
 from importlib import metadata
 import os
+import subprocess
 import sys
 import time
 from typing import Callable, List, Optional
@@ -184,3 +185,38 @@ def drain_call(dataset, chunk: int) -> Callable[[], int]:
 
   call()
   return call
+
+
+# Inside a peer venv: the requirements file it was built from.
+VENV_STAMP = 'requirements.installed'
+
+
+def ensure_venv(venv: str, requirements: str) -> str:
+  """Creates a peer's venv from its requirements file where it is missing, or installs
+  the file again where it changed since the venv was built.
+
+  Args:
+    venv: the venv's directory.
+    requirements: the pip requirements file it is built from.
+
+  Returns:
+    The venv's python.
+  """
+  python = os.path.join(venv, 'bin', 'python')
+  with open(requirements) as f:
+    wanted = f.read()
+  stamp = os.path.join(venv, VENV_STAMP)
+  if os.path.exists(python) and os.path.exists(stamp):
+    with open(stamp) as f:
+      if f.read() == wanted:
+        return python
+  if not os.path.exists(python):
+    print(f'Creating the peer venv {venv} ...', flush=True)
+    # The peer needs the same Python as tfrl (cp311 wheels); `-m venv` from inside a venv
+    # builds on its base interpreter.
+    subprocess.run([sys.executable, '-m', 'venv', venv], check=True)
+  print(f'Installing {os.path.relpath(requirements, REPO)} into it ...', flush=True)
+  subprocess.run([python, '-m', 'pip', 'install', '-qq', '-r', requirements], check=True)
+  with open(stamp, 'w') as f:
+    f.write(wanted)
+  return python

@@ -50,7 +50,8 @@ def on_grid(curves: List[Curve], column: int,
 def plot(path: str, title: str, curves: Dict[str, List[Curve]],
          threshold: Optional[float] = None, y_label: str = 'eval return',
          statistic: str = stats.STATISTIC, confidence: float = stats.CONFIDENCE,
-         resamples: int = stats.RESAMPLES, seed: int = stats.SEED) -> str:
+         resamples: int = stats.RESAMPLES, seed: int = stats.SEED,
+         step_label: str = 'env steps', threshold_label: str = 'threshold') -> str:
   """Writes one PNG with two panels: the return against env steps, and against seconds.
 
   Args:
@@ -61,6 +62,9 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
     y_label: what the returns are (an evaluation's, or the training episodes').
     statistic: the central value over seeds, 'median' or 'iqm' (stats.py).
     confidence, resamples, seed: the band's bootstrap (stats.bootstrap).
+    step_label: what the curves' first column counts (env steps; an offline run's
+      gradient steps).
+    threshold_label: the threshold's legend entry.
 
   Returns:
     `path`.
@@ -71,13 +75,13 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
   figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
   try:
     central = stats.NAMES.get(statistic, statistic)
-    for axis, column, label in ((axes[0], 0, 'env steps'), (axes[1], 1, 'seconds')):
-      for side, runs in curves.items():
+    for axis, column, label in ((axes[0], 0, step_label), (axes[1], 1, 'seconds')):
+      for index, (side, runs) in enumerate(curves.items()):
         gridded = on_grid(runs, column)
         if gridded is None:
           continue
         grid, returns = gridded
-        color = _COLORS.get(side)
+        color = _COLORS.get(side, f'C{index % 10}')  # one colour per side, every panel
         for curve in runs:
           if len(curve):
             axis.plot([p[column] for p in curve], [p[2] for p in curve], color=color,
@@ -90,7 +94,7 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
                           label=f'{side}: {confidence:.0%} CI')
       if threshold is not None:
         axis.axhline(threshold, color='gray', linestyle='--', linewidth=1,
-                     label='threshold')
+                     label=threshold_label)
       axis.set_xlabel(label)
       axis.set_ylabel(y_label)
       axis.grid(alpha=0.3)

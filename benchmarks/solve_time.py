@@ -165,7 +165,6 @@ REPO = common.REPO
 PEERS = os.path.join(REPO, 'benchmarks', 'peers')
 PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
 PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
-STAMP = 'requirements.installed'  # inside the venv: the requirements it was built from
 
 
 
@@ -380,23 +379,7 @@ def peer_python() -> str:
 
 def ensure_peer_venv() -> None:
   """Creates the peer venv from requirements.txt if missing (or if the file changed)."""
-  with open(PEER_REQUIREMENTS) as f:
-    requirements = f.read()
-  stamp = os.path.join(FLAGS.peer_venv, STAMP)
-  if os.path.exists(peer_python()) and os.path.exists(stamp):
-    with open(stamp) as f:
-      if f.read() == requirements:
-        return
-  if not os.path.exists(peer_python()):
-    print(f'Creating the peer venv {FLAGS.peer_venv} ...', flush=True)
-    # The peer needs the same Python as tfrl (cp311 wheels); `-m venv` from inside a venv
-    # builds on its base interpreter.
-    subprocess.run([sys.executable, '-m', 'venv', FLAGS.peer_venv], check=True)
-  print(f'Installing {os.path.relpath(PEER_REQUIREMENTS, REPO)} into it ...', flush=True)
-  subprocess.run([peer_python(), '-m', 'pip', 'install', '-qq', '-r',
-                  PEER_REQUIREMENTS], check=True)
-  with open(stamp, 'w') as f:
-    f.write(requirements)
+  common.ensure_venv(FLAGS.peer_venv, PEER_REQUIREMENTS)
 
 
 def peer_versions(contrib: bool = False) -> str:

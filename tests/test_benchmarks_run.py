@@ -24,7 +24,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
-HELPERS = ('common', 'curves', 'stats', 'summary', 'task_curves')
+HELPERS = ('common', 'curves', 'd3rlpy_data', 'stats', 'summary', 'task_curves')
 TIMEOUT_S = 300  # one script, on a loaded 2-core machine
 # train_eval runs of a few train steps, for solve_time.py and startup.py.
 TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
@@ -57,6 +57,14 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                       'Experiment.num_train_steps=6,Experiment.eval_interval=2,'
                       'Experiment.num_eval_episodes=1'],
     # A target any policy reaches at its first evaluation: the three stages run through.
+    # LunarLander's mixed set from two DQN jobs of 8 train steps (targets any policy
+    # reaches), 2 episodes each, and tfrl's CQL on it for 20 gradient steps (no d3rlpy).
+    'offline': ['--seeds=0', '--skip_peer', '--datasets=lunarlander_mixed', '--grad_steps=20',
+                '--eval_interval=10', '--half_return=-100000', '--trained_return=-100000',
+                '--mixed_episodes=2', '--data_job_bindings=Experiment.num_train_steps=8,'
+                'Experiment.initial_collect_steps=64,Experiment.eval_interval=4,'
+                'Experiment.num_eval_episodes=1', '--train_bindings=Experiment.num_envs=4,'
+                'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=2'],
     'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=2048',
                         '--gin_bindings=Experiment.eval_interval=4,Experiment.num_eval_episodes'
                         '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8'],
@@ -88,6 +96,8 @@ EXPECTED = {
                   rf'env steps, ([1-9]\d*) evaluations(?:.*\n)*?^launch      seed 0: target '
                   rf'NOT reached \(exit 0\) at ({NUMBER}) env steps(?:.*\n)*?^Curves: ',
     'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
+    'offline': rf'(?m)^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
+               rf'transitions(?:.*\n)*?^  tfrl CQL .* \| ({NUMBER}) s\n(?:.*\n)*?^  Curves: ',
     'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
                        r'alone: 2 of 2 reached within B(?:.*\n)*?^population best member / '
@@ -132,13 +142,16 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
                                    f'--png={sequences}/curves.png'])
   multi_task = tmp_path_factory.mktemp('multi_task')
   jobs['multi_task'][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
+  offline = tmp_path_factory.mktemp('offline')
+  jobs['offline'][0].extend([f'--data_dir={offline}/data', f'--runs_dir={offline}/runs',
+                             f'--json_out={offline}/runs.jsonl', f'--png_dir={offline}'])
   populations = tmp_path_factory.mktemp('pbt')
   jobs['pbt_lunarlander'][0].extend([f'--runs_dir={populations}',
                                      f'--png={populations}/curves.png'])
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
-  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander',
+  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander', 'offline',
            'atari_throughput', 'ppo_compile', 'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']

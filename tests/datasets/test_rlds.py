@@ -200,3 +200,10 @@ def test_merging_datasets_of_two_envs_is_refused_naming_both(tmp_path):
   message = str(error.value)
   assert 'float32[3]' in message and 'float32[4]' in message
   assert str(tmp_path / 'pendulum') in message and str(tmp_path / 'cartpole') in message
+
+
+def test_a_dataset_with_no_episodes_is_refused_naming_it(tmp_path):
+  env = short_cartpole(num_envs=1)
+  rlds.RldsRecorder(str(tmp_path / 'empty'), env.time_step_spec(), env.action_spec()).close()
+  with pytest.raises(rlds.DatasetError, match=f'{tmp_path / "empty"} holds no episodes'):
+    rlds.read(str(tmp_path / 'empty'))

@@ -346,6 +346,10 @@ def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
   if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
     raise DatasetError(f'No RLDS dataset at {directory} (no dataset_info.json).')
   builder = tfds.builder_from_directory(directory)
+  split = builder.info.splits['train'] if 'train' in builder.info.splits else None
+  if split is None or not split.num_examples:  # TFDS's own error names no directory
+    raise DatasetError(f'The RLDS dataset at {directory} holds no episodes (its recording '
+                       'ended before any episode did).')
   specs = _specs_of(builder.info.features)
   steps = builder.as_dataset(split='train').flat_map(lambda episode: episode['steps'])
   chunks: List[Dict[str, Any]] = []

@@ -1,0 +1,451 @@
+"""Offline RL on datasets tfrl makes itself, against d3rlpy on the same data (issue 25).
+
+Three stages (--stages, in this order):
+
+  datasets  Makes each dataset under --data_dir (a dataset whose directory exists is
+            kept), each also as <name>.npz for d3rlpy (benchmarks/d3rlpy_data.py):
+            - halfcheetah_medium_replay: every episode SAC (sac_halfcheetah.gin)
+              collected until its eval return reached --medium_return, about a third
+              of its final return (D4RL's "medium-replay"; `Experiment.record_dir`);
+            - halfcheetah_medium: --medium_episodes episodes of that SAC's collect
+              (stochastic) policy (D4RL's "medium");
+            - lunarlander_mixed: DQN (dqn_lunarlander.gin) trained to --half_return
+              (half-trained) and, from scratch, to 200 (trained); --mixed_episodes
+              episodes of the half-trained greedy policy and as many of the trained one
+              with epsilon 0.3, merged (`tfrl.datasets.rlds.merge`).
+  train     Per dataset, algorithm and seed, --grad_steps gradient steps with an
+            evaluation every --eval_interval: tfrl's CQL (cql_halfcheetah.gin,
+            cql_lunarlander.gin) and d3rlpy's CQL and IQL (HalfCheetah) or DiscreteCQL
+            (LunarLander), with the same networks, rates and batch size (DATASETS
+            below feeds both sides). One JSON line per run goes to --json_out; a run
+            already there is not run again.
+  report    Each dataset's mean episode return; each algorithm's return after
+            --grad_steps (median and 95% bootstrap interval over seeds); tfrl's CQL
+            against each peer (difference of returns, ratio of wall clock, with
+            intervals); curves against gradient steps and seconds (--png_dir).
+
+d3rlpy runs in its own venv (benchmarks/peers/.venv-d3rlpy, created from
+peers/d3rlpy_requirements.txt when missing), one torch thread, like tfrl's side pinned
+to one CPU where --jobs=2 runs two at once.
+
+    .venv/bin/python benchmarks/offline.py --seeds=0,1,2 --jobs=2
+
+Results are recorded in benchmarks/RESULTS.md.
+"""
+import concurrent.futures
+import dataclasses
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
+from absl import app
+from absl import flags
+import numpy as np
+
+import curves  # benchmarks/curves.py
+import d3rlpy_data  # benchmarks/d3rlpy_data.py
+import stats  # benchmarks/stats.py
+
+REPO = common.REPO
+PEERS = os.path.join(REPO, 'benchmarks', 'peers')
+
+flags.DEFINE_list('stages', ['datasets', 'train', 'report'], 'What to do, in order.')
+flags.DEFINE_list('datasets', ['halfcheetah_medium', 'halfcheetah_medium_replay',
+                               'lunarlander_mixed'], 'Datasets to make and train on.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds of each algorithm on each dataset.')
+flags.DEFINE_list('algos', ['tfrl_cql', 'd3rlpy_cql', 'd3rlpy_iql', 'd3rlpy_discrete_cql'],
+                  'Algorithms to train (each on the datasets it applies to).')
+flags.DEFINE_string('data_dir', os.path.join(REPO, 'runs', 'offline_data'),
+                    'Where the datasets (and the jobs that make them) go.')
+flags.DEFINE_string('runs_dir', os.path.join(REPO, 'runs', 'offline'),
+                    'Where the training runs write (root_dirs, logs).')
+flags.DEFINE_string('json_out', os.path.join(REPO, 'benchmarks', 'runs', 'offline.jsonl'),
+                    'One line per training run (read by the report).')
+flags.DEFINE_string('png_dir', os.path.join(REPO, 'benchmarks', 'curves'),
+                    'Where offline_<dataset>.png goes (empty: no curves).')
+flags.DEFINE_integer('grad_steps', 50_000, 'Gradient steps of each training run.')
+flags.DEFINE_integer('eval_interval', 5_000, 'Gradient steps between evaluations.')
+flags.DEFINE_integer('jobs', 2, 'Runs at a time (each pinned to one CPU when 2).')
+flags.DEFINE_float('medium_return', 2_000.0, "SAC's eval return that ends the HalfCheetah "
+                   "data job (tfrl's SAC ends near 6,000 at 150k env steps).")
+flags.DEFINE_integer('medium_episodes', 200, 'Episodes of the medium policy.')
+flags.DEFINE_float('half_return', 100.0, "The half-trained DQN's eval return.")
+flags.DEFINE_float('trained_return', 200.0, "The trained DQN's eval return.")
+flags.DEFINE_integer('mixed_episodes', 100, 'Episodes of each LunarLander policy.')
+flags.DEFINE_list('data_job_bindings', [], 'Extra gin bindings for the data jobs.')
+flags.DEFINE_list('train_bindings', [], "Extra gin bindings for tfrl's training runs.")
+flags.DEFINE_bool('skip_peer', False, 'Train tfrl only (no d3rlpy venv).')
+flags.DEFINE_integer('timeout_s', 4 * 3600, 'Longest a single job may take.')
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A dataset, the env it is played on, and the settings both sides train with."""
+  env: str
+  tfrl_config: str
+  peers: Tuple[str, ...]
+  hidden: Tuple[int, ...]
+  # The tfrl bindings that take `hidden` (d3rlpy: one encoder for every network).
+  network_bindings: Tuple[str, ...]
+  batch_size: int
+  eval_episodes: int
+  # (tfrl gin binding, d3rlpy_offline.py flag, value) for the other shared settings.
+  shared: Tuple[Tuple[str, str, float], ...]
+
+
+_HALFCHEETAH = dict(
+    env='HalfCheetah-v5', tfrl_config='cql_halfcheetah.gin',
+    peers=('d3rlpy_cql', 'd3rlpy_iql'), hidden=(256, 256, 256),
+    network_bindings=('create_cql_sac_agent.actor_fc_layer_params',
+                      'create_cql_sac_agent.critic_joint_fc_layer_params'),
+    batch_size=256, eval_episodes=10,
+    shared=(('create_cql_sac_agent.actor_learning_rate', 'actor_lr', 1e-4),
+            ('create_cql_sac_agent.critic_learning_rate', 'critic_lr', 3e-4),
+            ('create_cql_sac_agent.alpha_learning_rate', 'temp_lr', 1e-4),
+            ('create_cql_sac_agent.cql_alpha', 'conservative_weight', 5.0)))
+DATASETS = {
+    'halfcheetah_medium': Dataset(**_HALFCHEETAH),
+    'halfcheetah_medium_replay': Dataset(**_HALFCHEETAH),
+    'lunarlander_mixed': Dataset(
+        env='LunarLander-v3', tfrl_config='cql_lunarlander.gin',
+        peers=('d3rlpy_discrete_cql',), hidden=(256, 256),
+        network_bindings=('create_dqn_agent.fc_layer_params',), batch_size=256,
+        eval_episodes=20,
+        shared=(('create_dqn_agent.learning_rate', 'learning_rate', 1e-4),
+                ('create_dqn_agent.cql_alpha', 'alpha', 1.0),
+                ('create_dqn_agent.target_update_period', 'target_update_interval', 1000))),
+}
+LABELS = {'tfrl_cql': 'tfrl CQL', 'd3rlpy_cql': 'd3rlpy CQL', 'd3rlpy_iql': 'd3rlpy IQL',
+          'd3rlpy_discrete_cql': 'd3rlpy DiscreteCQL'}
+
+
+# -- Jobs --------------------------------------------------------------------------------
+
+
+def run_logged(what: str, command: List[str], log_path: str, cpu: Optional[int] = None
+               ) -> None:
+  """Runs a command with its output in `log_path`.
+
+  Args:
+    what: the command in a few words, for errors.
+    command: argv.
+    log_path: where its stdout and stderr go.
+    cpu: the CPU to pin it to (None: any).
+
+  Raises:
+    RuntimeError: it failed or outlasted --timeout_s (naming it and its log).
+  """
+  if cpu is not None:
+    command = ['taskset', '-c', str(cpu), *command]
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  env = dict(os.environ, PYTHONUNBUFFERED='1')
+  with open(log_path, 'w') as log:
+    try:
+      done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            env=env, timeout=FLAGS.timeout_s, check=False)
+    except subprocess.TimeoutExpired as e:
+      raise RuntimeError(f'{what} ran past {FLAGS.timeout_s} s; see {log_path}') from e
+  if done.returncode:
+    raise RuntimeError(f'{what} exited {done.returncode}; see {log_path}')
+
+
+def train_eval(root: str, gin_file: str, bindings: Sequence[str]) -> None:
+  print(f'  training {os.path.relpath(root, REPO)} ({gin_file}) ...', flush=True)
+  command = [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
+             '--overwrite', f'--gin_file={gin_file}',
+             *[f'--gin_bindings={b}' for b in [*bindings, *FLAGS.data_job_bindings]]]
+  run_logged(f'train_eval {gin_file}', command, root + '.log')
+
+
+def record(gin_file: str, policy_dir: str, out: str, episodes: int,
+           noise: float = 0.0) -> None:
+  print(f'  recording {episodes} episodes of {os.path.relpath(policy_dir, REPO)} into '
+        f'{os.path.relpath(out, REPO)} ...', flush=True)
+  command = [sys.executable, '-m', 'learners.eval', f'--gin_file={gin_file}',
+             f'--root_dir={out}_recorder', f'--saved_model_dir={policy_dir}',
+             f'--record_dir={out}', f'--num_episodes={episodes}', f'--record_noise={noise}',
+             *[f'--gin_bindings={b}' for b in FLAGS.data_job_bindings]]
+  run_logged(f'recording {policy_dir}', command, out + '.log')
+
+
+# -- Datasets ----------------------------------------------------------------------------
+
+
+def path(name: str) -> str:
+  return os.path.join(FLAGS.data_dir, name)
+
+
+def make_halfcheetah() -> None:
+  """SAC until --medium_return: its collected episodes (medium-replay), then its
+  collect policy's episodes (medium)."""
+  sac = path('sac_halfcheetah')
+  if not os.path.exists(path('halfcheetah_medium_replay')):
+    train_eval(sac, 'sac_halfcheetah.gin', [
+        f'Experiment.target_return = {FLAGS.medium_return}',
+        f"Experiment.record_dir = '{path('halfcheetah_medium_replay')}'",
+        'Experiment.num_train_steps = 300000'])
+  if not os.path.exists(path('halfcheetah_medium')):
+    record('sac_halfcheetah.gin', os.path.join(sac, 'policies', 'collect_policy'),
+           path('halfcheetah_medium'), FLAGS.medium_episodes)
+
+
+def make_lunarlander() -> None:
+  """A half-trained DQN's greedy episodes and a trained one's with epsilon 0.3, merged."""
+  from tfrl.datasets import rlds  # pylint: disable=g-import-not-at-top
+  if os.path.exists(path('lunarlander_mixed')):
+    return
+  parts = []
+  for name, target, noise in (('half', FLAGS.half_return, 0.0),
+                              ('trained', FLAGS.trained_return, 0.3)):
+    job, part = path(f'dqn_lunarlander_{name}'), path(f'lunarlander_{name}')
+    if not os.path.exists(part):
+      train_eval(job, 'dqn_lunarlander.gin', [f'Experiment.target_return = {target}'])
+      record('dqn_lunarlander.gin', os.path.join(job, 'policies', 'greedy_policy'), part,
+             FLAGS.mixed_episodes, noise)
+    parts.append(part)
+  rlds.merge(parts, path('lunarlander_mixed'), metadata={
+      'mix': f'{FLAGS.mixed_episodes} episodes of a DQN at {FLAGS.half_return} (greedy) '
+             f'and of one at {FLAGS.trained_return} with epsilon 0.3'})
+
+
+def describe_dataset(name: str) -> Dict[str, Any]:
+  """Writes <name>.npz for d3rlpy (once) and returns the dataset's size and returns."""
+  from tfrl.datasets import rlds  # pylint: disable=g-import-not-at-top
+  arrays = rlds.read(path(name))
+  if not os.path.exists(path(name) + '.npz'):
+    np.savez(path(name) + '.npz', **d3rlpy_data.d3rlpy_arrays(arrays))
+  returns = arrays.episode_returns()
+  return {'name': name, 'episodes': arrays.num_episodes,
+          'transitions': arrays.num_transitions, 'mean_return': float(np.mean(returns)),
+          'min_return': float(np.min(returns)), 'max_return': float(np.max(returns))}
+
+
+def make_datasets() -> Dict[str, Dict[str, Any]]:
+  """Every --datasets' dataset and its description (also in data_dir/datasets.json)."""
+  os.makedirs(FLAGS.data_dir, exist_ok=True)
+  if any(name.startswith('halfcheetah') for name in FLAGS.datasets):
+    make_halfcheetah()
+  if 'lunarlander_mixed' in FLAGS.datasets:
+    make_lunarlander()
+  described = {name: describe_dataset(name) for name in FLAGS.datasets}
+  with open(path('datasets.json'), 'w') as f:
+    json.dump(described, f, indent=1)
+  for d in described.values():
+    print(f"dataset {d['name']}: {d['episodes']} episodes, {d['transitions']:,} "
+          f"transitions, mean return {d['mean_return']:.1f} (min {d['min_return']:.1f}, "
+          f"max {d['max_return']:.1f})", flush=True)
+  return described
+
+
+# -- Training runs -----------------------------------------------------------------------
+
+# A tfrl run in its own process: train_eval.run's evaluations and its process seconds.
+_TFRL_RUN = textwrap.dedent('''
+    import json, sys, time
+    start = time.perf_counter()
+    from learners import train_eval
+    root, gin_file, bindings, out = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    job_start = time.perf_counter() - start
+    result = train_eval.run(root, [gin_file], bindings, overwrite=True)
+    curve = [(row['train_step'], job_start + row['seconds'], row['eval_return'])
+             for row in result['history']]
+    with open(out, 'w') as f:
+      json.dump({'curve': curve, 'seconds': time.perf_counter() - start}, f)
+''')
+
+
+def tfrl_run(dataset: str, seed: int, root: str, cpu: Optional[int]) -> Dict[str, Any]:
+  spec = DATASETS[dataset]
+  bindings = [f"Experiment.dataset_dir = '{path(dataset)}'", f'Experiment.seed = {seed}',
+              f'Experiment.num_train_steps = {FLAGS.grad_steps}',
+              f'Experiment.eval_interval = {FLAGS.eval_interval}',
+              f'Experiment.num_eval_episodes = {spec.eval_episodes}',
+              f'Experiment.batch_size = {spec.batch_size}',
+              *[f'{binding} = {spec.hidden}' for binding in spec.network_bindings],
+              *[f'{binding} = {value}' for binding, _, value in spec.shared],
+              *FLAGS.train_bindings]
+  out = root + '.json'
+  run_logged(f'tfrl CQL on {dataset}, seed {seed}', [
+      sys.executable, '-c', _TFRL_RUN, root, spec.tfrl_config, json.dumps(bindings), out],
+             root + '.log', cpu)
+  with open(out) as f:
+    return json.load(f)
+
+
+def peer_run(algo: str, dataset: str, seed: int, root: str, cpu: Optional[int]
+             ) -> Dict[str, Any]:
+  spec = DATASETS[dataset]
+  python = os.path.join(PEERS, '.venv-d3rlpy', 'bin', 'python')
+  command = [python, os.path.join(PEERS, 'd3rlpy_offline.py'), f'--data={path(dataset)}.npz',
+             f'--env={spec.env}', f'--algo={algo[len("d3rlpy_"):]}', f'--seed={seed}',
+             f'--grad_steps={FLAGS.grad_steps}', f'--eval_interval={FLAGS.eval_interval}',
+             f'--eval_episodes={spec.eval_episodes}',
+             # One torch thread on one CPU, as tfrl's side pinned beside it.
+             f'--torch_threads={1 if cpu is not None else 0}',
+             f'--hidden={",".join(map(str, spec.hidden))}',
+             f'--batch_size={spec.batch_size}',
+             *[f'--{flag}={value}' for _, flag, value in spec.shared]]
+  start = time.perf_counter()
+  run_logged(f'{LABELS[algo]} on {dataset}, seed {seed}', command, root + '.log', cpu)
+  rows = []
+  with open(root + '.log') as log:
+    for line in log:
+      if line.startswith('{"grad_steps"'):
+        rows.append(json.loads(line))
+  return {'curve': [(r['grad_steps'], r['seconds'], r['return']) for r in rows],
+          'seconds': time.perf_counter() - start}
+
+
+def planned_runs() -> List[Tuple[str, str, int]]:
+  """(dataset, algo, seed) of every run --datasets, --algos and --seeds ask for."""
+  runs = []
+  for dataset in FLAGS.datasets:
+    algos = ['tfrl_cql'] + ([] if FLAGS.skip_peer else list(DATASETS[dataset].peers))
+    runs += [(dataset, algo, int(seed)) for algo in algos if algo in FLAGS.algos
+             for seed in FLAGS.seeds]
+  return runs
+
+
+def read_runs() -> List[Dict[str, Any]]:
+  if not os.path.exists(FLAGS.json_out):
+    return []
+  with open(FLAGS.json_out) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def train_all() -> None:
+  """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2)."""
+  done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs()}
+  todo = [run for run in planned_runs() if run not in done]
+  if not FLAGS.skip_peer and any(algo != 'tfrl_cql' for _, algo, _ in todo):
+    common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
+                       os.path.join(PEERS, 'd3rlpy_requirements.txt'))
+  free_cpus = queue.Queue()  # a run takes a CPU for its time, then gives it back
+  for cpu in (range(FLAGS.jobs) if FLAGS.jobs == 2 else [None] * FLAGS.jobs):
+    free_cpus.put(cpu)
+  lanes = concurrent.futures.ThreadPoolExecutor(max_workers=FLAGS.jobs)
+
+  def one(run):
+    cpu = free_cpus.get()
+    try:
+      return one_on(run, cpu)
+    finally:
+      free_cpus.put(cpu)
+
+  def one_on(run, cpu):
+    dataset, algo, seed = run
+    root = os.path.join(FLAGS.runs_dir, f'{dataset}_{algo}_s{seed}')
+    print(f'run {dataset} {algo} seed {seed} (cpu {cpu}) ...', flush=True)
+    result = (tfrl_run(dataset, seed, root, cpu) if algo == 'tfrl_cql'
+              else peer_run(algo, dataset, seed, root, cpu))
+    record = {'dataset': dataset, 'algo': algo, 'seed': seed,
+              'grad_steps': FLAGS.grad_steps, 'load': common.load_1min(), **result}
+    final = record['curve'][-1][2] if record['curve'] else float('nan')
+    print(f"done {dataset} {algo} seed {seed}: return {final:.1f} after "
+          f"{FLAGS.grad_steps:,} gradient steps, {record['seconds']:.0f} s", flush=True)
+    return record
+
+  os.makedirs(os.path.dirname(FLAGS.json_out) or '.', exist_ok=True)
+  failed = []
+  with lanes:
+    futures = [lanes.submit(one, run) for run in todo]
+    for future in concurrent.futures.as_completed(futures):
+      try:
+        record = future.result()
+      except RuntimeError as e:  # the others go on; the failure is named at the end
+        print(f'FAILED: {e}', flush=True)
+        failed.append(str(e))
+        continue
+      with open(FLAGS.json_out, 'a') as f:
+        f.write(json.dumps(record) + '\n')
+  if failed:
+    raise RuntimeError(f'{len(failed)} of {len(todo)} runs failed: ' + '; '.join(failed))
+
+
+# -- Report ------------------------------------------------------------------------------
+
+
+def _cell(interval: stats.Interval, digits: int = 1, unit: str = '') -> str:
+  return (f'{interval.point:,.{digits}f}{unit} [{interval.low:,.{digits}f}, '
+          f'{interval.high:,.{digits}f}]')
+
+
+def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
+                   runs: List[Dict[str, Any]]) -> List[str]:
+  """The dataset's lines: each algorithm's final return, and tfrl against each peer."""
+  central = stats.NAMES[stats.STATISTIC]
+  lines = [f'{dataset} ({DATASETS[dataset].env})' + (
+      f": {info['episodes']} episodes, {info['transitions']:,} transitions, mean return "
+      f"{info['mean_return']:.1f}" if info else ': (no datasets.json)')]
+  by_algo = {}
+  for algo in ['tfrl_cql', *DATASETS[dataset].peers]:
+    chosen = sorted((r for r in runs if r['dataset'] == dataset and r['algo'] == algo
+                     and r['grad_steps'] == FLAGS.grad_steps and r['curve']),
+                    key=lambda r: r['seed'])
+    if chosen:
+      by_algo[algo] = chosen
+  lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps, {central} [95% CI] '
+               'over seeds | per seed | process seconds, median')
+  for algo, chosen in by_algo.items():
+    finals = [r['curve'][-1][2] for r in chosen]
+    lines.append(f'  {LABELS[algo]:<20} {_cell(stats.interval(finals))} | '
+                 + ', '.join(f"s{r['seed']} {f:.1f}" for r, f in zip(chosen, finals))
+                 + f" | {np.median([r['seconds'] for r in chosen]):,.0f} s")
+  ours = by_algo.get('tfrl_cql')
+  if ours and info:
+    above = sum(r['curve'][-1][2] > info['mean_return'] for r in ours)
+    lines.append(f'  tfrl CQL above the dataset mean ({info["mean_return"]:.1f}) on {above} '
+                 f'of {len(ours)} seeds')
+  for algo, theirs in by_algo.items():
+    if algo == 'tfrl_cql' or not ours:
+      continue
+    difference = stats.compare([r['curve'][-1][2] for r in ours],
+                               [r['curve'][-1][2] for r in theirs], 'difference')
+    seconds = stats.compare([r['seconds'] for r in ours], [r['seconds'] for r in theirs],
+                            'ratio')
+    lines.append(f'  tfrl CQL - {LABELS[algo]}: {_cell(difference)}; wall clock tfrl / '
+                 f'{LABELS[algo]}: {_cell(seconds, 2, "x")}')
+  if FLAGS.png_dir and by_algo:
+    png = curves.plot(
+        os.path.join(FLAGS.png_dir, f'offline_{dataset}.png'),
+        f'{dataset}: offline, {FLAGS.grad_steps:,} gradient steps',
+        {LABELS[algo]: [r['curve'] for r in chosen] for algo, chosen in by_algo.items()},
+        threshold=info['mean_return'] if info else None, step_label='gradient steps',
+        threshold_label='dataset mean return')
+    lines.append(f'  Curves: {png}')
+  return lines
+
+
+def report() -> None:
+  described = {}
+  if os.path.exists(path('datasets.json')):
+    with open(path('datasets.json')) as f:
+      described = json.load(f)
+  runs = read_runs()
+  print(common.machine_and_versions('tf-agents'), flush=True)
+  for dataset in FLAGS.datasets:
+    print('\n'.join(report_dataset(dataset, described.get(dataset), runs)), flush=True)
+
+
+def main(argv):
+  del argv
+  common.check_choices('stages', FLAGS.stages, ('datasets', 'train', 'report'))
+  common.check_choices('datasets', FLAGS.datasets, tuple(DATASETS))
+  common.check_choices('algos', FLAGS.algos, tuple(LABELS))
+  if 'datasets' in FLAGS.stages:
+    make_datasets()
+  if 'train' in FLAGS.stages:
+    train_all()
+  if 'report' in FLAGS.stages:
+    report()
+
+
+if __name__ == '__main__':
+  app.run(main)
