@@ -1,7 +1,7 @@
 """Forgetting on a task sequence: IMPALA against CLEAR (issue 26).
 
 Runs `learners.train_eval` with `<algo>_minigrid_sequence.gin` (DoorKey-5x5, then
-LavaGapS5, then SimpleCrossingS9N1, 600k env steps each; every evaluation evaluates all
+LavaGapS5, 600k env steps each, then SimpleCrossingS9N1, 1.5M; every evaluation evaluates all
 three) for each algorithm and seed, reads each run's `tasks.json`, and prints per run
 and over seeds (median and bootstrap interval):
 
@@ -13,7 +13,7 @@ and over seeds (median and bootstrap interval):
 
 and draws each task's return against env steps, the task switches marked, to --png.
 
-Run (from the repository root; ~9 min per run alone on 2 cores, --jobs at a time):
+Run (from the repository root; ~14 min per run alone on 2 cores, --jobs at a time):
 
     .venv/bin/python benchmarks/task_sequence.py --seeds=0,1,2 --jobs=2
 
