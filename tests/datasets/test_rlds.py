@@ -200,6 +200,7 @@ def test_merging_datasets_of_two_envs_is_refused_naming_both(tmp_path):
   message = str(error.value)
   assert 'float32[3]' in message and 'float32[4]' in message
   assert str(tmp_path / 'pendulum') in message and str(tmp_path / 'cartpole') in message
+  assert not (tmp_path / 'mixed').exists()  # refused before anything was written
 
 
 def test_a_dataset_with_no_episodes_is_refused_naming_it(tmp_path):

@@ -332,6 +332,23 @@ def _specs_of(features) -> Dict[str, Any]:
   return {'observation': spec(steps['observation']), 'action': spec(steps['action'])}
 
 
+def dataset_specs(directory: str) -> Dict[str, Any]:
+  """A dataset's {'observation', 'action'} specs, from its metadata alone.
+
+  Raises:
+    DatasetError: no dataset there.
+  """
+  return _specs_of(_builder(directory).info.features)
+
+
+def _builder(directory: str):
+  """The TFDS builder of the dataset at `directory` (DatasetError where there is none)."""
+  tfds = import_tfds()
+  if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
+    raise DatasetError(f'No RLDS dataset at {directory} (no dataset_info.json).')
+  return tfds.builder_from_directory(directory)
+
+
 def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
   """Reads an RLDS dataset (tfrl's or any TFDS RLDS directory) into arrays.
 
@@ -342,10 +359,7 @@ def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
   Raises:
     DatasetError: no dataset there, no episodes in it, or steps outside episodes.
   """
-  tfds = import_tfds()
-  if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
-    raise DatasetError(f'No RLDS dataset at {directory} (no dataset_info.json).')
-  builder = tfds.builder_from_directory(directory)
+  builder = _builder(directory)
   split = builder.info.splits['train'] if 'train' in builder.info.splits else None
   if split is None or not split.num_examples:  # TFDS's own error names no directory
     raise DatasetError(f'The RLDS dataset at {directory} holds no episodes (its recording '
@@ -411,20 +425,19 @@ def merge(directories: Sequence[str], directory: str, metadata: Optional[Dict[st
   """
   if not directories:
     raise DatasetError('rlds.merge needs at least one dataset to read.')
-  first = read(directories[0])
+  first = dataset_specs(directories[0])
+  for source in directories[1:]:  # all checked before anything is written
+    check_specs(dataset_specs(source), first['observation'], first['action'], where=source,
+                expected_from=f'the first dataset ({directories[0]})')
   reward = tf.TensorSpec((), tf.float32)
   time_step_spec = ts.TimeStep(tf.TensorSpec((), tf.int32), reward, reward,
-                               first.specs['observation'])
+                               first['observation'])
   sources = [{'directory': d, 'metadata': read_metadata(d)} for d in directories]
-  recorder = RldsRecorder(directory, time_step_spec, first.specs['action'],
+  recorder = RldsRecorder(directory, time_step_spec, first['action'],
                           metadata={**(metadata or {}), 'merged_from': sources})
   try:
-    for i, source in enumerate(directories):
-      arrays = first if i == 0 else read(source)
-      if i:
-        check_specs(arrays.specs, first.specs['observation'], first.specs['action'],
-                    where=source, expected_from=f'the first dataset ({directories[0]})')
-      recorder.add_episodes(arrays)
+    for source in directories:
+      recorder.add_episodes(read(source))
   finally:
     recorder.close()
   return recorder
