@@ -112,6 +112,15 @@ def _final_state(root_dir: str) -> str:
           f'{export.exported_train_step(greedy)}) in {greedy}.')
 
 
+def _last_evaluation(last: dict) -> str:
+  """The evaluator's last row in words; a job stopped before its first evaluation
+  finished says so rather than printing an empty row."""
+  if not last:
+    return 'stopped before its first evaluation finished.'
+  return (f'last eval return {metrics.format_return(last["return"])} at train step '
+          f'{last["train_step"]}; reached target: {last.get("reached_target")}.')
+
+
 def _raise_keyboard_interrupt(signum, unused_frame):
   """Signal handler: SIGTERM, SIGINT and SIGHUP take Ctrl-C's path (the ordered stop).
   Further signals are ignored from here: one arriving before the ordered stop begins
@@ -188,10 +197,7 @@ def _run_job(launcher: Launcher, options: Options) -> None:
   if FLAGS.pbt_dir:  # the runner reads the member's end from its result
     trainer_member.write_result(ready_points.ReadyPoints(
         FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval), launcher.root_dir, last)
-  print(f'Job finished: last eval return '
-        f'{metrics.format_return(last.get("return", float("nan")))} at train '
-        f'step {last.get("train_step")}; reached target: {last.get("reached_target")}. '
-        f'{_final_state(launcher.root_dir)}')
+  print(f'Job finished: {_last_evaluation(last)} {_final_state(launcher.root_dir)}')
 
 
 def run_main():

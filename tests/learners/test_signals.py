@@ -1,6 +1,7 @@
 """Signals and children: a child started as the launcher starts it ends with its parent,
 also under kill -9 of the parent; process.run_until_signal stops on SIGHUP too; an
 ignored SIGINT or SIGHUP inherited (nohup, background jobs) stays ignored."""
+import json
 import os
 import re
 import signal
@@ -158,6 +159,11 @@ def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
   import random  # pylint: disable=import-outside-toplevel
   root = str(tmp_path / 'job')
   launcher = _launch_until_training(root, random.choice([64, 96, 128]))
+  results = os.path.join(root, 'eval', 'results.json')
+  deadline = time.monotonic() + 300  # the summary must read an evaluation: wait for one
+  while not os.path.exists(results):
+    assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()
+    time.sleep(0.5)
   launcher.send_signal(sig)  # to the launcher alone, as timeout, Slurm or Kubernetes do
   stdout, stderr = _finish(launcher, root, 240)  # also asserts that no child is left
   assert launcher.returncode == 0, stderr[-5000:]
@@ -165,7 +171,9 @@ def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
   final = int(re.findall(r'Trainer stopped at train step (\d+)',
                          open(os.path.join(root, 'logs', 'train.log')).read())[-1])
   assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
-  assert 'at train step None' not in stdout
+  with open(results) as f:  # the summary after a stop reads the evaluator's file
+    last = json.load(f)[-1]
+  assert f'at train step {last["train_step"]};' in stdout
   # The final export loads and plays a short rollout.
   assert np.isfinite(evaluate_export(os.path.join(root, 'policies', 'greedy_policy'), 0))
 
@@ -242,3 +250,11 @@ def test_the_stop_grace_is_split_between_stages_and_programs_fit_inside(monkeypa
   assert 0 < stop_plan.program_grace_s() < 15
   monkeypatch.setenv(stop_plan.STOP_GRACE_ENV, 'soon')
   assert stop_plan.program_grace_s(7.0) == 7.0
+
+
+def test_the_summary_of_a_job_stopped_before_its_first_evaluation_says_so():
+  from learners import launch  # pylint: disable=import-outside-toplevel
+  assert launch._last_evaluation({}) == 'stopped before its first evaluation finished.'  # pylint: disable=protected-access
+  row = {'return': 475.44, 'train_step': 128, 'reached_target': False}
+  assert launch._last_evaluation(row) == (  # pylint: disable=protected-access
+      'last eval return 475.4 at train step 128; reached target: False.')
