@@ -9,12 +9,14 @@ or tfrl.
 It imports TensorFlow and tf-agents only inside the functions that need them:
 solve_time.py, which only drives subprocesses, imports it without paying for TensorFlow.
 """
+import concurrent.futures
 from importlib import metadata
 import os
+import queue
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from absl import app
 
@@ -220,3 +222,33 @@ def ensure_venv(venv: str, requirements: str) -> str:
   with open(stamp, 'w') as f:
     f.write(wanted)
   return python
+
+
+def on_pinned_cpus(jobs: int, run: Callable[[Any, Optional[int]], Any],
+                   items: Sequence[Any]) -> Iterator[Tuple[Any, Any, Optional[Exception]]]:
+  """Runs `run(item, cpu)` for each item, `jobs` at a time; with jobs=2 each on a CPU of
+  its own (the next item starting on the CPU the last one freed; `cpu` is None
+  otherwise), so each run's seconds are one-CPU figures.
+
+  Yields:
+    (item, result, None) as each ends, or (item, None, error) where `run` raised a
+    RuntimeError (the others go on).
+  """
+  free_cpus = queue.Queue()  # a run takes a CPU for its time, then gives it back
+  for cpu in (range(jobs) if jobs == 2 else [None] * jobs):
+    free_cpus.put(cpu)
+
+  def one(item):
+    cpu = free_cpus.get()
+    try:
+      return run(item, cpu)
+    finally:
+      free_cpus.put(cpu)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as lanes:
+    futures = {lanes.submit(one, item): item for item in items}
+    for future in concurrent.futures.as_completed(futures):
+      try:
+        yield futures[future], future.result(), None
+      except RuntimeError as e:
+        yield futures[future], None, e

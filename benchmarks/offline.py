@@ -32,11 +32,9 @@ to one CPU where --jobs=2 runs two at once.
 
 Results are recorded in benchmarks/RESULTS.md.
 """
-import concurrent.futures
 import dataclasses
 import json
 import os
-import queue
 import subprocess
 import sys
 import textwrap
@@ -183,15 +181,15 @@ def path(name: str) -> str:
 
 
 def make_halfcheetah() -> None:
-  """SAC until --medium_return: its collected episodes (medium-replay), then its
-  collect policy's episodes (medium)."""
+  """SAC until --medium_return: its collected episodes (medium-replay), then (where
+  --datasets names it) its collect policy's episodes (medium)."""
   sac = path('sac_halfcheetah')
   if not os.path.exists(path('halfcheetah_medium_replay')):
     train_eval(sac, 'sac_halfcheetah.gin', [
         f'Experiment.target_return = {FLAGS.medium_return}',
         f"Experiment.record_dir = '{path('halfcheetah_medium_replay')}'",
         'Experiment.num_train_steps = 300000'])
-  if not os.path.exists(path('halfcheetah_medium')):
+  if 'halfcheetah_medium' in FLAGS.datasets and not os.path.exists(path('halfcheetah_medium')):
     record('sac_halfcheetah.gin', os.path.join(sac, 'policies', 'collect_policy'),
            path('halfcheetah_medium'), FLAGS.medium_episodes)
 
@@ -246,8 +244,9 @@ def make_datasets() -> Dict[str, Dict[str, Any]]:
 
 # -- Training runs -----------------------------------------------------------------------
 
-# A tfrl run in its own process: train_eval.run's evaluations and its process seconds.
-_TFRL_RUN = textwrap.dedent('''
+# A tfrl run in its own process: train_eval.run's evaluations (also whole, as `history`:
+# env steps too) and its process seconds.
+TFRL_RUN = textwrap.dedent('''
     import json, sys, time
     start = time.perf_counter()
     from learners import train_eval
@@ -257,7 +256,8 @@ _TFRL_RUN = textwrap.dedent('''
     curve = [(row['train_step'], job_start + row['seconds'], row['eval_return'])
              for row in result['history']]
     with open(out, 'w') as f:
-      json.dump({'curve': curve, 'seconds': time.perf_counter() - start}, f)
+      json.dump({'curve': curve, 'history': result['history'],
+                 'seconds': time.perf_counter() - start}, f)
 ''')
 
 
@@ -273,7 +273,7 @@ def tfrl_run(dataset: str, seed: int, root: str, cpu: Optional[int]) -> Dict[str
               *FLAGS.train_bindings]
   out = root + '.json'
   run_logged(f'tfrl CQL on {dataset}, seed {seed}', [
-      sys.executable, '-c', _TFRL_RUN, root, spec.tfrl_config, json.dumps(bindings), out],
+      sys.executable, '-c', TFRL_RUN, root, spec.tfrl_config, json.dumps(bindings), out],
              root + '.log', cpu)
   with open(out) as f:
     return json.load(f)
@@ -327,17 +327,6 @@ def train_all() -> None:
   if not FLAGS.skip_peer and any(algo != 'tfrl_cql' for _, algo, _ in todo):
     common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
                        os.path.join(PEERS, 'd3rlpy_requirements.txt'))
-  free_cpus = queue.Queue()  # a run takes a CPU for its time, then gives it back
-  for cpu in (range(FLAGS.jobs) if FLAGS.jobs == 2 else [None] * FLAGS.jobs):
-    free_cpus.put(cpu)
-  lanes = concurrent.futures.ThreadPoolExecutor(max_workers=FLAGS.jobs)
-
-  def one(run):
-    cpu = free_cpus.get()
-    try:
-      return one_on(run, cpu)
-    finally:
-      free_cpus.put(cpu)
 
   def one_on(run, cpu):
     dataset, algo, seed = run
@@ -354,17 +343,13 @@ def train_all() -> None:
 
   os.makedirs(os.path.dirname(FLAGS.json_out) or '.', exist_ok=True)
   failed = []
-  with lanes:
-    futures = [lanes.submit(one, run) for run in todo]
-    for future in concurrent.futures.as_completed(futures):
-      try:
-        record = future.result()
-      except RuntimeError as e:  # the others go on; the failure is named at the end
-        print(f'FAILED: {e}', flush=True)
-        failed.append(str(e))
-        continue
-      with open(FLAGS.json_out, 'a') as f:
-        f.write(json.dumps(record) + '\n')
+  for _, record, error in common.on_pinned_cpus(FLAGS.jobs, one_on, todo):
+    if error:  # the others go on; the failure is named at the end
+      print(f'FAILED: {error}', flush=True)
+      failed.append(str(error))
+      continue
+    with open(FLAGS.json_out, 'a') as f:
+      f.write(json.dumps(record) + '\n')
   if failed:
     raise RuntimeError(f'{len(failed)} of {len(todo)} runs failed: ' + '; '.join(failed))
 

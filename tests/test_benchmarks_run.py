@@ -15,6 +15,7 @@ import concurrent.futures
 import dataclasses
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -65,6 +66,10 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                 'Experiment.initial_collect_steps=64,Experiment.eval_interval=4,'
                 'Experiment.num_eval_episodes=1', '--train_bindings=Experiment.num_envs=4,'
                 'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=2'],
+    # One seed on a tiny HalfCheetah medium-replay set (made first, in the runs fixture):
+    # 128 train steps at 2 per env step.
+    'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=2',
+               '--eval_every=64', '--train_bindings=Experiment.num_eval_episodes=1'],
     'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=2048',
                         '--gin_bindings=Experiment.eval_interval=4,Experiment.num_eval_episodes'
                         '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8'],
@@ -98,6 +103,9 @@ EXPECTED = {
     'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
     'offline': rf'(?m)^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
                rf'transitions(?:.*\n)*?^  tfrl CQL .* \| ({NUMBER}) s\n(?:.*\n)*?^  Curves: ',
+    'hybrid': rf"online SAC's return at 150,000 env steps \(3 seeds, [^)]*\): ({NUMBER}) \["
+              rf'(?:.*\n)*?  env steps to {NUMBER}: (?:.*\n)*?  seconds per run, median: '
+              rf'({NUMBER})\n  Curves: ',
     'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
                        r'alone: 2 of 2 reached within B(?:.*\n)*?^population best member / '
@@ -145,6 +153,18 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   offline = tmp_path_factory.mktemp('offline')
   jobs['offline'][0].extend([f'--data_dir={offline}/data', f'--runs_dir={offline}/runs',
                              f'--json_out={offline}/runs.jsonl', f'--png_dir={offline}'])
+  # hybrid.py trains on offline.py's medium-replay set: first a tiny one (SAC stopped at
+  # its first evaluation, once each env has played one 1,000-step episode).
+  hybrid = tmp_path_factory.mktemp('hybrid')
+  make_data = [sys.executable, os.path.join(BENCHMARKS, 'offline.py'), '--stages=datasets',
+               '--datasets=halfcheetah_medium_replay', f'--data_dir={hybrid}/data',
+               '--medium_return=-100000', '--data_job_bindings=Experiment.num_train_steps=64,'
+               'Experiment.initial_collect_steps=4096,Experiment.eval_interval=64,'
+               'Experiment.num_eval_episodes=1']
+  jobs['hybrid'] = (['bash', '-c', shlex.join(make_data) + ' && ' + shlex.join(
+      jobs['hybrid'][0] + [f'--data_dir={hybrid}/data', f'--hybrid_out={hybrid}/runs.jsonl',
+                           f'--hybrid_runs_dir={hybrid}/runs', f'--png={hybrid}/curves.png'])],
+                    REPO)
   populations = tmp_path_factory.mktemp('pbt')
   jobs['pbt_lunarlander'][0].extend([f'--runs_dir={populations}',
                                      f'--png={populations}/curves.png'])
@@ -152,6 +172,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
   order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander', 'offline',
+           'hybrid',
            'atari_throughput', 'ppo_compile', 'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']

@@ -1,0 +1,184 @@
+"""Hybrid SAC on HalfCheetah-v5: online learning that starts from a dataset (issue 25).
+
+RLPD's recipe (Ball et al. 2023) on tfrl's SAC (`sac_halfcheetah.gin`): each batch is
+half rows of a dataset (`TransitionReplay.dataset_fraction = 0.5`, symmetric sampling)
+and half fresh ones, several gradient steps per env step (--utd), a short random
+warm-up (--warmup_steps). The dataset is benchmarks/offline.py's
+"halfcheetah_medium_replay": everything tfrl's SAC collected until its evaluation
+reached about a third of its final return.
+
+The bar: online SAC's return at 150,000 env steps (the tfrl runs of --online_runs, the
+same config on this machine: RESULTS "SAC HalfCheetah-v5 at 50k and 150k env steps"),
+reached in at most a third of those env steps. Reported: each seed's env steps to that
+return (interpolated between evaluations; a seed that never got there counts as
+infinite) and its return at 50,000 env steps, median and 95% bootstrap interval.
+
+    .venv/bin/python benchmarks/offline.py --stages=datasets \
+        --datasets=halfcheetah_medium_replay     # once: the dataset
+    .venv/bin/python benchmarks/hybrid.py --seeds=0,1,2 --jobs=2
+
+Results are recorded in benchmarks/RESULTS.md.
+"""
+import json
+import math
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
+from absl import app
+from absl import flags
+
+import curves  # benchmarks/curves.py
+import offline  # benchmarks/offline.py: its data dir, --seeds, --jobs, runs in a process
+import stats  # benchmarks/stats.py
+import summary  # benchmarks/summary.py
+
+REPO = common.REPO
+
+flags.DEFINE_integer('env_steps', 60_000, 'Env steps of each hybrid run.')
+flags.DEFINE_integer('utd', 4, 'Gradient steps per env step (RLPD: 20 with LayerNorm '
+                     'critics and an ensemble; 4 in its smaller settings).')
+flags.DEFINE_integer('warmup_steps', 5_000, 'Random-action env steps before training.')
+flags.DEFINE_float('fraction', 0.5, 'Share of each batch drawn from the dataset.')
+flags.DEFINE_integer('eval_every', 5_000, 'Env steps between evaluations (about).')
+flags.DEFINE_integer('online_env_steps', 150_000, "Online SAC's env steps whose return "
+                     'is the bar.')
+flags.DEFINE_string('online_runs', os.path.join(
+    REPO, 'benchmarks', 'runs', 'sac_halfcheetah_1600s_jobs2.jsonl'),
+                    "solve_time.py's runs of online SAC (the tfrl side is read).")
+flags.DEFINE_string('hybrid_out', os.path.join(REPO, 'benchmarks', 'runs', 'hybrid.jsonl'),
+                    'One line per hybrid run (a seed already there is not run again).')
+flags.DEFINE_string('hybrid_runs_dir', os.path.join(REPO, 'runs', 'hybrid'),
+                    "The hybrid runs' root_dirs and logs.")
+flags.DEFINE_string('png', os.path.join(REPO, 'benchmarks', 'curves',
+                                        'hybrid_halfcheetah.png'), 'Curves (empty: none).')
+
+FLAGS = flags.FLAGS
+
+DATASET = 'halfcheetah_medium_replay'
+VECTOR_STEP = 64  # sac_halfcheetah.gin: 16 vector steps of 4 envs per iteration
+
+
+def bindings(seed: int) -> List[str]:
+  """The hybrid run's settings on top of sac_halfcheetah.gin."""
+  per_iteration = VECTOR_STEP * FLAGS.utd
+  iterations = math.ceil((FLAGS.env_steps - FLAGS.warmup_steps) / VECTOR_STEP)
+  return [f"Experiment.dataset_dir = '{offline.path(DATASET)}'",
+          f'TransitionReplay.dataset_fraction = {FLAGS.fraction}',
+          f'Experiment.seed = {seed}',
+          f'Experiment.initial_collect_steps = {FLAGS.warmup_steps}',
+          f'Experiment.train_steps_per_iteration = {per_iteration}',
+          f'Experiment.num_train_steps = {iterations * per_iteration}',
+          f'Experiment.eval_interval = '
+          f'{max(1, FLAGS.eval_every // VECTOR_STEP) * per_iteration}',
+          *FLAGS.train_bindings]
+
+
+def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
+  """One seed's run (pinned to `cpu`); its curve is (env steps, seconds, return)."""
+  root = os.path.join(FLAGS.hybrid_runs_dir, f'sac_hybrid_s{seed}')
+  os.makedirs(FLAGS.hybrid_runs_dir, exist_ok=True)
+  print(f'run hybrid SAC seed {seed} (cpu {cpu}) ...', flush=True)
+  offline.run_logged(f'hybrid SAC, seed {seed}', [
+      sys.executable, '-c', offline.TFRL_RUN, root, 'sac_halfcheetah.gin',
+      json.dumps(bindings(seed)), root + '.json'], root + '.log', cpu)
+  with open(root + '.json') as f:
+    result = json.load(f)
+  curve = [(row['env_steps'], row['seconds'], row['eval_return'])
+           for row in result['history']]
+  print(f'done hybrid SAC seed {seed}: return {curve[-1][2]:.1f} at {curve[-1][0]:,} env '
+        f"steps, {result['seconds']:.0f} s", flush=True)
+  return {'seed': seed, 'utd': FLAGS.utd, 'fraction': FLAGS.fraction,
+          'warmup_steps': FLAGS.warmup_steps, 'curve': curve,
+          'seconds': result['seconds'], 'load': common.load_1min()}
+
+
+def steps_to(curve: Sequence[Sequence[float]], target: float) -> float:
+  """Env steps at which a curve (env steps, seconds, return) first reaches `target`,
+  interpolated between the evaluations either side; infinite where it never does."""
+  previous = None
+  for point in curve:
+    if point[2] >= target:
+      if previous is None or previous[2] >= target:
+        return float(point[0])
+      share = (target - previous[2]) / (point[2] - previous[2])
+      return previous[0] + share * (point[0] - previous[0])
+    previous = point
+  return math.inf
+
+
+def online_curves() -> List[List[List[float]]]:
+  """The tfrl side's curves of --online_runs (online SAC, same config)."""
+  with open(FLAGS.online_runs) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [row['extra']['curve'] for row in rows
+          if row['side'] == 'tfrl' and row['algo'] == 'sac_halfcheetah']
+
+
+def _cell(values: Sequence[Optional[float]]) -> str:
+  """Central value [95% CI] of the values there (None: a run that did not get so far)."""
+  there = [v for v in values if v is not None]
+  if not there:
+    return f'none of {len(values)} got there'
+  interval = stats.interval(there)
+  return (f'{interval.point:,.0f} [{interval.low:,.0f}, {interval.high:,.0f}]'
+          + (f' ({len(there)} of {len(values)} got there)' if len(there) < len(values) else ''))
+
+
+def report(runs: List[Dict[str, Any]]) -> None:
+  """The bar, each seed's env steps to it, and the return at a third of the steps."""
+  online = online_curves()
+  budget, third = FLAGS.online_env_steps, FLAGS.online_env_steps // 3
+  at_budget = [summary.return_at(curve, budget) for curve in online]
+  bar = stats.interval([r for r in at_budget if r is not None]).point
+  print(f"online SAC's return at {budget:,} env steps ({len(online)} seeds, "
+        f'{os.path.relpath(FLAGS.online_runs, REPO)}): {_cell(at_budget)}')
+  hybrid_steps = [steps_to(run['curve'], bar) for run in runs]
+  print(f'hybrid SAC ({FLAGS.fraction:.0%} dataset rows, {FLAGS.utd} gradient steps per '
+        f'env step), {len(runs)} seeds:')
+  print(f'  env steps to {bar:,.0f}: {_cell(hybrid_steps)} | '
+        + ', '.join(f"s{run['seed']} {s:,.0f}" for run, s in zip(runs, hybrid_steps))
+        + f' (bar: <= {third:,})')
+  print(f'  return at {third:,} env steps: '
+        f"{_cell([summary.return_at(run['curve'], third) for run in runs])}; online SAC "
+        f'{_cell([summary.return_at(curve, third) for curve in online])}')
+  print(f"  seconds per run, median: {stats.median([run['seconds'] for run in runs]):,.0f}")
+  if FLAGS.png:
+    path = curves.plot(
+        FLAGS.png, f'HalfCheetah-v5: SAC from {DATASET} ({FLAGS.fraction:.0%}, UTD '
+        f'{FLAGS.utd}) against online SAC', {
+            'hybrid SAC': [run['curve'] for run in runs],
+            'online SAC': [[p for p in c if p[0] <= budget * 1.1] for c in online]},
+        threshold=bar, threshold_label=f"online SAC's return at {budget:,}")
+    print(f'  Curves: {path}')
+
+
+def main(argv):
+  del argv
+  if not os.path.exists(offline.path(DATASET)):
+    raise app.UsageError(f'{offline.path(DATASET)} is missing: make it first with '
+                         f'benchmarks/offline.py --stages=datasets --datasets={DATASET}')
+  done = []
+  if os.path.exists(FLAGS.hybrid_out):
+    with open(FLAGS.hybrid_out) as f:
+      done = [json.loads(line) for line in f if line.strip()]
+  settings = dict(utd=FLAGS.utd, fraction=FLAGS.fraction, warmup_steps=FLAGS.warmup_steps)
+  done = [r for r in done if all(r[k] == v for k, v in settings.items())]  # these runs'
+  todo = [int(s) for s in FLAGS.seeds if int(s) not in {r['seed'] for r in done}]
+  failed = []
+  for seed, run, error in common.on_pinned_cpus(FLAGS.jobs, hybrid_run, todo):
+    if error:
+      print(f'FAILED: {error}', flush=True)
+      failed.append(f'seed {seed}: {error}')
+      continue
+    done.append(run)
+    with open(FLAGS.hybrid_out, 'a') as f:
+      f.write(json.dumps(run) + '\n')
+  report(sorted((r for r in done if str(r['seed']) in FLAGS.seeds), key=lambda r: r['seed']))
+  if failed:
+    raise RuntimeError(f'{len(failed)} runs failed: ' + '; '.join(failed))
+
+
+if __name__ == '__main__':
+  app.run(main)
