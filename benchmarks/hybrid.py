@@ -94,20 +94,6 @@ def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
           'seconds': result['seconds'], 'load': common.load_1min()}
 
 
-def steps_to(curve: Sequence[Sequence[float]], target: float) -> float:
-  """Env steps at which a curve (env steps, seconds, return) first reaches `target`,
-  interpolated between the evaluations either side; infinite where it never does."""
-  previous = None
-  for point in curve:
-    if point[2] >= target:
-      if previous is None or previous[2] >= target:
-        return float(point[0])
-      share = (target - previous[2]) / (point[2] - previous[2])
-      return previous[0] + share * (point[0] - previous[0])
-    previous = point
-  return math.inf
-
-
 def online_curves() -> List[List[List[float]]]:
   """The tfrl side's curves of --online_runs (online SAC, same config)."""
   with open(FLAGS.online_runs) as f:
@@ -134,7 +120,7 @@ def report(runs: List[Dict[str, Any]]) -> None:
   bar = stats.interval([r for r in at_budget if r is not None]).point
   print(f"online SAC's return at {budget:,} env steps ({len(online)} seeds, "
         f'{os.path.relpath(FLAGS.online_runs, REPO)}): {_cell(at_budget)}')
-  hybrid_steps = [steps_to(run['curve'], bar) for run in runs]
+  hybrid_steps = [summary.steps_to(run['curve'], bar) for run in runs]
   print(f'hybrid SAC ({FLAGS.fraction:.0%} dataset rows, {FLAGS.utd} gradient steps per '
         f'env step), {len(runs)} seeds:')
   print(f'  env steps to {bar:,.0f}: {_cell(hybrid_steps)} | '

@@ -64,6 +64,25 @@ def return_at(curve: Sequence[Sequence[float]], env_steps: int) -> Optional[floa
   return None
 
 
+def steps_to(curve: Sequence[Sequence[float]], target: float) -> float:
+  """Env steps at which a curve first reaches `target`, interpolated between the
+  evaluations either side; infinite where it never does.
+
+  Args:
+    curve: (env steps, seconds, return) per evaluation, in order.
+    target: the return.
+  """
+  previous = None
+  for point in curve:
+    if point[2] >= target:
+      if previous is None or previous[2] >= target:
+        return float(point[0])
+      share = (target - previous[2]) / (point[2] - previous[2])
+      return previous[0] + share * (point[0] - previous[0])
+    previous = point
+  return math.inf
+
+
 def measures(task, budget_seconds: float) -> List[Measure]:
   """The measures a task is judged on (see the module docstring).
 

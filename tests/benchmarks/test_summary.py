@@ -42,6 +42,18 @@ def test_return_at(env_steps, expected):
   assert summary.return_at([], env_steps) is None
 
 
+def test_env_steps_to_a_return_interpolate_the_first_crossing():
+  curve = [(5_000, 10.0, 1_000.0), (10_000, 20.0, 3_000.0), (15_000, 30.0, 2_000.0),
+           (20_000, 40.0, 5_000.0)]
+  assert summary.steps_to(curve, 2_000.0) == 7_500.0  # halfway from 1,000 to 3,000
+  assert summary.steps_to(curve, 3_000.0) == 10_000.0
+  assert summary.steps_to(curve, 2_500.0) == 8_750.0  # the first crossing, not the later
+  assert summary.steps_to(curve, 4_000.0) == 15_000.0 + 5_000.0 * 2 / 3
+  assert summary.steps_to(curve, 500.0) == 5_000.0  # the first evaluation is above it
+  assert summary.steps_to(curve, 6_000.0) == math.inf
+  assert summary.steps_to([], 0.0) == math.inf
+
+
 def test_threshold_task_unsolved_seeds_count_as_never():
   tfrl = [_run(s, env_steps=n, seconds=n / 100) for s, n in enumerate((100, 200, 300))]
   peer = [_run(0, env_steps=1000, seconds=20.0), _run(1, env_steps=2000, seconds=30.0),
