@@ -24,6 +24,7 @@ from tfrl.datasets import feeder
 from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
 from learners import callbacks as callbacks_lib
+from learners import collected_training
 from learners import process
 from learners import progress_bar as progress_bar_lib
 from learners import tasks as tasks_lib
@@ -93,12 +94,14 @@ class OneProcessJob:
                                     checkpoint_extras={'env_steps': self.env_steps_var})
     self.dataset_only_iterator = exp.dataset_only_iterator(
         self.learner, self.server.address, self.agent, SAMPLE_TIMEOUT_MS)
+    self.collected_training = collected_training.CollectedTraining(
+        self.learner, exp.layout, self.server.client, self.server.address,
+        SAMPLE_TIMEOUT_MS, exp.hybrid_schedule, self.dataset_only_iterator)
     self.env_steps_before = int(self.env_steps_var.numpy())  # restored, or 0
     self.task_index: Optional[int] = None
     self.switch_task_if_due()  # a resumed job trains on the task it was on
     self.eval_writer = metrics.create_summary_writer(os.path.join(root_dir, 'eval'))
     self.collect_throughput, self.train_throughput = metrics.Throughput(), metrics.Throughput()
-    self.items_trained = 0  # items of the experience table this process's steps took
     self.history: List[Dict[str, Any]] = []
     self.confirmation_seed: Optional[int] = None
     self.progress: List[Dict[str, Any]] = []
@@ -276,49 +279,15 @@ class OneProcessJob:
         self.collect_actor.flush()
 
   def train(self) -> int:
-    """Runs the train steps the collected data allows; returns how many."""
-    layout = self.exp.layout
-    iterations = layout.train_steps_available(
-        self.writer.items_created - self.items_trained, self.exp.train_steps_per_iteration)
+    """Runs the train steps the collected data allows; returns how many ran."""
+    training = self.collected_training
+    iterations = training.steps_available(self.writer.items_created,
+                                          self.exp.train_steps_per_iteration)
     if not iterations:
       return 0
     self.env_steps_var.assign(self.env_steps)  # for a checkpoint written by this run
     with self.train_throughput.timing():
-      self._run_train_steps(iterations)
-    self.items_trained += iterations * layout.items_per_train_step
-    return iterations
-
-  def _run_train_steps(self, iterations: int) -> None:
-    """`iterations` train steps on the collected items, opening a new sample stream
-    once if the current one timed out.
-
-    The dataset asks for the next batch as soon as it hands one over, so that request
-    waits through whatever this process does before collecting again: an evaluation
-    of long episodes, a checkpoint, an export, on a loaded machine past the sample
-    timeout. The request ends the stream, not the items: they are still in the table,
-    and a new stream takes them.
-
-    Raises:
-      RuntimeError: the new stream got no batch either within the timeout.
-    """
-    first_step = self.learner.train_step_numpy
-    for attempt in range(2):
-      try:
-        done = self.learner.train_step_numpy - first_step  # steps before a timeout count
-        self.exp.hybrid_schedule.run(self.learner, iterations - done,
-                                     self.dataset_only_iterator)
-        return
-      except tf.errors.OutOfRangeError as e:
-        if attempt:
-          raise RuntimeError(
-              f'No batch from {self.exp.layout.experience_table!r} at '
-              f'{self.server.address} within {SAMPLE_TIMEOUT_MS / 1000:.0f} s although '
-              f'this process collected for it ({self.writer.items_created} items '
-              f'written, {self.items_trained} trained on).') from e
-        logs.progress('The sample stream timed out while this process was not training '
-                      '(an evaluation or a save of over %.0f s); opening a new one.',
-                      SAMPLE_TIMEOUT_MS / 1000)
-        self.learner.reset_iterator()
+      return training.run(iterations, self.writer.items_created)
 
   def evaluate(self) -> bool:
     """Evaluates the greedy policy, records and logs it; returns whether it reached

@@ -311,3 +311,51 @@ def test_a_sample_timing_out_during_a_long_evaluation_does_not_end_the_job(
   assert result['train_step'] == 12
   # It happened (two evaluations mid-run) and the job went on with a new stream.
   assert capsys.readouterr().err.count('The sample stream timed out') == 2
+
+
+def _slow_collects(monkeypatch, after_items):
+  """Makes the collect iterations that end with `after_items(items written)` true
+  outlast the 1-s sample timeout (a simulator that stalls, a loaded machine)."""
+  collect = one_process_job.OneProcessJob.collect
+
+  def slow_collect(job):
+    collect(job)
+    if after_items(job.writer.items_created):
+      time.sleep(1.6)
+
+  monkeypatch.setattr(one_process_job, 'SAMPLE_TIMEOUT_MS', 1000)
+  monkeypatch.setattr(one_process_job.OneProcessJob, 'collect', slow_collect)
+
+
+# A batch of two unrolls (4 envs each), one collected per iteration: between a batch's
+# two unrolls the stream holds the first, waiting for the second.
+_TWO_ITERATIONS_PER_BATCH = dict(
+    num_envs=4, batch_size=8, layout_settings=dict(unroll_length=8),
+    collect_steps_per_iteration=8, train_steps_per_iteration=1, eval_interval=100,
+    num_eval_episodes=1, target_return=None)
+
+
+def test_unrolls_a_timed_out_stream_took_from_the_queue_are_counted_lost_and_training_goes_on(
+    tmp_path, monkeypatch, capsys):
+  # Once, the collect after a batch's first unroll stalls: the stream that had taken
+  # that unroll times out (Reverb's queue handed it out, and it ends with the stream).
+  _slow_collects(monkeypatch, lambda items: items == 3)
+  result = train_eval.run(str(tmp_path / 'run'), ['ppo_cartpole.gin'], num_train_steps=6,
+                          **_TWO_ITERATIONS_PER_BATCH)
+  assert result['train_step'] == 6
+  err = capsys.readouterr().err
+  assert err.count('The ended sample stream had taken 1 of the collected unrolls') == 1
+  assert 'Training on the 1 still queued: 0 train step(s) now.' in err
+
+
+def test_a_job_whose_every_collect_outlasts_the_sample_timeout_still_trains(
+    tmp_path, monkeypatch, capsys):
+  # Every batch's first unroll waits in a stream through a stalled collect; a stream
+  # reopened after a loss has no train call waiting on it, so it ends nothing and the
+  # next batch gets through: at worst every other batch is lost, never all of them.
+  _slow_collects(monkeypatch, lambda items: items >= 3)
+  result = train_eval.run(str(tmp_path / 'run'), ['ppo_cartpole.gin'], num_train_steps=4,
+                          **_TWO_ITERATIONS_PER_BATCH)
+  assert result['train_step'] == 4
+  losses = capsys.readouterr().err.count('The ended sample stream had taken 1 of')
+  assert 1 <= losses <= 3
