@@ -3,7 +3,8 @@
 RLPD's recipe (Ball et al. 2023) on tfrl's SAC (`sac_halfcheetah.gin`): each batch is
 half rows of a dataset (`TransitionReplay.dataset_fraction = 0.5`, symmetric sampling)
 and half fresh ones, several gradient steps per env step (--utd), a short random
-warm-up (--warmup_steps). The dataset is benchmarks/offline.py's
+warm-up (--warmup_steps), and with --critic_layer_norm RLPD's layer-normalized critic
+(`tfrl.networks.critics`). The dataset is benchmarks/offline.py's
 "halfcheetah_medium_replay": everything tfrl's SAC collected until its evaluation
 reached about a third of its final return.
 
@@ -39,6 +40,8 @@ REPO = common.REPO
 flags.DEFINE_integer('env_steps', 60_000, 'Env steps of each hybrid run.')
 flags.DEFINE_integer('utd', 4, 'Gradient steps per env step (RLPD: 20 with LayerNorm '
                      'critics and an ensemble; 4 in its smaller settings).')
+flags.DEFINE_bool('critic_layer_norm', False, "RLPD's layer-normalized critic "
+                  '(create_sac_agent.critic_layer_norm).')
 flags.DEFINE_integer('warmup_steps', 5_000, 'Random-action env steps before training.')
 flags.DEFINE_float('fraction', 0.5, 'Share of each batch drawn from the dataset.')
 flags.DEFINE_integer('eval_every', 5_000, 'Env steps between evaluations (about).')
@@ -72,12 +75,21 @@ def bindings(seed: int) -> List[str]:
           f'Experiment.num_train_steps = {iterations * per_iteration}',
           f'Experiment.eval_interval = '
           f'{max(1, FLAGS.eval_every // VECTOR_STEP) * per_iteration}',
+          f'create_sac_agent.critic_layer_norm = {FLAGS.critic_layer_norm}',
           *FLAGS.train_bindings]
+
+
+def settings() -> Dict[str, Any]:
+  """What makes runs comparable: a row of the JSONL with other settings is another
+  experiment's."""
+  return dict(utd=FLAGS.utd, fraction=FLAGS.fraction, warmup_steps=FLAGS.warmup_steps,
+              critic_layer_norm=FLAGS.critic_layer_norm)
 
 
 def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
   """One seed's run (pinned to `cpu`); its curve is (env steps, seconds, return)."""
-  root = os.path.join(FLAGS.hybrid_runs_dir, f'sac_hybrid_s{seed}')
+  name = f"sac_hybrid{'_layernorm' if FLAGS.critic_layer_norm else ''}_s{seed}"
+  root = os.path.join(FLAGS.hybrid_runs_dir, name)
   os.makedirs(FLAGS.hybrid_runs_dir, exist_ok=True)
   print(f'run hybrid SAC seed {seed} (cpu {cpu}) ...', flush=True)
   offline.run_logged(f'hybrid SAC, seed {seed}', [
@@ -89,8 +101,7 @@ def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
            for row in result['history']]
   print(f'done hybrid SAC seed {seed}: return {curve[-1][2]:.1f} at {curve[-1][0]:,} env '
         f"steps, {result['seconds']:.0f} s", flush=True)
-  return {'seed': seed, 'utd': FLAGS.utd, 'fraction': FLAGS.fraction,
-          'warmup_steps': FLAGS.warmup_steps, 'curve': curve,
+  return {'seed': seed, **settings(), 'curve': curve,
           'seconds': result['seconds'], 'load': common.load_1min()}
 
 
@@ -121,8 +132,9 @@ def report(runs: List[Dict[str, Any]]) -> None:
   print(f"online SAC's return at {budget:,} env steps ({len(online)} seeds, "
         f'{os.path.relpath(FLAGS.online_runs, REPO)}): {_cell(at_budget)}')
   hybrid_steps = [summary.steps_to(run['curve'], bar) for run in runs]
+  critic = ', layer-normalized critic' if FLAGS.critic_layer_norm else ''
   print(f'hybrid SAC ({FLAGS.fraction:.0%} dataset rows, {FLAGS.utd} gradient steps per '
-        f'env step), {len(runs)} seeds:')
+        f'env step{critic}), {len(runs)} seeds:')
   print(f'  env steps to {bar:,.0f}: {_cell(hybrid_steps)} | '
         + ', '.join(f"s{run['seed']} {s:,.0f}" for run, s in zip(runs, hybrid_steps))
         + f' (bar: <= {third:,})')
@@ -149,8 +161,7 @@ def main(argv):
   if os.path.exists(FLAGS.hybrid_out):
     with open(FLAGS.hybrid_out) as f:
       done = [json.loads(line) for line in f if line.strip()]
-  settings = dict(utd=FLAGS.utd, fraction=FLAGS.fraction, warmup_steps=FLAGS.warmup_steps)
-  done = [r for r in done if all(r[k] == v for k, v in settings.items())]  # these runs'
+  done = [r for r in done if all(r.get(k, False) == v for k, v in settings().items())]
   todo = [int(s) for s in FLAGS.seeds if int(s) not in {r['seed'] for r in done}]
   failed = []
   for seed, run, error in common.on_pinned_cpus(FLAGS.jobs, hybrid_run, todo):

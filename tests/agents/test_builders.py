@@ -16,6 +16,7 @@ from tfrl import envs
 from tfrl import learner as learner_lib
 from tfrl.agents import dqn
 from tfrl.agents import sac
+from tfrl.networks import critics
 
 FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
 BATCH = 8
@@ -209,3 +210,31 @@ def test_sac_zero_weights_give_zero_loss(pendulum):
     np.testing.assert_array_equal(new.numpy(), old)
   for old, new in zip(actor, agent._actor_network.trainable_variables):
     np.testing.assert_array_equal(new.numpy(), old)
+
+
+def test_sac_with_rlpd_layer_norm_critic_matches_a_numpy_reference_and_trains(pendulum):
+  train_step = learner_lib.new_train_step()
+  agent = sac.create_sac_agent(pendulum.time_step_spec(), pendulum.action_spec(),
+                               train_step, actor_fc_layer_params=(16, 16),
+                               critic_joint_fc_layer_params=(16, 8),
+                               critic_layer_norm=True)
+  critic = agent._critic_network_1
+  assert isinstance(critic, critics.LayerNormCritic)
+  experience = sac_transitions(seed=2)
+  observation, action = experience.observation[:, 0], experience.action[:, 0]
+  q, _ = critic((observation, action))
+  # Reference: Dense -> LayerNorm (epsilon 1e-3, Keras' default) -> ReLU, then linear.
+  weights = [v.numpy() for v in critic.trainable_variables]
+  x = np.concatenate([observation, action], axis=1).astype(np.float64)
+  for kernel, bias, gamma, beta in (weights[0:4], weights[4:8]):
+    h = x @ kernel + bias
+    h = (h - h.mean(1, keepdims=True)) / np.sqrt(h.var(1, keepdims=True) + 1e-3)
+    x = np.maximum(h * gamma + beta, 0)
+  np.testing.assert_allclose(q.numpy(), (x @ weights[8] + weights[9])[:, 0], rtol=1e-4,
+                             atol=1e-5)
+  # The agent's copies (twin critic, targets) are layer-normalized too, and it trains.
+  assert isinstance(agent._target_critic_network_2, critics.LayerNormCritic)
+  before = [v.numpy() for v in critic.trainable_variables]
+  assert np.isfinite(agent.train(experience).loss.numpy())
+  assert any(np.abs(new.numpy() - old).max() > 0
+             for old, new in zip(before, critic.trainable_variables))

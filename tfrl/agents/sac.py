@@ -16,12 +16,20 @@ from tf_agents.networks import actor_distribution_network
 
 from tfrl import layouts
 from tfrl.agents import interface
+from tfrl.networks import critics
 
 
 def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[int],
-                 critic_joint_fc_layer_params: Sequence[int]):
+                 critic_joint_fc_layer_params: Sequence[int],
+                 critic_layer_norm: bool = False):
   """SAC's actor (a tanh-squashed Gaussian) and critic (Q of the observation and
   action concatenated) for flat observations.
+
+  Args:
+    observation_spec, action_spec: flat observations, Box actions.
+    actor_fc_layer_params, critic_joint_fc_layer_params: hidden layer widths.
+    critic_layer_norm: layer-normalize the critic's hidden layers (RLPD's critic,
+      `tfrl.networks.critics.LayerNormCritic`), for learning from offline data.
 
   Returns:
     (actor network, critic network); the agent copies the critic for its twin and
@@ -30,6 +38,9 @@ def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[
   actor = actor_distribution_network.ActorDistributionNetwork(
       observation_spec, action_spec, fc_layer_params=tuple(actor_fc_layer_params),
       continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
+  if critic_layer_norm:
+    return actor, critics.LayerNormCritic((observation_spec, action_spec),
+                                          tuple(critic_joint_fc_layer_params))
   critic = critic_network.CriticNetwork(
       (observation_spec, action_spec), observation_fc_layer_params=None,
       action_fc_layer_params=None,
@@ -49,7 +60,8 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      alpha_learning_rate: float = 3e-4,
                      target_update_tau: float = 0.005,
                      target_update_period: int = 1,
-                     reward_scale_factor: float = 1.0) -> sac_agent.SacAgent:
+                     reward_scale_factor: float = 1.0,
+                     critic_layer_norm: bool = False) -> sac_agent.SacAgent:
   """Returns an initialized SacAgent with tanh-squashed Gaussian actor.
 
   Args:
@@ -60,12 +72,14 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
     actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam's rates.
     target_update_tau, target_update_period: soft target updates.
     reward_scale_factor: multiplies rewards.
+    critic_layer_norm: RLPD's layer-normalized critic (see `sac_networks`).
 
   Returns:
     The agent.
   """
   actor, critic = sac_networks(time_step_spec.observation, action_spec,
-                               actor_fc_layer_params, critic_joint_fc_layer_params)
+                               actor_fc_layer_params, critic_joint_fc_layer_params,
+                               critic_layer_norm)
   agent = sac_agent.SacAgent(
       time_step_spec, action_spec, actor_network=actor, critic_network=critic,
       actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),
