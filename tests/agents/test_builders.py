@@ -223,7 +223,7 @@ def test_sac_with_rlpd_layer_norm_critic_matches_a_numpy_reference_and_trains(pe
   experience = sac_transitions(seed=2)
   observation, action = experience.observation[:, 0], experience.action[:, 0]
   q, _ = critic((observation, action))
-  # Reference: Dense -> LayerNorm (epsilon 1e-3, Keras' default) -> ReLU, then linear.
+  # Reference: Dense -> LayerNorm (biased variance, epsilon 1e-3) -> ReLU, then linear.
   weights = [v.numpy() for v in critic.trainable_variables]
   x = np.concatenate([observation, action], axis=1).astype(np.float64)
   for kernel, bias, gamma, beta in (weights[0:4], weights[4:8]):

