@@ -120,4 +120,3 @@ class CollectedTraining:
   def _queue_size(self) -> int:
     info = replay.wait_for_server(self._address, client=self._client)
     return info[self._layout.experience_table].current_size
-
