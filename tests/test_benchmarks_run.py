@@ -38,6 +38,7 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                            '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
     'pixel_bytes': ['--env_steps=64', '--num_envs=4', '--unroll_length=4'],
     'ppo_compile': ['--epochs=1'],
+    'layer_norm': ['--seconds=0.1', '--rounds=1', '--iterations=2', '--batch=16'],
     'reliability': ['--only=eval missing saved_model_dir'],
     'replay_independence': ['--steps=16', '--buffers=128', '--seconds=0.2', '--rounds=1',
                             '--sample_batches=2'],
@@ -87,6 +88,8 @@ EXPECTED = {
                    rf'transition \| ({NUMBER}) \| ({NUMBER}) \|',
     'ppo_compile': rf'(?m)^while loop\s+(4)\s.*\n^unrolled\s+(4)\s.*\n.*compile time: '
                    rf'({NUMBER})x',
+    'layer_norm': rf'(?m)^layer: tfrl / keras ({NUMBER})x\n(?:.*\n)*?^sac: tfrl / keras '
+                  rf'({NUMBER})x',
     'reliability': r'bad input \| eval missing saved_model_dir \| exit ([1-9]\d*) \| '
                    rf'({NUMBER}) s \| error: --saved_model_dir: No SavedModel',
     'replay_independence': rf'(?m)^whole\s+({NUMBER})\s.*\n(?:.*\n)*?'
@@ -173,7 +176,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   # The longest first, so that the two lanes end together.
   order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander', 'offline',
            'hybrid',
-           'atari_throughput', 'ppo_compile', 'solve_time',
+           'atari_throughput', 'ppo_compile', 'layer_norm', 'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']
   assert sorted(order) == sorted(jobs)
