@@ -43,6 +43,9 @@ flags.DEFINE_integer('num_collectors', 3, 'Collectors of a launched run (one per
 flags.DEFINE_integer('launch_num_envs', 6, "Envs per collector of a launched run (the "
                      "one-process job's 18 split over 3 collectors).")
 flags.DEFINE_integer('timeout_s', 3600, "A launched run's --timeout_s.")
+flags.DEFINE_float('launch_stop_grace_s', 120.0, "A launched run's --stop_grace_s: its "
+                   "trainer's final save writes a SavedModel per task, which takes longer "
+                   'than the default share of the stop on a loaded machine.')
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'multi_task'),
                     'Where each run writes its root_dir (<mode>_s<seed>).')
 flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run.')
@@ -59,7 +62,8 @@ def _command(mode: str, root: str, seed: str) -> List[str]:
     command = [sys.executable, '-m', 'learners.train_eval', '--overwrite']
   else:
     command = [sys.executable, '-m', 'learners.launch',
-               f'--num_collectors={FLAGS.num_collectors}', f'--timeout_s={FLAGS.timeout_s}']
+               f'--num_collectors={FLAGS.num_collectors}', f'--timeout_s={FLAGS.timeout_s}',
+               f'--stop_grace_s={FLAGS.launch_stop_grace_s}']
     bindings.insert(0, f'Experiment.num_envs = {FLAGS.launch_num_envs}')
   return command + [f'--root_dir={root}', f'--gin_file={GIN_FILE}',
                     *[f'--gin_bindings={b}' for b in bindings]]

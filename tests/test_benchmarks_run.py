@@ -51,7 +51,7 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     # Both ways of running three tasks at once, one train step (576 env steps) each.
-    'multi_task': ['--seeds=0', '--timeout_s=240', '--gin_bindings=Experiment.num_train_steps'
+    'multi_task': ['--seeds=0', '--timeout_s=240', '--launch_stop_grace_s=120', '--gin_bindings=Experiment.num_train_steps'
                    '=1,Experiment.eval_interval=1,Experiment.num_eval_episodes=1'],
     # CLEAR through all three tasks: 6 train steps of 512 env steps each (the impala_clear
     # notebook's test takes both configs through the sequence).
@@ -109,9 +109,11 @@ EXPECTED = {
     'hybrid': rf"online SAC's return at 150,000 env steps \(3 seeds, [^)]*\): ({NUMBER}) \["
               rf'(?:.*\n)*?  env steps to {NUMBER}: (?:.*\n)*?  seconds per run, median: '
               rf'({NUMBER})\n  Curves: ',
+    # A starting point alone reaches the smoke run's target a few env steps either side of
+    # B (the collectors' timing): any count of the two is a figure.
     'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
-                       r'alone: 2 of 2 reached within B(?:.*\n)*?^population best member / '
+                       r'alone: [0-2] of 2 reached within B(?:.*\n)*?^population best member / '
                        rf'tuned config, env steps to the target: ({NUMBER})(?:.*\n)*?^Curves: ',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
