@@ -18,7 +18,7 @@ from tf_agents.networks import network
 class _LayerNorm(tf.keras.layers.Layer):
   """Layer normalization over the last axis, as Keras' `LayerNormalization` computes it
   (biased variance, epsilon 1e-3, a gain and an offset per unit), in four ops: Keras'
-  own goes through a fused batch-norm kernel that costs several times as much per pass
+  own goes through a fused batch-norm kernel that costs 2.5 times as much per pass
   on a CPU (`benchmarks/layer_norm.py`, RESULTS), and a SAC step passes through the
   critics six times (twins and targets on the batch, twins on the policy's actions),
   each pass through every hidden layer."""
