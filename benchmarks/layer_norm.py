@@ -149,12 +149,12 @@ def main(argv):
   print(f'\nbest of {FLAGS.rounds} rounds of {FLAGS.seconds:g} s; '
         f'batch {FLAGS.batch}, {FLAGS.iterations} per tf.function call')
   for group in groups:
-    base = group[0]
+    measurement, base = group[0].name.split()  # 'layer none', 'sac plain'
     by_name = {m.name.split()[-1]: m for m in group}
     for m in group:
       print(f'{m.name:<12} {m.rate:10.1f} {m.unit}/s  {1e3 / m.rate:8.3f} ms each  '
-            f'{m.rate / base.rate:5.2f}x {base.name.split()[-1]}')
-    print(f'{group[0].name.split()[0]}: tfrl / keras {by_name["tfrl"].rate / by_name["keras"].rate:.2f}x')
+            f'{m.rate / group[0].rate:5.2f}x {base}')
+    print(f'{measurement}: tfrl / keras {by_name["tfrl"].rate / by_name["keras"].rate:.2f}x')
 
 
 if __name__ == '__main__':

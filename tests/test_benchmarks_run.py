@@ -51,8 +51,9 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     # Both ways of running three tasks at once, one train step (576 env steps) each.
-    'multi_task': ['--seeds=0', '--timeout_s=240', '--launch_stop_grace_s=120', '--gin_bindings=Experiment.num_train_steps'
-                   '=1,Experiment.eval_interval=1,Experiment.num_eval_episodes=1'],
+    'multi_task': ['--seeds=0', '--timeout_s=240', '--launch_stop_grace_s=120',
+                   '--gin_bindings=Experiment.num_train_steps=1,Experiment.eval_interval=1,'
+                   'Experiment.num_eval_episodes=1'],
     # CLEAR through all three tasks: 6 train steps of 512 env steps each (the impala_clear
     # notebook's test takes both configs through the sequence).
     'task_sequence': ['--seeds=0', '--algos=clear', '--gin_bindings=Experiment.task_env_steps=512,'
