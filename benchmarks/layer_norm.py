@@ -56,13 +56,6 @@ NORMS = {
 }
 
 
-class KerasLayerNormCritic(critics.LayerNormCritic):
-  """`LayerNormCritic` with Keras' `LayerNormalization` in its hidden layers."""
-
-  def _norm_layer(self):
-    return NORMS['keras']()
-
-
 def _looped(step_fn):
   """A `call()` that runs `step_fn` --iterations times in one tf.function call."""
 
@@ -90,7 +83,7 @@ def layer_measurements():
   measurements = []
   for name, make_norm in NORMS.items():
     dense, norm = tf.keras.layers.Dense(FLAGS.units), make_norm()
-    dense(x), norm(dense(x))  # builds the weights
+    norm(dense(x))  # builds both layers' weights
 
     def step(dense=dense, norm=norm):
       with tf.GradientTape() as tape:
@@ -123,11 +116,16 @@ def sac_measurements():
   for name in ('plain', 'tfrl', 'keras'):
     tf.random.set_seed(FLAGS.seed)
     train_step = tf.Variable(0, dtype=tf.int64)
-    # The Keras variant: `sac_networks` builds its critic from the class patched in.
-    critic_class = KerasLayerNormCritic if name == 'keras' else critics.LayerNormCritic
-    with mock.patch.object(critics, 'LayerNormCritic', critic_class):
+    # The Keras variant: `LayerNormCritic` (and the copies SacAgent makes of it for the
+    # twin and targets) builds its hidden layers' normalization from the layer patched in.
+    # pylint: disable=protected-access
+    norm = NORMS['keras'] if name == 'keras' else critics._LayerNorm
+    with mock.patch.object(critics, '_LayerNorm', norm):
       agent = sac.create_sac_agent(time_step_spec, action, train_step,
                                    critic_layer_norm=name != 'plain')
+    twin_norms = getattr(agent._critic_network_2, '_hidden', [])[1::2]
+    print(f'sac {name}: the twin critic normalizes with '
+          f'{sorted({type(n).__name__ for n in twin_norms}) or "nothing"}', flush=True)
     experience = _fixed_batch(agent)
     measurements.append(common.Measurement(
         f'sac {name}', _looped(lambda a=agent, e=experience: a.train(e).loss)))

@@ -18,8 +18,8 @@ from tf_agents.networks import network
 class _LayerNorm(tf.keras.layers.Layer):
   """Layer normalization over the last axis, as Keras' `LayerNormalization` computes it
   (biased variance, epsilon 1e-3, a gain and an offset per unit), in four ops: Keras'
-  own goes through a fused batch-norm kernel that costs 2.5 times as much per pass
-  on a CPU (`benchmarks/layer_norm.py`, RESULTS), and a SAC step passes through the
+  own goes through a fused batch-norm kernel that costs 2.5-4 times as much per
+  pass on a CPU (`benchmarks/layer_norm.py`, RESULTS), and a SAC step passes through the
   critics six times (twins and targets on the batch, twins on the policy's actions),
   each pass through every hidden layer."""
 
@@ -48,12 +48,8 @@ class LayerNormCritic(network.Network):
     self._hidden = []
     for units in joint_fc_layer_params:
       self._hidden += [tf.keras.layers.Dense(units, kernel_initializer='glorot_uniform'),
-                       self._norm_layer()]
+                       _LayerNorm()]
     self._value = tf.keras.layers.Dense(1, kernel_initializer='glorot_uniform')
-
-  def _norm_layer(self) -> tf.keras.layers.Layer:
-    """A hidden layer's normalization (`benchmarks/layer_norm.py` swaps in Keras')."""
-    return _LayerNorm()
 
   def call(self, inputs, step_type=(), network_state=(), training=False):
     del step_type  # Q does not depend on it
