@@ -17,6 +17,10 @@ Measures DQN train steps per second (batch 64 transitions) in one run, for:
   ceiling     the same agent's `agent.train` in a `tf.while_loop` inside one
               `tf.function` on a fixed in-memory [64, 2] Trajectory: no input pipeline,
               no Learner.
+  tfrl-autotune (diagnostic) the tfrl path with tf.data's autotuning thread on (the
+              dataset sets `autotune.enabled = True`; the Learner turns it off in
+              datasets that leave it unset: tfrl/learner_input.py), timed at
+              --iterations only: what turning the thread off costs.
   memory      (diagnostic) tfrl's Learner fed one of make_dataset's batches again and
               again from memory (`Dataset.from_tensors(batch).repeat()`): the Learner's
               own cost (loop, iterator, strategy plumbing) without Reverb's pipeline.
@@ -77,7 +81,7 @@ import tfrl.replay
 
 ENV_ID = 'CartPole-v1'
 TABLE = 'replay'
-ALL_PATHS = ('tfrl', 'tf-agents', 'ceiling', 'input', 'memory')
+ALL_PATHS = ('tfrl', 'tf-agents', 'ceiling', 'input', 'memory', 'tfrl-autotune')
 TARGET_VS_PEER = 5.0
 TARGET_VS_CEILING = 0.85
 INPUT_CHUNK = 500  # batches drawn per in-graph call when timing an input pipeline
@@ -236,6 +240,8 @@ def setup_tfrl(specs, transitions, stack):
         train_inputs_fn=train_inputs_fn, checkpoint_interval=0, summary_interval=0)
     measurements += [learner_measurement(f'tfrl K={k}', learner, agent.train_step_counter,
                                          k, note) for k in _iteration_counts()]
+  if 'tfrl-autotune' in FLAGS.paths:
+    measurements.append(_autotuned_tfrl_measurement(specs, layout, server, stack))
   if 'memory' in FLAGS.paths:
     memory_agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
     batch = next(iter(dataset_fn()))
@@ -253,6 +259,27 @@ def setup_tfrl(specs, transitions, stack):
   if 'input' in FLAGS.paths:
     measurements.append(input_measurement('tfrl make_dataset', dataset_fn(), note))
   return measurements
+
+
+def _autotuned_tfrl_measurement(specs, layout, server, stack) -> common.Measurement:
+  """The tfrl path on the same table, its dataset asking for tf.data's autotuning."""
+  agent = common.make_dqn_agent(*specs, FLAGS.seed, _fc_layers())
+  options = tf.data.Options()
+  options.autotune.enabled = True  # set, so the Learner keeps it
+
+  def dataset_fn():
+    dataset = layout.dataset_fn(server.address, agent)(tf.distribute.InputContext())
+    return dataset.with_options(options)
+
+  root_dir = tempfile.mkdtemp(prefix='tfrl_learner_bench_')
+  stack.callback(shutil.rmtree, root_dir, ignore_errors=True)
+  learner = tfrl.learner.Learner(
+      root_dir, agent.train_step_counter, agent, experience_dataset_fn=dataset_fn,
+      train_inputs_fn=layout.train_inputs_fn(agent), checkpoint_interval=0,
+      summary_interval=0)
+  k = FLAGS.iterations
+  return learner_measurement(f'tfrl-autotune K={k}', learner, agent.train_step_counter,
+                             k, "tf.data's autotuning thread on")
 
 
 def setup_tf_agents(specs, transitions, stack):
@@ -363,7 +390,7 @@ def main(argv):
     measurements = []
     if 'ceiling' in FLAGS.paths:
       measurements += setup_ceiling(specs, transitions, stack)
-    if {'tfrl', 'input', 'memory'} & set(FLAGS.paths):
+    if {'tfrl', 'input', 'memory', 'tfrl-autotune'} & set(FLAGS.paths):
       measurements += setup_tfrl(specs, transitions, stack)
     if 'tf-agents' in FLAGS.paths or 'input' in FLAGS.paths:
       measurements += setup_tf_agents(specs, transitions, stack)
@@ -398,6 +425,10 @@ def main(argv):
   if memory_m is not None and ceiling_m is not None:
     print(f'{"tfrl-memory / ceiling":<30} {memory_m.rate / ceiling_m.rate:.1%} (diagnostic: '
           'the Learner without Reverb)')
+  autotune_m = results.get(f'tfrl-autotune K={k}')
+  if autotune_m is not None and tfrl_m is not None:
+    print(f'{"tfrl / tfrl-autotune":<30} {tfrl_m.rate / autotune_m.rate:.1%} (diagnostic: '
+          "tf.data's autotuning thread off, as the Learner runs, against on)")
   if memory_m is not None and tfrl_m is not None:
     print(f'{"tfrl / tfrl-memory":<30} {tfrl_m.rate / memory_m.rate:.1%} (diagnostic: '
           "Reverb's input pipeline)")

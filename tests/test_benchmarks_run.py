@@ -34,7 +34,7 @@ TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
 SMOKE_ARGS: Dict[str, List[str]] = {
     'atari_throughput': ['--paths=raw,raw-envpool', '--seconds=0.5', '--rounds=1'],
     'collect_throughput': ['--paths=tfrl,raw', '--seconds=0.5', '--num_envs=4'],
-    'learner_throughput': ['--paths=tfrl,ceiling', '--seconds=0.3', '--rounds=1',
+    'learner_throughput': ['--paths=tfrl,ceiling,tfrl-autotune', '--seconds=0.3', '--rounds=1',
                            '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
     'pixel_bytes': ['--env_steps=64', '--num_envs=4', '--unroll_length=4'],
     'ppo_compile': ['--epochs=1'],
@@ -84,7 +84,8 @@ EXPECTED = {
     'collect_throughput': rf'measured tfrl: ({NUMBER}) env steps/s.*\n.*'
                           rf'measured raw: ({NUMBER}) env steps/s',
     'learner_throughput': rf'(?m)^tfrl K=4\s+({NUMBER})\s(?:.*\n)*?'
-                          rf'tfrl / ceiling \(K=4\)\s+({NUMBER})%',
+                          rf'tfrl / ceiling \(K=4\)\s+({NUMBER})%(?:.*\n)*?'
+                          rf'tfrl / tfrl-autotune\s+({NUMBER})%',
     'pixel_bytes': rf'(?m)^sequence \| ({NUMBER}) \| ({NUMBER}) \| .*\n(?:.*\n)*?'
                    rf'transition \| ({NUMBER}) \| ({NUMBER}) \|',
     'ppo_compile': rf'(?m)^while loop\s+(4)\s.*\n^unrolled\s+(4)\s.*\n.*compile time: '

@@ -21,6 +21,7 @@ from tf_agents.trajectories import trajectory
 from tfrl import actors
 from tfrl import distribute
 from tfrl import envs
+from tfrl import learner_input
 from tfrl import replay
 from tfrl import triggers
 from tfrl.agents import dqn as dqn_lib
@@ -490,6 +491,55 @@ def test_dataset_end_then_reset_iterator_continues_with_the_same_function(tmp_pa
   assert learner.train_step_numpy == 7
   # The new iterator has the same spec: the compiled train function was reused.
   assert learner._compiled_train.experimental_get_tracing_count() == traces
+
+
+def _autotune_choice(dataset_fn):
+  """`dataset_fn` returning its dataset with `options.autotune.enabled = choice`."""
+
+  def with_choice(context, choice):
+    dataset = dataset_fn(context)
+    if choice is None:
+      return dataset
+    options = tf.data.Options()
+    options.autotune.enabled = choice
+    return dataset.with_options(options)
+
+  return with_choice
+
+
+@pytest.mark.parametrize('choice, expected', [(None, False), (True, True), (False, False)])
+def test_learner_datasets_run_without_the_autotune_thread_unless_they_ask(
+    choice, expected, monkeypatch, tmp_path):
+  # tf.data's autotuning thread can hold an iterator's destructor for up to a minute
+  # (tfrl/learner_input.py): the datasets a Learner iterates turn it off, unless
+  # their author set autotuning either way.
+  iterated = []
+  real = learner_input.without_autotune_thread
+
+  def spy(dataset):
+    iterated.append(real(dataset))
+    return iterated[-1]
+
+  monkeypatch.setattr(learner_input, 'without_autotune_thread', spy)
+  rows = fixed_rows(4 * BATCH)
+  with_choice = _autotune_choice(rows_dataset_fn(rows))
+  agent, train_step = make_agent()
+  learner = Learner(str(tmp_path), train_step, agent, checkpoint_interval=0,
+                    experience_dataset_fn=lambda context: with_choice(context, choice))
+  learner.run(iterations=2)
+  other = learner.make_iterator(lambda context: with_choice(context, choice))
+  learner.run(iterations=2, iterator=other)
+  assert learner.train_step_numpy == 4
+  assert len(iterated) == 2  # the Learner's own dataset, then make_iterator's
+  assert [d.options().autotune.enabled for d in iterated] == [expected] * 2
+
+
+def test_without_autotune_thread_keeps_the_elements():
+  dataset = tf.data.Dataset.range(10).map(lambda x: 2 * x,
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+  plain = learner_input.without_autotune_thread(dataset.prefetch(tf.data.AUTOTUNE))
+  assert plain.options().autotune.enabled is False
+  assert list(plain.as_numpy_iterator()) == list(range(0, 20, 2))
 
 
 def test_reset_iterator_without_dataset_fn_raises(tmp_path):

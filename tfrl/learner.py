@@ -6,7 +6,6 @@ strategy; then the triggers (checkpoints, exports, logs) run in Python. Its cons
 and methods mirror tf-agents' Learner, so switching is a change of import.
 """
 import contextlib
-import inspect
 import os
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -16,6 +15,7 @@ from tf_agents.agents import tf_agent
 
 from tfrl import checkpoints
 from tfrl import graph_options
+from tfrl import learner_input
 from tfrl import logs
 from tfrl import metrics
 from tfrl import triggers as triggers_lib
@@ -33,17 +33,6 @@ POLICY_CHECKPOINT_DIR = triggers_lib.POLICY_CHECKPOINTS
 REPLAY_BUFFER_CHECKPOINT_DIR = 'replay_buffer_checkpoints'
 # The Learner's own checkpoints: root_dir/train/checkpoints, as in tf-agents.
 CHECKPOINT_DIR = POLICY_CHECKPOINT_DIR
-
-
-def _call_dataset_fn(dataset_fn: Callable, context: tf.distribute.InputContext):
-  """Calls `dataset_fn()` or `dataset_fn(input_context)`, whichever it takes."""
-  try:
-    positional = [p for p in inspect.signature(dataset_fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    takes_context = bool(positional)
-  except (TypeError, ValueError):
-    takes_context = False
-  return dataset_fn(context) if takes_context else dataset_fn()
 
 
 def new_train_step() -> tf.Variable:
@@ -221,13 +210,12 @@ class Learner(tf.Module):
 
   def make_iterator(self, dataset_fn: Callable[..., tf.data.Dataset]):
     """A distributed iterator over `dataset_fn`'s dataset (taking an InputContext or
-    nothing), for `run(iterator=...)`: another source of batches of the same form."""
-    # Reverb logs an INFO line from C++ when its sampler starts in the server's process.
-    with self.strategy.scope(), logs.native_stderr_filtered():
-      dataset = self.strategy.distribute_datasets_from_function(
-          lambda context: _call_dataset_fn(dataset_fn, context),
-          options=self._experience_dataset_options)
-      return iter(dataset)
+    nothing), for `run(iterator=...)`: another source of batches of the same form.
+
+    Its datasets run without tf.data's autotuning thread unless they set autotuning
+    themselves (`tfrl.learner_input.without_autotune_thread` says why)."""
+    return learner_input.distributed_iterator(self.strategy, dataset_fn,
+                                              self._experience_dataset_options)
 
   def reset_iterator(self) -> None:
     """Replaces the Learner's iterator by a new one from `experience_dataset_fn`.
