@@ -257,9 +257,11 @@ def test_a_population_of_launched_jobs_reports_from_its_trainers_and_copies(tmp_
   collector, evaluator); its trainer reports the evaluator's returns at the ready points
   and takes the copies, which reach its next report; the launchers end cleanly."""
   root = str(tmp_path / 'run')
-  # A longer budget than the one-process test's: the trainer runs ahead of its
-  # evaluator, and a member must not end before an evaluation past its first ready point.
-  bindings = BINDINGS + ['Experiment.num_train_steps = 40']
+  # A longer budget than the one-process test's: the trainer trains on while it waits
+  # for an evaluation past its ready point, and then for the other member's report, so
+  # its first report can come late (9,472 env steps of a 40-train-step job's 10,496, on a
+  # fast machine, which then ended before its second): room for the second round.
+  bindings = BINDINGS + ['Experiment.num_train_steps = 72']
   runner = pbt.Population(root, ['ppo_cartpole.gin'], bindings, pbt.parse_bounds(BOUNDS),
                           population_size=2, ready_interval=2048, seed=1,
                           member_program='launch', member_collectors=1)
