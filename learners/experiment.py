@@ -26,6 +26,7 @@ import gin
 import tensorflow as tf
 
 import tfrl.envs
+from learners import experiment_checks
 from learners import tasks as tasks_lib
 from learners import validation
 from tfrl import actors
@@ -196,58 +197,11 @@ class Experiment:
     """Raises:
       learners.validation.ValidationError: a field outside what it accepts (one line
         naming the field, its value and what is allowed), or an unknown env id.
-      ValueError: settings that do not fit together (below, and the layout's).
+      ValueError: settings that do not fit together (`learners.experiment_checks`,
+        and the layout's).
     """
     validation.validate_experiment(self)
-    if (self.terminal_on_life_loss or self.fire_reset) and not self.atari:
-      raise ValueError('terminal_on_life_loss and fire_reset are Atari options: they '
-                       'need atari=True.')
-    if self.env_backend == 'envpool' and self.env_workers:
-      raise ValueError(f'Experiment.env_workers = {self.env_workers} with env_backend = '
-                       "'envpool': EnvPool steps the envs in its own threads; set "
-                       'env_workers = 0.')
-    if self.dataset_dir is not None and not isinstance(self.layout,
-                                                       layouts.TransitionReplay):
-      raise ValueError(f'Experiment.dataset_dir is for transition-replay agents (DQN, SAC); '
-                       f'this agent trains from {type(self.layout).__name__}.')
-    if getattr(self.layout, 'hybrid', False) and self.dataset_dir is None:
-      raise ValueError('TransitionReplay.dataset_fraction mixes a dataset into each batch: '
-                       'set Experiment.dataset_dir too.')
-    if self.tasks is not None and not self.multi_task and not self.task_env_steps:
-      raise ValueError('Experiment.tasks trains them one after the other: set '
-                       'Experiment.task_env_steps, the env steps on each task.')
-    # Per-task env step counts that do not fit the tasks fail now.
-    self.task_sequence  # pylint: disable=pointless-statement
-    if self.tasks is not None and len(set(self.task_names)) < len(self.tasks):
-      raise ValueError(f'Experiment.tasks = {tuple(self.tasks)} names a task twice: '
-                       'list each once (task_cycles goes round the list again).')
-    if self.multi_task and self.num_envs % len(self.tasks):
-      raise ValueError(f'Experiment.num_envs = {self.num_envs} with {len(self.tasks)} tasks '
-                       "in 'multi_task' mode: each task gets an equal share of the envs; "
-                       'make num_envs a multiple of the number of tasks.')
-    if self.task_target_returns is not None and (
-        self.tasks is None or len(self.task_target_returns) != len(self.tasks)):
-      raise ValueError(f'Experiment.task_target_returns = {tuple(self.task_target_returns)}'
-                       ' gives each task of Experiment.tasks its threshold: one per task '
-                       f'({len(self.tasks or ())} tasks).')
-    if self.task_target_returns is not None and self.target_return is not None:
-      raise ValueError('Experiment.target_return and Experiment.task_target_returns are '
-                       'two targets: set one (and the other to None).')
-    if self.task_index_input and self.tasks is None:
-      raise ValueError('Experiment.task_index_input tells the agent its task: set '
-                       'Experiment.tasks too.')
-    if self.multi_task and self.env_workers:
-      raise ValueError("Experiment.env_workers with 'multi_task' tasks: the tasks share the "
-                       'envs in this process; set env_workers = 0.')
-    if self.tasks is not None and self.dataset_dir is not None:
-      raise ValueError('Experiment.tasks with Experiment.dataset_dir: a dataset holds one '
-                       "task's experience; train on a task sequence or from a dataset.")
-    if self.record_dir is not None and self.terminal_on_life_loss:
-      raise ValueError('Experiment.record_dir with terminal_on_life_loss would record '
-                       'lives, not games: record without terminal_on_life_loss.')
-    # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
-    # replay share that rounds to nothing) fail at configuration time.
-    self.layout.items_per_train_step  # pylint: disable=pointless-statement
+    experiment_checks.check_settings_fit(self)
 
   @functools.cached_property
   def layout(self) -> layouts.Layout:
