@@ -28,7 +28,8 @@ def on_grid(curves: List[Curve], column: int,
   """The seeds' returns on one grid of env steps (column 0) or seconds (column 1).
 
   Args:
-    curves: one curve per seed; empty curves are left out.
+    curves: one curve per seed; empty curves, and points whose return is NaN, are
+      left out.
     column: 0 (env steps) or 1 (seconds): the x axis.
     points: the grid's size.
 
@@ -36,7 +37,11 @@ def on_grid(curves: List[Curve], column: int,
     (grid of shape [points], returns of shape [seeds, points]); None where no seed
     has a point.
   """
-  curves = [np.asarray(curve, dtype=float) for curve in curves if len(curve)]
+  # A point without a return (a progress line before any training episode ended has
+  # none: NaN) is left out; a curve left with no point is left out whole.
+  curves = [curve[np.isfinite(curve[:, 2])] for curve in
+            (np.asarray(c, dtype=float).reshape(-1, 3) for c in curves)]
+  curves = [curve for curve in curves if len(curve)]
   if not curves:
     return None
   start = max(curve[0, column] for curve in curves)

@@ -23,6 +23,16 @@ def test_on_grid_interpolates_and_holds_the_last_evaluation():
   assert curves.on_grid([[], []], column=0) is None
 
 
+def test_on_grid_leaves_out_points_without_a_return():
+  # A progress line before any training game ended reports no return (NaN).
+  early = [(10, 0.2, float('nan'))] + SEED_1
+  grid, returns = curves.on_grid([SEED_0, early, [(5, 0.1, float('nan'))]], column=0,
+                                 points=4)
+  np.testing.assert_allclose(grid, [50.0, 100.0, 150.0, 200.0])
+  np.testing.assert_allclose(returns, [[5.0, 10.0, 20.0, 30.0],
+                                       [5.0, 15.0, 25.0, 25.0]])
+
+
 def test_plot_draws_both_panels_with_the_central_value_and_its_band(tmp_path,
                                                                     monkeypatch):
   drawn = []
