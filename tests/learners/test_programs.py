@@ -155,6 +155,11 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
   wait_until(lambda: _replay_info(address).current_size > 0 and _reverb_checkpoints(root),
              60, 'replay items and a Reverb checkpoint', programs,
              ['reverb_server', 'collect'])
+  # Replay's items so far are the random warm-up's; the server goes only once the
+  # collector acts, so that its writer, not its first pull, meets the lost server (on a
+  # loaded CI host the pull was still under way when the server stopped).
+  wait_until(lambda: 'acting with policy version' in programs.log('collect'), 120,
+             'the collector to act with the pushed policy', programs, ['collect'])
   collector_pid = programs.processes['collect'].pid
   before = _replay_info(address)
 

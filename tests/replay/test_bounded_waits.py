@@ -159,6 +159,27 @@ def test_pull_is_bounded_when_the_table_empties_before_the_read(
   assert server.address in str(error) and "'variables'" in str(error)
 
 
+def test_pull_read_of_a_server_lost_after_the_size_check_is_bounded_inside_the_timeout(
+    reverb_server_factory, monkeypatch):
+  # A collector's first pull waits up to 600 s for a push; a server that dies between the
+  # size check and the read must not hold it that long (CI once saw this), but end in
+  # the read's own bound, as a lost server its caller reconnects to.
+  variables = {'w': tf.Variable([1.0])}
+  server = reverb_server_factory([
+      replay.variables_table(replay.VariableContainer.signature(variables))])
+  container = replay.VariableContainer(server.address, variables)
+  monkeypatch.setattr(variables_lib.server_lib, 'wait_for_server', lambda *unused: {
+      'variables': types.SimpleNamespace(current_size=1)})
+  monkeypatch.setattr(variables_lib, '_READ_TIMEOUT_S', 1.0)
+
+  error = raised_within(10, lambda: container.pull(timeout_s=600,
+                                                   stop_event=threading.Event()))
+
+  assert isinstance(error, replay.ReplayServerUnreachableError), error
+  assert "reading variables from table 'variables'" in str(error)
+  assert replay.is_server_lost(error)
+
+
 def test_pull_waiting_on_a_lost_server_stops_at_the_stop_signal():
   # A collector waiting for its first push when the server dies: SIGTERM must end the
   # wait in seconds, not after the pull's timeout (it once sat out the scheduler's grace).

@@ -15,6 +15,10 @@ DEFAULT_PULL_TIMEOUT_S = 60.0
 DEFAULT_PUSH_TIMEOUT_S = 60.0
 # How long one question to the server may take while a stop signal is watched.
 _STOPPABLE_WAIT_S = 2.0
+# The read after the size check saw an item: a server that dies in between leaves
+# Reverb's sampler retrying forever, so the read is bounded well inside a pull's timeout
+# (a collector's is 600 s), long enough for a large network's values on a loaded host.
+_READ_TIMEOUT_S = 30.0
 
 
 class VariablesNotPushedError(TimeoutError):
@@ -138,12 +142,13 @@ class VariableContainer:
         time.sleep(delay)
       delay = min(1.0, delay * 2)
     # Sampling waits forever for an item (and for a server): bounded, because the
-    # server may have restarted with an empty table since the check above.
+    # server may have died or restarted with an empty table since the check above.
+    read_timeout_s = min(_READ_TIMEOUT_S, max(1.0, deadline - time.monotonic()))
     sample = errors.call_with_timeout(
         lambda: next(self._client.sample(self._table, num_samples=1,
                                          emit_timesteps=False,
                                          unpack_as_table_signature=True)),
-        max(1.0, deadline - time.monotonic()),
+        read_timeout_s,
         f'the Reverb server at {self._address!r} (reading variables from table '
         f'{self._table!r})')
     return tf.nest.pack_sequence_as(self._variables,
