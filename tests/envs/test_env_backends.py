@@ -260,9 +260,10 @@ def test_envpool_atari_takes_gymnasium_v5_sticky_actions_and_game_length():
     (dict(env_id='CartPole-v1', frame_stack=4), 'stacks frames of Atari envs only'),
     (dict(env_id='CartPole-v1', not_an_option=1), 'has no option not_an_option'),
     (dict(env_id='CartPole-v1', clip_reward=True), 'clips Atari rewards only'),
+    (dict(env_id='Pendulum-v1', normalize_reward=0.99), 'takes none of normalize_reward'),
     (dict(env_id=lambda: gym.make('CartPole-v1')), 'takes env ids only'),
 ], ids=['unknown_suite', 'close_id', 'atari_needs_atari', 'workers', 'indices',
-        'frame_stack', 'option', 'clip_reward', 'factory'])
+        'frame_stack', 'option', 'clip_reward', 'normalize_reward', 'factory'])
 def test_envpool_refuses_what_it_cannot_do_in_one_line(make_kwargs, message):
   env_id = make_kwargs.pop('env_id')
   with pytest.raises(envs.EnvPoolUnsupportedError, match=message) as error:

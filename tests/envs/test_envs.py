@@ -1,6 +1,7 @@
 """Tests for tfrl.envs: gymnasium spaces as specs, vector envs as batched TimeSteps."""
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
@@ -243,6 +244,13 @@ def test_asynchronous_env_matches_synchronous_one():
   actions = np.array([[0, 1], [1, 0], [1, 1]], dtype=np.int64)
   with envs.make('CartPole-v1', num_envs=2, seed=5, asynchronous=True) as async_env:
     assert isinstance(async_env.vector_env, gym.vector.AsyncVectorEnv)
+    # Spawned, not forked from this TensorFlow-threaded process (a forked worker died
+    # before sending its spaces in CI), and without TensorFlow (it starts in a second).
+    workers = [psutil.Process(p.pid) for p in async_env.vector_env.processes]
+    assert all('spawn_main' in ' '.join(p.cmdline()) for p in workers), [
+        p.cmdline() for p in workers]
+    assert not any('tensorflow' in m.path for p in workers for m in p.memory_maps()), (
+        'an async env worker loaded TensorFlow')
     async_steps = _run(async_env, actions)
   with envs.make('CartPole-v1', num_envs=2, seed=5) as sync_env:
     sync_steps = _run(sync_env, actions)

@@ -71,7 +71,8 @@ SCRIPT = textwrap.dedent('''\
     for i in $(seq 1 600); do
       [ -f $ROOT/pbt_run/pbt/member_1/report_1.json ] && break; sleep 0.5
     done
-    pid=$(pgrep -f '[l]earners.pbt_member .*--member=1 ')  # [l]: not this script
+    # The pid the runner printed, not a pgrep: another test's population may run beside.
+    pid=$(sed -n 's/.*Member 1 started (pid \\([0-9]*\\) .*/\\1/p' $ROOT/pbt.out | head -1)
     kill -9 "$pid" && echo '{{"member_killed": '"$pid"'}}'
     wait $runner; echo '{{"pbt_status": '$?'}}'
     $PY -c 'import json, ray; ray.init(address="127.0.0.1:6390", logging_level="ERROR"); \\

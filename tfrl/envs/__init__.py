@@ -19,14 +19,17 @@ import importlib
 from typing import Optional, Sequence, Tuple
 
 import gymnasium as gym
-import numpy as np
 
 from tfrl import logs
 from tfrl.envs import atari_wrappers
 from tfrl.envs import envpool_env
+from tfrl.envs import observation_wrappers
+from tfrl.envs import reward_normalization
 from tfrl.envs import sources
 from tfrl.envs import video
 from tfrl.envs import toy
+from tfrl.envs import worker_env
+from tfrl.envs.observation_wrappers import stack_frames
 from tfrl.envs.shape_check import ObservationShapeError
 from tfrl.envs.shape_check import ShapeCheckWrappers
 from tfrl.envs.step_watchdog import timed_vector_env
@@ -143,6 +146,7 @@ def make(env_id: 'sources.EnvLike',
          terminal_on_life_loss: bool = False,
          fire_reset: bool = False,
          clip_reward: bool = False,
+         normalize_reward: Optional[float] = None,
          num_workers: int = 0,
          step_timeout_s: float = 0.0,
          video_dir: Optional[str] = None,
@@ -157,8 +161,11 @@ def make(env_id: 'sources.EnvLike',
     num_envs: how many sub-environments step together.
     seed: when given, the environment is reset once with it (sub-env i gets seed + i)
       so that the first `reset()` without a seed continues a reproducible stream.
-    asynchronous: run sub-environments in worker processes
-      (`gymnasium.vector.AsyncVectorEnv`), worth it for costly environments.
+    asynchronous: run sub-environments in worker processes, one each
+      (`gymnasium.vector.AsyncVectorEnv`, its workers spawned without TensorFlow),
+      worth it for costly environments; `num_workers` shares fewer processes. As
+      with `num_workers`, a script that makes one at its top level needs the
+      `if __name__ == '__main__':` guard (spawned processes import the main module).
     vectorization_mode: overrides `asynchronous`: 'sync', 'async' or
       'vector_entry_point' (an environment's own vectorized implementation).
     observation_indices: keep only these entries of a flat Box observation, in this
@@ -185,6 +192,10 @@ def make(env_id: 'sources.EnvLike',
       With any of these three, the env reports whole games' raw scores
       (`BatchedEnv.game_ends`), which tfrl's episode metrics and Evaluator count
       instead of its episodes (see `tfrl.envs.atari_wrappers`).
+    normalize_reward: None (off), or a discount: rewards are divided by the running
+      standard deviation of the return discounted by it and clipped to [-10, 10], as
+      SB3's VecNormalize(norm_reward=True) (`tfrl.envs.reward_normalization`); the env
+      reports episodes' raw returns, as with clip_reward.
     num_workers: step the sub-environments in this many worker processes, each a
       synchronous vector env of its share (`tfrl.envs.worker_env`), so an Actor's
       policy and writer run while they step; 0 keeps them in this process (as
@@ -221,7 +232,7 @@ def make(env_id: 'sources.EnvLike',
       environment's flat Box observation, a negative frame_stack, frame_stack on
       an observation that is not a Box, terminal_on_life_loss or fire_reset without
       atari, or fire_reset on a game whose FIRE is not action 1 (WorkerError from
-      env workers); an unknown backend.
+      env workers); an unknown backend; a normalize_reward discount outside [0, 1].
     EnvPoolUnsupportedError: (a ValueError) an env or option the envpool backend does
       not have.
   """
@@ -231,6 +242,9 @@ def make(env_id: 'sources.EnvLike',
     raise ValueError(f'frame_stack must be >= 0, got {frame_stack}.')
   if (terminal_on_life_loss or fire_reset) and not atari:
     raise ValueError('terminal_on_life_loss and fire_reset need atari=True (an ALE game).')
+  if normalize_reward is not None and not 0.0 <= normalize_reward <= 1.0:
+    raise ValueError('normalize_reward is the running return\'s discount, in [0, 1]; '
+                     f'got {normalize_reward}.')
   if backend not in BACKENDS:
     raise ValueError(f'backend must be one of {", ".join(BACKENDS)}, got {backend!r}.')
   if backend == 'envpool':
@@ -240,7 +254,8 @@ def make(env_id: 'sources.EnvLike',
         clip_reward=clip_reward, gymnasium_only=dict(
             num_workers=num_workers, asynchronous=asynchronous,
             vectorization_mode=vectorization_mode, observation_indices=observation_indices,
-            observation_keys=observation_keys, video_dir=video_dir), **kwargs)
+            observation_keys=observation_keys, video_dir=video_dir,
+            normalize_reward=normalize_reward is not None), **kwargs)
     return _batched(vector_env, env_id, seed, step_timeout_s, vector_env.game_scores)
   source = sources.resolve(env_id)
   mode = vectorization_mode or ('async' if asynchronous else 'sync')
@@ -265,7 +280,7 @@ def make(env_id: 'sources.EnvLike',
       None if observation_indices is None else tuple(observation_indices),
       None if observation_keys is None else tuple(observation_keys),
       atari, frame_stack or (ATARI_FRAME_STACK if atari else 0),
-      terminal_on_life_loss, fire_reset, clip_reward)
+      terminal_on_life_loss, fire_reset, clip_reward, normalize_reward)
   try:
     if num_workers:
       # Built in each worker, from names and values only (workers are spawned).
@@ -312,21 +327,28 @@ class _Wrapping:
   terminal_on_life_loss: bool = False
   fire_reset: bool = False
   clip_reward: bool = False
+  normalize_reward: Optional[float] = None
 
   @property
   def game_scores(self) -> bool:
-    """Whether the env reports whole games' scores (`atari_wrappers.GameScore`)."""
-    return self.terminal_on_life_loss or self.fire_reset or self.clip_reward
+    """Whether the env reports whole games' scores (`atari_wrappers.GameScore`): its
+    training episodes or rewards are not the game's."""
+    return (self.terminal_on_life_loss or self.fire_reset or self.clip_reward or
+            self.normalize_reward is not None)
 
   def __call__(self, env: gym.Env) -> gym.Env:
     if self.observation_indices is not None:
-      env = keep_observation_entries(env, self.observation_indices)
+      env = observation_wrappers.keep_observation_entries(env, self.observation_indices)
     if self.observation_keys is not None:
-      env = keep_observation_keys(env, self.observation_keys)
+      env = observation_wrappers.keep_observation_keys(env, self.observation_keys)
     if self.atari:
       env = gym.wrappers.AtariPreprocessing(env)
+    if self.game_scores:
+      env = atari_wrappers.GameScore(env)
     env = atari_wrappers.wrap(env, self.terminal_on_life_loss, self.fire_reset,
                               self.clip_reward)
+    if self.normalize_reward is not None:
+      env = reward_normalization.normalize_reward(env, self.normalize_reward)
     if self.frame_stack:
       env = stack_frames(env, self.frame_stack)
     return env
@@ -346,20 +368,26 @@ def _make_vector_env(source: sources.EnvSource, mode: str, wrapping: _Wrapping,
   # ALE prints two lines per env it creates (in a worker process too: this runs there).
   # gymnasium's async mode starts its processes here, which must keep the real stderr.
   quiet = logs.native_stderr_filtered() if mode == 'sync' else contextlib.nullcontext()
+  # gymnasium's async workers fork by default; forking a process that runs TensorFlow's
+  # threads is unsafe (a forked worker died before sending its spaces): spawn them, as
+  # tfrl's own workers are, without TensorFlow.
+  spawned = worker_env.spawned_without_tensorflow() if mode == 'async' else (
+      contextlib.nullcontext())
+  vector_kwargs = {'context': 'spawn'} if mode == 'async' else {}
   shape_check = ShapeCheckWrappers(source.name, index_offset if mode == 'sync' else None)
   wrappers = ([recorder] if recorder is not None else []) + [wrapping, shape_check]
   if source.env_id is not None:
     _import_registering_package(source.env_id)  # in a worker process too
-    with quiet:
+    with quiet, spawned:
       return gym.make_vec(source.env_id, num_envs=num_envs, vectorization_mode=mode,
-                          wrappers=wrappers, **kwargs)
+                          vector_kwargs=vector_kwargs, wrappers=wrappers, **kwargs)
   vector_classes = {'sync': gym.vector.SyncVectorEnv, 'async': gym.vector.AsyncVectorEnv}
   if mode not in vector_classes:
     raise ValueError(f'vectorization_mode {mode!r} needs a registered id; the env '
                      f'factory {source.name} makes single envs (use sync or async).')
   make_one = functools.partial(_wrapped, source.factory, kwargs, wrappers)
-  with quiet:
-    return vector_classes[mode]([make_one] * num_envs)
+  with quiet, spawned:
+    return vector_classes[mode]([make_one] * num_envs, **vector_kwargs)
 
 
 def _wrapped(factory, kwargs: dict, wrappers) -> gym.Env:
@@ -371,74 +399,3 @@ def _wrapped(factory, kwargs: dict, wrappers) -> gym.Env:
   for wrapper in wrappers:
     env = wrapper(env)
   return env
-
-
-def keep_observation_entries(env: gym.Env, indices: Sequence[int]) -> gym.Env:
-  """Wraps `env` so its flat Box observation keeps only `indices`, in that order.
-
-  Raises:
-    ValueError: the observation is not a flat Box, or an index is out of range.
-  """
-  space = env.observation_space
-  indices = [int(i) for i in indices]
-  if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-    raise ValueError(f'observation_indices needs a flat Box observation, got {space}.')
-  if not indices or min(indices) < -space.shape[0] or max(indices) >= space.shape[0]:
-    raise ValueError(f'observation_indices {indices} do not index an observation of '
-                     f'{space.shape[0]} entries.')
-  kept = gym.spaces.Box(space.low[indices], space.high[indices], dtype=space.dtype)
-  return gym.wrappers.TransformObservation(
-      env, lambda observation: np.asarray(observation)[indices], kept)
-
-
-def keep_observation_keys(env: gym.Env, keys: Sequence[str]) -> gym.Env:
-  """Wraps `env` so its Dict observation keeps only `keys`.
-
-  Raises:
-    ValueError: the observation is not a Dict, or a key is not one of its keys.
-  """
-  space = env.observation_space
-  if not isinstance(space, gym.spaces.Dict):
-    raise ValueError(f'observation_keys needs a Dict observation, got {space}.')
-  missing = [key for key in keys if key not in space.spaces]
-  if missing or not keys:
-    raise ValueError(f'observation_keys {list(keys)} are not keys of the observation; '
-                     f'it has {list(space.spaces)}.')
-  return gym.wrappers.FilterObservation(env, list(keys))
-
-
-def stack_frames(env: gym.Env, num_frames: int) -> gym.Env:
-  """Wraps `env` so it observes its last `num_frames` observations.
-
-  gymnasium's FrameStackObservation stacks on a new leading axis ([k, H, W, C]; after a
-  reset the stack is filled with the first observation); image observations are then
-  moved channel-last, [H, W, k * C] (frame-major: frame i's channels are i * C to
-  (i + 1) * C - 1, the newest frame last), the layout CNNs take. The dtype is kept:
-  uint8 frames stay uint8, a quarter of float32's bytes in every buffer on the way.
-
-  Args:
-    env: an env with a Box observation.
-    num_frames: frames per observation, >= 1.
-
-  Returns:
-    The wrapped env.
-
-  Raises:
-    ValueError: the observation is not a Box.
-  """
-  space = env.observation_space
-  if not isinstance(space, gym.spaces.Box):
-    raise ValueError(f'frame_stack needs a Box observation, got {space}.')
-  stacked = gym.wrappers.FrameStackObservation(env, num_frames)
-  if len(space.shape) not in (2, 3):
-    return stacked  # vectors: [k, ...] as stacked, for an MLP that flattens anyway
-
-  def channel_last(observation):
-    # [k, H, W(, C)] -> [H, W, k(, C)] -> [H, W, k * C]: one copy, contiguous.
-    moved = np.moveaxis(np.asarray(observation), 0, 2)
-    return np.ascontiguousarray(moved.reshape(moved.shape[:2] + (-1,)))
-
-  stacked_space = stacked.observation_space
-  channel_last_space = gym.spaces.Box(channel_last(stacked_space.low),
-                                      channel_last(stacked_space.high), dtype=space.dtype)
-  return gym.wrappers.TransformObservation(stacked, channel_last, channel_last_space)

@@ -166,7 +166,8 @@ def has_fire(env: gym.Env) -> bool:
 def wrap(env: gym.Env, terminal_on_life_loss: bool = False, fire_reset: bool = False,
          clip_reward: bool = False) -> gym.Env:
   """Wraps an (AtariPreprocessing'd) env with the options asked for, in AtariWrapper's
-  order, over a `GameScore` that keeps scores whole raw games.
+  order. Put a `GameScore` under them to keep scores whole raw games (`tfrl.envs.make`
+  does).
 
   Args:
     env: the env; terminal_on_life_loss and fire_reset need an ALE env under it.
@@ -177,9 +178,6 @@ def wrap(env: gym.Env, terminal_on_life_loss: bool = False, fire_reset: bool = F
   Returns:
     The wrapped env (`env` itself when no option is set).
   """
-  if not (terminal_on_life_loss or fire_reset or clip_reward):
-    return env
-  env = GameScore(env)
   if terminal_on_life_loss:
     env = EpisodicLife(env)
   if fire_reset and has_fire(env):

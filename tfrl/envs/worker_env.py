@@ -14,6 +14,7 @@ sub-env i gets seed + offset + i, so the envs are those a synchronous vector env
 of them would hold, seeded alike. An error in an env ends the job with that env's
 traceback; every wait for a worker has a timeout that names it.
 """
+import contextlib
 import multiprocessing
 import os
 import time
@@ -103,6 +104,24 @@ def _split(actions: Any, sizes: Sequence[int]) -> List[Any]:
   return [actions[bounds[w]:bounds[w + 1]] for w in range(len(sizes))]
 
 
+@contextlib.contextmanager
+def spawned_without_tensorflow():
+  """Within: processes started here (spawned) do not load TensorFlow.
+
+  A spawned process inherits the environment: this tells its `import tfrl` to skip
+  TensorFlow (seconds and hundreds of MB per process, for nothing an env uses).
+  """
+  previous = os.environ.get(NO_TENSORFLOW_VARIABLE)
+  os.environ[NO_TENSORFLOW_VARIABLE] = '1'
+  try:
+    yield
+  finally:
+    if previous is None:
+      del os.environ[NO_TENSORFLOW_VARIABLE]
+    else:
+      os.environ[NO_TENSORFLOW_VARIABLE] = previous
+
+
 class WorkerVectorEnv(gym.vector.VectorEnv):
   """`num_envs` sub-environments in `num_workers` processes (see the module docstring).
 
@@ -140,11 +159,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     self._sizes = [base + (w < extra) for w in range(num_workers)]
     context = multiprocessing.get_context('spawn')
     self._connections, self._processes = [], []
-    # A spawned worker inherits the environment: this tells its `import tfrl` not to
-    # load TensorFlow (seconds and hundreds of MB per worker, for nothing it uses).
-    previous = os.environ.get(NO_TENSORFLOW_VARIABLE)
-    os.environ[NO_TENSORFLOW_VARIABLE] = '1'
-    try:
+    with spawned_without_tensorflow():
       for size in self._sizes:
         parent, child = context.Pipe()
         process = context.Process(target=_worker, args=(factory, size, child),
@@ -153,11 +168,6 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         child.close()
         self._connections.append(parent)
         self._processes.append(process)
-    finally:
-      if previous is None:
-        del os.environ[NO_TENSORFLOW_VARIABLE]
-      else:
-        os.environ[NO_TENSORFLOW_VARIABLE] = previous
     self._waiting = False
     try:
       spaces = self._receive_all('building its environments')
