@@ -211,3 +211,19 @@ def test_builders_set_the_starting_log_scale_and_the_activation(pendulum_specs):
     dense = [layer for layer in agent._network.submodules
              if isinstance(layer, tf.keras.layers.Dense) and layer.units == 64]
     assert dense and all(layer.activation is tf.keras.activations.relu for layer in dense)
+
+
+def test_builders_set_adams_epsilon_and_the_initializer(pendulum_specs):
+  """RL-Zoo's HalfCheetah PPO settings as SB3 runs them: Adam with eps 1e-5, layers
+  started as PyTorch's (ortho_init=False); Keras' 1e-7 and orthogonal by default."""
+  time_step_spec, action_spec = pendulum_specs
+  for create in (impala.create_impala_agent, ppo.create_ppo_agent):
+    default = create(time_step_spec, action_spec, learner_lib.new_train_step())
+    sb3 = create(time_step_spec, action_spec, learner_lib.new_train_step(),
+                 adam_epsilon=1e-5, initializer='fan_in_uniform')
+    assert default._optimizer.epsilon == pytest.approx(1e-7)
+    assert sb3._optimizer.epsilon == pytest.approx(1e-5)
+    biases = lambda agent: [v.numpy() for v in agent._network.trainable_variables
+                            if v.name.endswith('bias:0')]
+    assert not any(b.any() for b in biases(default))
+    assert biases(sb3) and all(b.any() for b in biases(sb3))

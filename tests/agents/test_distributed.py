@@ -30,6 +30,9 @@ CONFIGS = {
     'clear': dict(kwargs=dict(policy_cloning_cost=0.5, value_cloning_cost=0.5),
                   data=['replay_mask']),
     'appo': dict(kwargs=dict(policy_loss='ppo', max_policy_lag=3), data=['policy_version']),
+    # Epochs over each batch (unrolled in the graph under the strategy, as PPO's).
+    'appo_epochs': dict(kwargs=dict(policy_loss='ppo', max_policy_lag=3, num_epochs=3,
+                                    num_minibatches=1), data=['policy_version']),
     # Replayed rows' burn-in, and a lag that drops stale fresh rows only.
     'clear_lstm_burn_in_lag': dict(
         kwargs=dict(policy_cloning_cost=0.5, value_cloning_cost=0.5, lstm_size=8,

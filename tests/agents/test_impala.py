@@ -428,6 +428,78 @@ def test_appo_drops_stale_rows(specs):
   assert abs(kept.loss.numpy() - loss_info.loss.numpy()) > 1e-5
 
 
+# -- Epochs of minibatches (Sample Factory's APPO scheme) -----------------------------
+
+def four_unrolls():
+  """STEP_TYPES' three rows (no boundary, terminated, truncated) and one more MID row."""
+  return make_unrolls(step_type=STEP_TYPES + [[MID] * (T + 1)],
+                      discount=DISCOUNTS + [[1] * (T + 1)], seed=5)
+
+
+def test_epochs_of_minibatches_are_steps_on_their_rows_in_turn(specs):
+  """num_epochs=2, num_minibatches=2: four gradient steps, each the whole IMPALA/APPO
+  loss (V-trace recomputed by the network of that moment) on 2 of the 4 unrolls, every
+  epoch a partition of the rows; the same as one-step agents trained on those rows in
+  that order."""
+  kwargs = dict(policy_loss='ppo', max_policy_lag=None, gradient_clipping=None)
+  agent = make_agent(specs, num_epochs=2, num_minibatches=2, **kwargs)
+  reference = make_agent(specs, **kwargs)
+  traj = four_unrolls()
+  for model in (agent, reference):
+    model.loss(tensors(traj))  # builds the variables
+  reference._network.set_weights(agent._network.get_weights())
+  minibatches_seen = []
+  loss = agent._loss
+
+  def spy(experience, **kwargs):
+    first = experience.observation.numpy()[:, 0, 0]  # distinct per row
+    minibatches_seen.append(
+        [int(np.flatnonzero(traj.observation[:, 0, 0] == x)[0]) for x in first])
+    return loss(experience, **kwargs)
+
+  agent._loss = spy
+  iterations = int(agent._optimizer.iterations.numpy())
+  loss_info = agent.train(tensors(traj))
+  assert int(agent._optimizer.iterations.numpy()) - iterations == 4
+  assert int(agent.train_step_counter.numpy()) == 1
+  assert len(minibatches_seen) == 4
+  for epoch in range(2):
+    first, second = minibatches_seen[2 * epoch:2 * epoch + 2]
+    assert len(first) == len(second) == 2 and sorted(first + second) == [0, 1, 2, 3]
+  for rows in minibatches_seen:
+    last = reference.train(tensors(take_rows(traj, rows)))
+  for ours, theirs in zip(agent._network.get_weights(), reference._network.get_weights()):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+  # The loss info is the last step's.
+  np.testing.assert_allclose(loss_info.loss.numpy(), last.loss.numpy(), rtol=1e-5)
+  np.testing.assert_allclose(loss_info.extra.gradient_norm.numpy(),
+                             last.extra.gradient_norm.numpy(), rtol=1e-5)
+
+
+def test_epochs_of_minibatches_in_a_graph_under_a_lag(specs):
+  """In a tf.function (as the Learner runs it), with a maximum lag: epochs x
+  minibatches optimizer steps, one train step, finite loss info."""
+  agent = make_agent(specs, num_epochs=3, num_minibatches=2, policy_loss='ppo',
+                     max_policy_lag=2)
+  traj = tensors(four_unrolls())
+  version = tf.zeros(traj.step_type.shape, tf.int64)
+  train = tf.function(agent.train)
+  for calls in (1, 2):
+    loss_info = train(traj, policy_version=version)
+    assert int(agent._optimizer.iterations.numpy()) == 6 * calls
+    assert int(agent.train_step_counter.numpy()) == calls
+  assert np.all(np.isfinite([float(x) for x in tf.nest.flatten(loss_info)]))
+
+
+def test_num_minibatches_must_divide_the_unrolls(specs):
+  with pytest.raises(ValueError, match='num_epochs and num_minibatches must be at least 1'):
+    make_agent(specs, num_epochs=0)
+  agent = make_agent(specs, num_minibatches=3)
+  with pytest.raises(ValueError,
+                     match=r'ImpalaAgent: num_minibatches=3 must divide .*unrolls.*got 4'):
+    agent.train(tensors(four_unrolls()))
+
+
 # -- CLEAR --------------------------------------------------------------------------
 
 def test_clear_cloning_losses(specs):

@@ -11,6 +11,7 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.networks import actor_critic
 from tfrl.networks import encoders
+from tfrl.networks import initializers
 
 ATARI = tf.TensorSpec([84, 84, 4], tf.uint8, name='observation')
 SMALL = tf.TensorSpec([20, 10, 1], tf.uint8, name='observation')
@@ -265,3 +266,53 @@ def test_ppo_minigrid_doorkey_builds_its_network_with_a_one_hot_direction():
   np.testing.assert_allclose(direction(tf.constant([0, 1, 2, 3], tf.int64)),
                              np.tanh(kernel.numpy() + bias.numpy()), rtol=1e-5, atol=1e-6)
   assert action.shape == (time_step.observation['direction'].shape[0],)
+
+
+HALFCHEETAH_OBS = tensor_spec.BoundedTensorSpec([17], tf.float32, -1e3, 1e3)
+HALFCHEETAH_ACTIONS = tensor_spec.BoundedTensorSpec([6], tf.float32, -1.0, 1.0)
+
+
+def _dense_layers(net):
+  """(kernel, bias) of each dense layer of an actor-critic network, by kernel name."""
+  variables = {v.name: v.numpy() for v in net.trainable_variables}
+  return {name: (kernel, variables[name.replace('kernel', 'bias')])
+          for name, kernel in variables.items() if 'kernel' in name}
+
+
+def test_fan_in_uniform_starts_every_dense_layer_as_pytorch_linear():
+  """SB3's ortho_init=False (RL-Zoo's HalfCheetah PPO): kernels and biases uniform in
+  +-1/sqrt(fan_in), the heads included; 'orthogonal' keeps zero biases and orthogonal
+  kernels scaled by their gains."""
+  layers = {}
+  for initializer in initializers.INITIALIZERS:
+    net = actor_critic.ActorCriticNetwork(HALFCHEETAH_OBS, HALFCHEETAH_ACTIONS, (256, 256),
+                                          activation='relu', shared_torso=False,
+                                          initializer=initializer)
+    actor_critic.create_variables(net, HALFCHEETAH_OBS)
+    layers[initializer] = _dense_layers(net)
+  assert len(layers['fan_in_uniform']) == len(layers['orthogonal']) == 6
+  for name, (kernel, bias) in layers['fan_in_uniform'].items():
+    bound = kernel.shape[0] ** -0.5
+    for weights in (kernel, bias):
+      assert np.abs(weights).max() <= bound, name
+      if weights.size >= 64:  # a uniform's std is its bound / sqrt(3)
+        np.testing.assert_allclose(weights.std(), bound / 3 ** 0.5, rtol=0.25, err_msg=name)
+    assert np.abs(bias).max() > 0, name
+  for name, (kernel, bias) in layers['orthogonal'].items():
+    assert not bias.any(), name
+    gram = kernel.T @ kernel if kernel.shape[0] >= kernel.shape[1] else kernel @ kernel.T
+    gain = np.sqrt(np.mean(np.diag(gram)))
+    np.testing.assert_allclose(gram, gain ** 2 * np.eye(len(gram)), atol=1e-4 + 1e-4 * gain,
+                               err_msg=name)
+    assert gain == pytest.approx({256: 2 ** 0.5, 6: 0.01, 1: 1.0}[kernel.shape[1]], rel=1e-3)
+
+
+def test_an_encoders_initializer_survives_its_copy_and_a_wrong_one_is_refused():
+  encoder = encoders.make_encoder(DICT, cnn='impala', initializer='fan_in_uniform')
+  copy = type(encoder).from_config(encoder.get_config())
+  assert copy.get_config()['initializer'] == 'fan_in_uniform'
+  copy(tf.nest.map_structure(lambda s: tf.zeros([2] + s.shape.as_list(), s.dtype), DICT))
+  biases = [v.numpy() for v in copy.trainable_variables if 'paddle' in v.name and 'bias' in v.name]
+  assert biases and all(b.any() for b in biases)
+  with pytest.raises(ValueError, match="initializer must be one of .*got 'xavier'"):
+    actor_critic.ActorCriticNetwork(HALFCHEETAH_OBS, HALFCHEETAH_ACTIONS, initializer='xavier')

@@ -148,6 +148,7 @@ def create_agent(agent_class: Type[ActorCriticAgentBase], time_step_spec, action
                  lstm_size: Optional[int] = None, cnn: str = 'nature',
                  normalize_observations: bool = False, activation: str = 'tanh',
                  initial_log_scale: float = 0.0, continuous_head: str = 'tanh',
+                 initializer: str = 'orthogonal', adam_epsilon: float = 1e-7,
                  **agent_kwargs) -> ActorCriticAgentBase:
   """Builds `agent_class` with an `ActorCriticNetwork` and Adam.
 
@@ -173,6 +174,10 @@ def create_agent(agent_class: Type[ActorCriticAgentBase], time_step_spec, action
       log_std_init; -2 makes the first policy nearly deterministic).
     continuous_head: 'tanh' squashes continuous samples into the bounds, 'clipped'
       clips them (SB3's way; see `tfrl.networks.action_heads`).
+    initializer: how the dense layers start: 'orthogonal', or 'fan_in_uniform' (SB3's
+      ortho_init=False; see `ActorCriticNetwork`).
+    adam_epsilon: Adam's epsilon (Keras' default 1e-7; SB3's PPO, CleanRL and OpenAI
+      Baselines use 1e-5, which damps the steps of parameters with small gradients).
     **agent_kwargs: any other `agent_class` argument.
 
   Returns:
@@ -188,7 +193,9 @@ def create_agent(agent_class: Type[ActorCriticAgentBase], time_step_spec, action
                                             normalize_observations=normalize_observations,
                                             activation=activation,
                                             initial_log_scale=initial_log_scale,
-                                            continuous_head=continuous_head)
+                                            continuous_head=continuous_head,
+                                            initializer=initializer)
   return agent_class(time_step_spec, action_spec, network,
-                     tf.keras.optimizers.Adam(learning_rate), train_step, gamma=gamma,
+                     tf.keras.optimizers.Adam(learning_rate, epsilon=adam_epsilon),
+                     train_step, gamma=gamma,
                      **agent_kwargs)

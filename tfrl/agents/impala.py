@@ -38,6 +38,7 @@ from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.agents import interface
+from tfrl.agents import minibatches
 from tfrl.losses import cloning
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
@@ -75,6 +76,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                value_cloning_cost: float = 0.0,
                reward_scale: float = 1.0,
                replay_burn_in_steps: int = 0,
+               num_epochs: int = 1,
+               num_minibatches: int = 1,
                name: str = 'ImpalaAgent'):
     """Args:
       time_step_spec, action_spec: the environment's specs.
@@ -104,12 +107,17 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         steps only refresh the LSTM state from the stored one (no loss, and no gradient
         through the refreshed state); the agent then declares 'replay_mask'. Fresh rows
         train on every step: their stored state is current.
+      num_epochs, num_minibatches: passes over each batch, and minibatches of whole
+        unrolls (dividing the replica's unrolls) per pass, each with V-trace by the
+        network of that step: Sample Factory's APPO scheme. 1, 1: IMPALA's one step.
       name: agent name.
 
     Raises:
       ValueError: an unknown reward_clipping or policy_loss; a negative
-        replay_burn_in_steps, or one above 0 without a recurrent network.
+        replay_burn_in_steps, or one above 0 without a recurrent network;
+        num_epochs or num_minibatches below 1.
     """
+    minibatches.check_counts(num_epochs, num_minibatches)
     returns_lib.check_reward_clipping(reward_clipping)
     if policy_loss not in POLICY_LOSSES:
       raise ValueError(f'policy_loss must be one of {POLICY_LOSSES}, got {policy_loss!r}.')
@@ -132,6 +140,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self._policy_cloning_cost = policy_cloning_cost
     self._value_cloning_cost = value_cloning_cost
     self._replay_burn_in_steps = replay_burn_in_steps
+    self._num_epochs = num_epochs
+    self._num_minibatches = num_minibatches
     hyperparameters = {'entropy_cost': entropy_cost, 'reward_scale': reward_scale}
     if policy_loss == 'ppo':
       hyperparameters['clip_ratio'] = ppo_clip_ratio
@@ -156,10 +166,31 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
   def _train(self, experience, weights=None, replay_mask=None, policy_version=None,
              policy_state=None):
-    with tf.GradientTape() as tape:
-      loss_info = self._loss(experience, weights, replay_mask, policy_version,
-                             policy_state, training=True)
-    norm = self.apply_gradients(tape, loss_info.loss, self._gradient_clipping)
+    inputs = {'experience': experience, 'weights': weights, 'replay_mask': replay_mask,
+              'policy_version': policy_version, 'policy_state': policy_state}
+    inputs = {name: value for name, value in inputs.items() if value is not None}
+
+    def gradient_step(index=None):
+      # Every input is batch-major: rows (unrolls) are axis 0.
+      batch = inputs if index is None else tf.nest.map_structure(
+          lambda x: tf.gather(x, index), inputs)
+      with tf.GradientTape() as tape:
+        loss_info = self._loss(**batch, training=True)
+      norm = self.apply_gradients(tape, loss_info.loss, self._gradient_clipping)
+      return loss_info._replace(extra=loss_info.extra._replace(gradient_norm=norm))
+
+    if self._num_epochs == self._num_minibatches == 1:
+      loss_info = gradient_step()
+    else:
+      step_type = tf.nest.flatten(experience.step_type)[0]
+      rows = minibatches.checked_rows(
+          step_type.shape[0], tf.shape(step_type)[0], self._num_minibatches,
+          'ImpalaAgent', 'rows (unrolls; per replica under a strategy)')
+      zero = tf.constant(0.0)
+      zero = tf_agent.LossInfo(zero, ImpalaLossInfo(*[zero] * len(ImpalaLossInfo._fields)))
+      loss_info = minibatches.run_epochs(self._num_epochs, self._num_minibatches, rows,
+                                         gradient_step, zero)
+    norm = loss_info.extra.gradient_norm  # the last step's
     # The loss normalized with the statistics the batch was collected with.
     self.update_normalizer(experience, after=(loss_info, norm))
     self.train_step_counter.assign_add(1)
@@ -386,7 +417,8 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
     gamma: the discount.
     learning_rate: Adam's learning rate.
     **kwargs: the network's settings (fc_layer_params, shared_torso, lstm_size, cnn,
-      normalize_observations, activation, initial_log_scale, continuous_head: see
+      normalize_observations, activation, initial_log_scale, continuous_head,
+      initializer, adam_epsilon: see
       `actor_critic_agent.create_agent`) and any `ImpalaAgent` argument
       (policy_loss='ppo' for APPO, cloning costs for CLEAR, ...).
 

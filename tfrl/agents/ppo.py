@@ -28,6 +28,7 @@ from tfrl import replicas
 from tfrl.agents import actor_critic_agent
 from tfrl.agents import actor_critic_policy
 from tfrl.agents import interface
+from tfrl.agents import minibatches
 from tfrl.losses import policy_gradient
 from tfrl.losses import reductions
 from tfrl.losses import returns as returns_lib
@@ -97,9 +98,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       ValueError: num_epochs or num_minibatches below 1, an unknown shuffle or
         reward_clipping.
     """
-    if num_epochs < 1 or num_minibatches < 1:
-      raise ValueError(f'num_epochs and num_minibatches must be at least 1, got '
-                       f'num_epochs={num_epochs}, num_minibatches={num_minibatches}.')
+    minibatches.check_counts(num_epochs, num_minibatches)
     returns_lib.check_reward_clipping(reward_clipping)
     if shuffle not in SHUFFLE:
       raise ValueError(f'shuffle must be one of {SHUFFLE}, got {shuffle!r}.')
@@ -200,14 +199,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       # neighbours, so every step becomes a row (a length-1 unroll) to shuffle.
       data = tf.nest.map_structure(_steps_as_rows, data)
     rows = self._checked_rows(data['valid'])
-    minibatch = rows // self._num_minibatches
-    # One shuffled row order per epoch, drawn up front.
-    orders = tf.argsort(tf.random.uniform([self._num_epochs, rows]), axis=1)
-    num_steps = self._num_epochs * self._num_minibatches
 
-    def gradient_step(i, unused_loss):
-      start = (i % self._num_minibatches) * minibatch
-      index = orders[i // self._num_minibatches, start:start + minibatch]
+    def gradient_step(index):
       # Rows are axis 1 of the time-major tensors, axis 0 of the starting states.
       batch = {name: tf.nest.map_structure(
           lambda x, axis=int(name != 'policy_state'): tf.gather(x, index, axis=axis), value)
@@ -215,20 +208,12 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
       with tf.GradientTape() as tape:
         total, extra = self._minibatch_loss(batch)
       self.apply_gradients(tape, total, self._gradient_clipping)
-      return i + 1, tf_agent.LossInfo(total, extra)
+      return tf_agent.LossInfo(total, extra)
 
     zero = tf.constant(0.0)
-    loss_info = tf_agent.LossInfo(zero, PpoLossInfo(*[zero] * 5))
-    if tf.distribute.has_strategy():
-      # Under a tf.distribute strategy every gradient step synchronizes the replicas,
-      # which TF does not allow inside a tf.while_loop: the steps are unrolled in the
-      # graph instead (a graph num_epochs * num_minibatches steps long).
-      for i in range(num_steps):
-        _, loss_info = gradient_step(tf.constant(i), loss_info)
-    else:
-      # A while loop keeps the traced graph small whatever the number of steps.
-      _, loss_info = tf.while_loop(lambda i, _: i < num_steps, gradient_step,
-                                   (tf.constant(0), loss_info))
+    loss_info = minibatches.run_epochs(
+        self._num_epochs, self._num_minibatches, rows, gradient_step,
+        tf_agent.LossInfo(zero, PpoLossInfo(*[zero] * 5)))
     # Every epoch normalized with the statistics the batch was collected with.
     self.update_normalizer(experience, after=loss_info)
     self.train_step_counter.assign_add(1)
@@ -237,38 +222,14 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     return loss_info
 
   def _checked_rows(self, valid):
-    """The rows of [T', rows] `valid`, checked to split into num_minibatches.
-
-    Args:
-      valid: the prepared batch's [T, B] mask ([1, T * B] with shuffle='steps').
-
-    Returns:
-      The number of rows: a Python int when known while tracing, else a tensor that
-      asserts the division when run.
-
-    Raises:
-      ValueError: the rows are known and num_minibatches does not divide them (a
-        silent remainder would leave rows out of every epoch).
-    """
+    """The rows of the prepared [T', rows] `valid` ([1, T * B] with shuffle='steps'),
+    checked to split into num_minibatches (`minibatches.checked_rows`)."""
     if self._shuffle == 'rows':
       unit = 'rows (unrolls; per replica under a strategy)'
     else:
       unit = 'steps (rows x unroll length; per replica under a strategy)'
-    rows = valid.shape[1]
-    if rows is not None:
-      if rows % self._num_minibatches:
-        raise ValueError(
-            f'PpoAgent: num_minibatches={self._num_minibatches} must divide the '
-            f'batch\'s {unit}, got {rows}. Choose a num_minibatches that divides '
-            f'{rows}, or change the batch size.')
-      return rows
-    rows = tf.shape(valid)[1]
-    check = tf.debugging.assert_equal(
-        rows % self._num_minibatches, 0,
-        message=f'PpoAgent: num_minibatches={self._num_minibatches} must divide the '
-                f'batch\'s {unit}')
-    with tf.control_dependencies([check]):
-      return tf.identity(rows)
+    return minibatches.checked_rows(valid.shape[1], tf.shape(valid)[1],
+                                    self._num_minibatches, 'PpoAgent', unit)
 
   def _loss(self, experience, weights=None, policy_state=None, training=False):
     del weights, training
@@ -289,7 +250,8 @@ def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
     gamma: the discount.
     learning_rate: Adam's learning rate.
     **kwargs: the network's settings (fc_layer_params, shared_torso, lstm_size, cnn,
-      normalize_observations, activation, initial_log_scale, continuous_head: see
+      normalize_observations, activation, initial_log_scale, continuous_head,
+      initializer, adam_epsilon: see
       `actor_critic_agent.create_agent`) and any `PpoAgent` argument.
 
   Returns:

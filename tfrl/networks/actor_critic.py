@@ -10,6 +10,7 @@ from tf_agents.trajectories import time_step as ts
 
 from tfrl.networks import action_heads
 from tfrl.networks import encoders
+from tfrl.networks import initializers
 from tfrl.networks import normalization
 
 
@@ -28,7 +29,8 @@ class ActorCriticNetwork(network.Network):
                activation: str = 'tanh', shared_torso: bool = True,
                lstm_size: Optional[int] = None, cnn: encoders.CnnChoice = 'nature',
                normalize_observations: bool = False, initial_log_scale: float = 0.0,
-               continuous_head: str = 'tanh', name: str = 'ActorCriticNetwork'):
+               continuous_head: str = 'tanh', initializer: str = 'orthogonal',
+               name: str = 'ActorCriticNetwork'):
     """Args:
       observation_spec: the observation spec, a nest allowed (see
         `encoders.make_encoder`): uint8 images [H, W, C] go to a CNN, Dicts to one
@@ -51,11 +53,16 @@ class ActorCriticNetwork(network.Network):
         (see `action_heads.TanhGaussianHead`; unused for discrete actions).
       continuous_head: how continuous samples meet the action bounds: 'tanh' squashes
         them, 'clipped' clips them as SB3 does (see `action_heads`).
+      initializer: how the dense layers (the MLPs', the heads') start:
+        'orthogonal' (gain sqrt(2) hidden, 0.01 policy, 1 value; SB3's ortho_init) or
+        'fan_in_uniform' (PyTorch's nn.Linear default: SB3's ortho_init=False); see
+        `initializers.INITIALIZERS`. CNNs and the LSTM keep their own.
       name: network name.
 
     Raises:
       ValueError: an observation or action spec no encoder or head serves, an LSTM
-        with shared_torso=False, or normalize_observations with no float observation.
+        with shared_torso=False, normalize_observations with no float observation, or
+        an unknown initializer.
     """
     if lstm_size and not shared_torso:
       raise ValueError('An LSTM core is shared by both heads: use shared_torso=True '
@@ -69,14 +76,16 @@ class ActorCriticNetwork(network.Network):
     self._normalizer = normalization.maybe_normalizer(observation_spec,
                                                       normalize_observations)
     self._encoder = encoders.make_encoder(observation_spec, fc_layer_params, activation,
-                                          cnn=cnn)
+                                          cnn=cnn, initializer=initializer)
     self._value_encoder = (None if shared_torso else encoders.make_encoder(
-        observation_spec, fc_layer_params, activation, name='value_encoder', cnn=cnn))
+        observation_spec, fc_layer_params, activation, name='value_encoder', cnn=cnn,
+        initializer=initializer))
     self._lstm = tf.keras.layers.LSTMCell(lstm_size) if lstm_size else None
     self._head = action_heads.make_head(
-        action_spec, lambda units, gain: encoders.orthogonal_dense(units, gain=gain),
+        action_spec,
+        lambda units, gain: initializers.dense(units, gain=gain, initializer=initializer),
         initial_log_scale=initial_log_scale, continuous_head=continuous_head)
-    self._value = encoders.orthogonal_dense(1, gain=1.0)
+    self._value = initializers.dense(1, gain=1.0, initializer=initializer)
 
   @property
   def head(self) -> action_heads.ActionHead:

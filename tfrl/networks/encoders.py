@@ -23,28 +23,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import tensorflow as tf
 
-# (units, activation, gain) -> a Dense layer with the network's initializer.
-DenseFn = Callable[..., tf.keras.layers.Layer]
+from tfrl.networks import initializers
+
 # A CNN choice: a name in CNNS, or (image_spec, name=...) -> an encoder layer.
 CnnChoice = Union[str, Callable[..., tf.keras.layers.Layer]]
-
-_RELU_GAIN = 2.0 ** 0.5
-
-
-def orthogonal_dense(units: int, activation=None, gain: float = _RELU_GAIN
-                     ) -> tf.keras.layers.Dense:
-  """Dense with orthogonal initialization, as PPO/IMPALA reference implementations use."""
-  return tf.keras.layers.Dense(units, activation=activation,
-                               kernel_initializer=tf.keras.initializers.Orthogonal(gain))
-
-
-def _orthogonal_conv(filters: int, kernel_size: int, strides: int = 1,
-                     padding: str = 'valid', activation=None) -> tf.keras.layers.Conv2D:
-  """Conv2D with the same orthogonal initialization as the dense layers."""
-  return tf.keras.layers.Conv2D(
-      filters, kernel_size, strides=strides, padding=padding, activation=activation,
-      kernel_initializer=tf.keras.initializers.Orthogonal(_RELU_GAIN))
-
 
 def describe_spec(spec: Any) -> str:
   """'uint8[84, 84, 4] (observation)': a spec (or nest of specs) in one line."""
@@ -122,20 +104,24 @@ class MlpEncoder(_SpecLayer):
   index (`category_count`) is one-hot first."""
 
   def __init__(self, observation_spec, fc_layer_params: Sequence[int] = (64, 64),
-               activation: str = 'tanh', name: str = 'mlp_encoder', **kwargs):
+               activation: str = 'tanh', name: str = 'mlp_encoder',
+               initializer: str = 'orthogonal', **kwargs):
     """Args:
       observation_spec: one (not nested) numeric spec of known shape.
       fc_layer_params: hidden layer sizes (none: the flattened observation itself, or
         its one-hot).
       activation: hidden activation.
       name: layer name.
+      initializer: how the dense layers start (one of `initializers.INITIALIZERS`).
       **kwargs: Keras layer arguments (what `from_config` passes back).
 
     Raises:
-      ValueError: a nested or non-numeric spec, or one of unknown size.
+      ValueError: a nested or non-numeric spec, one of unknown size, or an unknown
+        initializer.
     """
     super().__init__(observation_spec, name, dict(
-        fc_layer_params=tuple(fc_layer_params), activation=activation), **kwargs)
+        fc_layer_params=tuple(fc_layer_params), activation=activation,
+        initializer=initializer), **kwargs)
     if tf.nest.is_nested(observation_spec):
       raise ValueError('MlpEncoder takes one flat observation, got the nest '
                        f'{describe_spec(observation_spec)}; use DictEncoder.')
@@ -146,7 +132,8 @@ class MlpEncoder(_SpecLayer):
     self._categories = category_count(observation_spec)
     self._minimum = int(observation_spec.minimum) if self._categories else 0
     self._size = self._categories or int(observation_spec.shape.num_elements())
-    self._layers = [orthogonal_dense(units, activation) for units in fc_layer_params]
+    self._layers = [initializers.dense(units, activation, initializer=initializer)
+                    for units in fc_layer_params]
 
   def call(self, observation):
     if self._categories:
@@ -183,11 +170,11 @@ class NatureCnnEncoder(_SpecLayer):
     """
     super().__init__(observation_spec, name, dict(dense_units=dense_units), **kwargs)
     _check_image_spec(observation_spec, 'NatureCnnEncoder', self.MIN_SIZE)
-    self._convs = [_orthogonal_conv(32, 8, 4, activation='relu'),
-                   _orthogonal_conv(64, 4, 2, activation='relu'),
-                   _orthogonal_conv(64, 3, 1, activation='relu')]
+    self._convs = [initializers.conv(32, 8, 4, activation='relu'),
+                   initializers.conv(64, 4, 2, activation='relu'),
+                   initializers.conv(64, 3, 1, activation='relu')]
     self._flatten = tf.keras.layers.Flatten()
-    self._dense = orthogonal_dense(dense_units, 'relu')
+    self._dense = initializers.dense(dense_units, 'relu')
 
   def call(self, observation):
     x = _as_images(observation)
@@ -207,10 +194,10 @@ class _ResidualBlock(tf.keras.layers.Layer):
 
   def __init__(self, channels: int, name: str):
     super().__init__(name=name)
-    self._conv_a = _orthogonal_conv(channels, 3, padding='same')
+    self._conv_a = initializers.conv(channels, 3, padding='same')
     self._conv_b = tf.keras.layers.Conv2D(
         channels, 3, padding='same', use_bias=False,
-        kernel_initializer=tf.keras.initializers.Orthogonal(_RELU_GAIN))
+        kernel_initializer=tf.keras.initializers.Orthogonal(initializers.RELU_GAIN))
     self._bias_b = self.add_weight('bias', [channels], initializer='zeros')
 
   def call(self, x):
@@ -246,13 +233,13 @@ class ImpalaCnnEncoder(_SpecLayer):
     _check_image_spec(observation_spec, 'ImpalaCnnEncoder')
     self._sections = []
     for i, depth in enumerate(channels):
-      section = [_orthogonal_conv(depth, 3, padding='same'),
+      section = [initializers.conv(depth, 3, padding='same'),
                  tf.keras.layers.MaxPool2D(3, strides=2, padding='same')]
       section += [_ResidualBlock(depth, name=f'section_{i}_block_{j}')
                   for j in range(blocks_per_section)]
       self._sections.append(section)
     self._flatten = tf.keras.layers.Flatten()
-    self._dense = orthogonal_dense(dense_units, 'relu')
+    self._dense = initializers.dense(dense_units, 'relu')
 
   def call(self, observation):
     x = _as_images(observation)
@@ -292,12 +279,12 @@ class GridCnnEncoder(_SpecLayer):
         channels=tuple(channels), dense_units=dense_units), **kwargs)
     _check_image_spec(observation_spec, 'GridCnnEncoder', self.MIN_SIZE)
     first, second, third = channels
-    self._layers = [_orthogonal_conv(first, 2, activation='relu'),
+    self._layers = [initializers.conv(first, 2, activation='relu'),
                     tf.keras.layers.MaxPool2D(2),
-                    _orthogonal_conv(second, 2, activation='relu'),
-                    _orthogonal_conv(third, 2, activation='relu'),
+                    initializers.conv(second, 2, activation='relu'),
+                    initializers.conv(third, 2, activation='relu'),
                     tf.keras.layers.Flatten(),
-                    orthogonal_dense(dense_units, 'relu')]
+                    initializers.dense(dense_units, 'relu')]
 
   def call(self, observation):
     x = tf.cast(observation, tf.float32)  # codes, not intensities: no scaling
@@ -340,7 +327,7 @@ class DictEncoder(_SpecLayer):
   def __init__(self, observation_spec, fc_layer_params: Sequence[int] = (64, 64),
                activation: str = 'tanh', cnn: CnnChoice = 'nature',
                joint_units: Optional[int] = None, name: str = 'dict_encoder',
-               **kwargs):
+               initializer: str = 'orthogonal', **kwargs):
     """Args:
       observation_spec: a dict, tuple or namedtuple of specs (nests inside allowed).
       fc_layer_params: hidden layer sizes of each non-image entry's MLP.
@@ -350,15 +337,17 @@ class DictEncoder(_SpecLayer):
       joint_units: units of a dense layer over the concatenated features (None: the
         concatenation is the output).
       name: layer name.
+      initializer: how the MLPs' and the joint layer's dense layers start (one of
+        `initializers.INITIALIZERS`; the CNNs start orthogonal).
       **kwargs: Keras layer arguments (what `from_config` passes back).
 
     Raises:
-      ValueError: a spec that is not a nest, an empty nest, or an entry no encoder
-        serves (the message names it).
+      ValueError: a spec that is not a nest, an empty nest, an entry no encoder
+        serves (the message names it), or an unknown initializer.
     """
     super().__init__(observation_spec, name, dict(
         fc_layer_params=tuple(fc_layer_params), activation=activation, cnn=cnn,
-        joint_units=joint_units), **kwargs)
+        joint_units=joint_units, initializer=initializer), **kwargs)
     if not tf.nest.is_nested(observation_spec) or not tf.nest.flatten(observation_spec):
       raise ValueError('DictEncoder takes a non-empty nest of observation specs, got '
                        f'{observation_spec!r}.')
@@ -369,8 +358,10 @@ class DictEncoder(_SpecLayer):
         continue  # an empty entry holds no data (and tf.nest.flatten skips it too)
       self._keys.append(key)
       self._encoders.append(make_encoder(spec, fc_layer_params, activation,
-                                         name=f'{name}_{label}', cnn=cnn))
-    self._joint = orthogonal_dense(joint_units, activation) if joint_units else None
+                                         name=f'{name}_{label}', cnn=cnn,
+                                         initializer=initializer))
+    self._joint = (initializers.dense(joint_units, activation, initializer=initializer)
+                   if joint_units else None)
 
   @property
   def encoders(self) -> list:
@@ -386,7 +377,8 @@ class DictEncoder(_SpecLayer):
 
 def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
                  activation: str = 'tanh', name: str = 'encoder',
-                 cnn: CnnChoice = 'nature') -> tf.keras.layers.Layer:
+                 cnn: CnnChoice = 'nature', initializer: str = 'orthogonal'
+                 ) -> tf.keras.layers.Layer:
   """The encoder for `observation_spec` (see the module docstring for the choice).
 
   Args:
@@ -399,6 +391,8 @@ def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
     cnn: the CNN for images: 'nature' (`NatureCnnEncoder`, needs >= 36x36), 'impala'
       (`ImpalaCnnEncoder`, any size), 'grid' (`GridCnnEncoder`, symbolic grids such as
       MiniGrid's, unscaled), or a callable (image_spec, name=) -> layer.
+    initializer: how the MLPs' dense layers start (one of
+      `initializers.INITIALIZERS`); CNNs start orthogonal whatever it says.
 
   Returns:
     A Keras layer mapping observations with flattened outer dims [N, ...] (a nest
@@ -408,10 +402,12 @@ def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
     ValueError: an observation no encoder serves (one line naming the spec): a uint8
       observation of rank 2 or above 3 (an image without its channel axis, or frames
       stacked on a leading axis), a non-numeric or unknown-shape one, an empty nest,
-      an image too small for the chosen CNN, or an unknown `cnn`.
+      an image too small for the chosen CNN, an unknown `cnn` or initializer.
   """
+  initializers.check_initializer(initializer)
   if tf.nest.is_nested(observation_spec):
-    return DictEncoder(observation_spec, fc_layer_params, activation, cnn=cnn, name=name)
+    return DictEncoder(observation_spec, fc_layer_params, activation, cnn=cnn, name=name,
+                       initializer=initializer)
   if is_image_spec(observation_spec):
     return _cnn_class(cnn)(observation_spec, name=name)
   if observation_spec.dtype == tf.uint8 and observation_spec.shape.rank not in (0, 1):
@@ -419,5 +415,6 @@ def make_encoder(observation_spec, fc_layer_params: Sequence[int] = (64, 64),
         f'No encoder for the uint8 observation {describe_spec(observation_spec)}: images '
         'must be [H, W, C] (add a channel axis; stack frames channel-last, as '
         'tfrl.envs.make(frame_stack=) does).')
-  return MlpEncoder(observation_spec, fc_layer_params, activation, name=name)
+  return MlpEncoder(observation_spec, fc_layer_params, activation, name=name,
+                    initializer=initializer)
 
