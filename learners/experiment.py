@@ -69,6 +69,11 @@ class Experiment:
     clip_reward: rewards clipped to their sign (AtariWrapper). With any of these three
       the returns reported (training episodes, evaluations) are whole games' raw
       scores; evaluation envs take the same options, as RL-Zoo's.
+    normalize_reward: divide training rewards by the running standard deviation of
+      the return discounted by `gamma`, clipped to [-10, 10] (SB3's VecNormalize
+      norm_reward, which RL-Zoo's MuJoCo PPO settings use; `tfrl.envs.reward_normalization`).
+      Reported returns stay raw. Its statistics live in the envs: a restarted job
+      starts them afresh.
     env_backend: what steps the envs: 'gymnasium' (its vector envs, in this process
       or in `env_workers` processes), or 'envpool' (the 'envpool' extra: EnvPool's C++
       envs in its own threads, stepping while the policy acts; registered ids of the
@@ -160,6 +165,7 @@ class Experiment:
   terminal_on_life_loss: bool = False
   fire_reset: bool = False
   clip_reward: bool = False
+  normalize_reward: bool = False
   env_backend: str = 'gymnasium'
   seed: int = 0
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
@@ -306,6 +312,7 @@ class Experiment:
                 frame_stack=self.frame_stack, atari=self.atari,
                 terminal_on_life_loss=self.terminal_on_life_loss,
                 fire_reset=self.fire_reset, clip_reward=self.clip_reward,
+                normalize_reward=self.gamma if self.normalize_reward else None,
                 backend=self.env_backend)
 
   def make_env(self, num_envs: Optional[int] = None, seed: Optional[int] = None,

@@ -106,6 +106,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'terminal_on_life_loss': BOOLEAN,
     'fire_reset': BOOLEAN,
     'clip_reward': BOOLEAN,
+    'normalize_reward': BOOLEAN,
     'env_backend': choice(('gymnasium', 'envpool')),  # tfrl.envs.BACKENDS (a test checks)
     'seed': integer(0),
     'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),

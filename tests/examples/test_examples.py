@@ -93,8 +93,11 @@ def test_example_solves_cartpole_and_exports_a_plain_tf_policy(tmp_path, name):
 @pytest.mark.parametrize('name', EXAMPLES)
 def test_main_returns_its_figures_when_the_budget_runs_out(tmp_path, name):
   module = _load(name)
+  # Two train steps: DQN's by one per iteration (with its default 128 per iteration, a
+  # greedy policy at 128 steps once played 477 over the 2 episodes), PPO's two calls.
+  per_iteration = dict(train_steps_per_iteration=1) if name == 'dqn_minimal.py' else {}
   settings = module.Settings(root_dir=str(tmp_path), num_train_steps=2, eval_interval=1,
-                             num_eval_episodes=2)
+                             num_eval_episodes=2, **per_iteration)
   result = module.main(settings)
   assert RESULT_KEYS <= set(result), result
   assert not result['reached_target'] and result['eval_return'] < TARGET

@@ -24,7 +24,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # config -> bindings that make the run brief (a few train steps, small warm-ups).
 BRIEF = {
     'dqn_lunarlander.gin': ['Experiment.initial_collect_steps = 256'],
-    'ppo_lunarlander.gin': [],
+    'ppo_lunarlander.gin': ['SequenceQueue.unroll_length = 64',  # 1,024-step batches
+                            'Experiment.collect_steps_per_iteration = 64',
+                            'create_ppo_agent.num_minibatches = 4'],
     'sac_halfcheetah.gin': ['Experiment.initial_collect_steps = 256'],
     'ppo_halfcheetah.gin': [],
     'ppo_minigrid_doorkey.gin': [],
