@@ -18,6 +18,10 @@ infinite) and its return at 50,000 env steps, median and 95% bootstrap interval.
         --datasets=halfcheetah_medium_replay     # once: the dataset
     .venv/bin/python benchmarks/hybrid.py --seeds=0,1,2 --jobs=2
 
+The defaults are the best measured recipe (RESULTS, "Hybrid SAC on HalfCheetah:
+dataset-only steps first"); the pilots ran --nocritic_layer_norm --warmup_steps=5000
+--dataset_only_steps=0.
+
 Results are recorded in benchmarks/RESULTS.md.
 """
 import json
@@ -37,13 +41,17 @@ import summary  # benchmarks/summary.py
 
 REPO = common.REPO
 
-flags.DEFINE_integer('env_steps', 60_000, 'Env steps of each hybrid run.')
+flags.DEFINE_integer('env_steps', 50_000, "Env steps of each hybrid run (the bar: a third of "
+                     "online SAC's 150,000).")
 flags.DEFINE_integer('utd', 4, 'Gradient steps per env step (RLPD: 20 with LayerNorm '
                      'critics and an ensemble; 4 in its smaller settings).')
-flags.DEFINE_bool('critic_layer_norm', False, "RLPD's layer-normalized critic "
+flags.DEFINE_bool('critic_layer_norm', True, "RLPD's layer-normalized critic "
                   '(create_sac_agent.critic_layer_norm).')
-flags.DEFINE_integer('warmup_steps', 5_000, 'Random-action env steps before training.')
+flags.DEFINE_integer('warmup_steps', 1_000, 'Random-action env steps before training.')
 flags.DEFINE_float('fraction', 0.5, 'Share of each batch drawn from the dataset.')
+flags.DEFINE_integer('dataset_only_steps', 10_240, "ALF's rl_train_after_update_steps: gradient "
+                     'steps on dataset rows alone before the first env step '
+                     '(TransitionReplay.dataset_only_steps); they cost no env steps.')
 flags.DEFINE_integer('eval_every', 5_000, 'Env steps between evaluations (about).')
 flags.DEFINE_integer('online_env_steps', 150_000, "Online SAC's env steps whose return "
                      'is the bar.')
@@ -66,13 +74,17 @@ VECTOR_STEP = 64  # sac_halfcheetah.gin: 16 vector steps of 4 envs per iteration
 def bindings(seed: int) -> List[str]:
   """The hybrid run's settings on top of sac_halfcheetah.gin."""
   per_iteration = VECTOR_STEP * FLAGS.utd
-  iterations = math.ceil((FLAGS.env_steps - FLAGS.warmup_steps) / VECTOR_STEP)
+  # One iteration more than the vector steps: gymnasium's next-step autoreset spends one
+  # vector step per episode end that is no env step, and the run must pass env_steps.
+  iterations = math.ceil((FLAGS.env_steps - FLAGS.warmup_steps) / VECTOR_STEP) + 1
   return [f"Experiment.dataset_dir = '{offline.path(DATASET)}'",
           f'TransitionReplay.dataset_fraction = {FLAGS.fraction}',
+          f'TransitionReplay.dataset_only_steps = {FLAGS.dataset_only_steps}',
           f'Experiment.seed = {seed}',
           f'Experiment.initial_collect_steps = {FLAGS.warmup_steps}',
           f'Experiment.train_steps_per_iteration = {per_iteration}',
-          f'Experiment.num_train_steps = {iterations * per_iteration}',
+          f'Experiment.num_train_steps = '
+          f'{FLAGS.dataset_only_steps + iterations * per_iteration}',
           f'Experiment.eval_interval = '
           f'{max(1, FLAGS.eval_every // VECTOR_STEP) * per_iteration}',
           f'create_sac_agent.critic_layer_norm = {FLAGS.critic_layer_norm}',
@@ -83,12 +95,15 @@ def settings() -> Dict[str, Any]:
   """What makes runs comparable: a row of the JSONL with other settings is another
   experiment's."""
   return dict(utd=FLAGS.utd, fraction=FLAGS.fraction, warmup_steps=FLAGS.warmup_steps,
-              critic_layer_norm=FLAGS.critic_layer_norm)
+              critic_layer_norm=FLAGS.critic_layer_norm,
+              dataset_only_steps=FLAGS.dataset_only_steps)
 
 
 def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
   """One seed's run (pinned to `cpu`); its curve is (env steps, seconds, return)."""
-  name = f"sac_hybrid{'_layernorm' if FLAGS.critic_layer_norm else ''}_s{seed}"
+  name = (f"sac_hybrid{'_layernorm' if FLAGS.critic_layer_norm else ''}"
+          f"{f'_first{FLAGS.dataset_only_steps}' if FLAGS.dataset_only_steps else ''}"
+          f'_warmup{FLAGS.warmup_steps}_s{seed}')
   root = os.path.join(FLAGS.hybrid_runs_dir, name)
   os.makedirs(FLAGS.hybrid_runs_dir, exist_ok=True)
   print(f'run hybrid SAC seed {seed} (cpu {cpu}) ...', flush=True)
@@ -123,6 +138,15 @@ def _cell(values: Sequence[Optional[float]]) -> str:
           + (f' ({len(there)} of {len(values)} got there)' if len(there) < len(values) else ''))
 
 
+def _ratio_cell(ratios: Sequence[float]) -> str:
+  """Median and range of (online, hybrid) pairs' ratios; an online seed that never got
+  there counts as infinite."""
+  if not ratios:
+    return 'none'
+  return (f'median {stats.median(ratios):.1f}x, range {min(ratios):.1f}x-{max(ratios):.1f}x '
+          f'over {len(ratios)} pairs')
+
+
 def report(runs: List[Dict[str, Any]]) -> None:
   """The bar, each seed's env steps to it, and the return at a third of the steps."""
   online = online_curves()
@@ -141,6 +165,15 @@ def report(runs: List[Dict[str, Any]]) -> None:
   print(f'  return at {third:,} env steps: '
         f"{_cell([summary.return_at(run['curve'], third) for run in runs])}; online SAC "
         f'{_cell([summary.return_at(curve, third) for curve in online])}')
+  # What each run's last return is worth in online SAC's env steps (its 3 seeds' curves).
+  ratios = []
+  for run in runs:
+    steps, _, final = run['curve'][-1]
+    online_steps = [summary.steps_to(curve, final) for curve in online]
+    ratios += [s / steps for s in online_steps]
+    print(f"  s{run['seed']}: {final:,.0f} at {steps:,} env steps; online SAC reaches it at "
+          + ', '.join(f'{s:,.0f}' for s in online_steps) + ' env steps')
+  print(f'  online SAC env steps / hybrid env steps, to the same return: {_ratio_cell(ratios)}')
   print(f"  seconds per run, median: {stats.median([run['seconds'] for run in runs]):,.0f}")
   if FLAGS.png:
     path = curves.plot(
@@ -154,6 +187,11 @@ def report(runs: List[Dict[str, Any]]) -> None:
 
 def main(argv):
   del argv
+  if FLAGS.dataset_only_steps % (VECTOR_STEP * FLAGS.utd):
+    # The job collects before each iteration whose first step is past them: a part
+    # iteration would train on without new env steps, off the run's update ratio.
+    raise app.UsageError(f'--dataset_only_steps must be a multiple of an iteration\'s '
+                         f'{VECTOR_STEP * FLAGS.utd} train steps (64 env steps x --utd).')
   if not os.path.exists(offline.path(DATASET)):
     raise app.UsageError(f'{offline.path(DATASET)} is missing: make it first with '
                          f'benchmarks/offline.py --stages=datasets --datasets={DATASET}')

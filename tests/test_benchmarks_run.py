@@ -69,12 +69,25 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                 'Experiment.num_eval_episodes=1', '--train_bindings=Experiment.num_envs=4,'
                 'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=2'],
     # One seed on a tiny HalfCheetah medium-replay set (made first, in the runs fixture):
-    # 128 train steps at 2 per env step.
+    # 128 train steps on the dataset alone (one iteration), then 128 at 2 per env step.
     'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=2',
+               '--dataset_only_steps=128',
                '--eval_every=64', '--train_bindings=Experiment.num_eval_episodes=1'],
+    # Two arms of PPO HalfCheetah, 4 train steps of 512 env steps each, one at a time.
+    'ablation': ['--algo=ppo_halfcheetah', '--seeds=0', '--jobs=1', '--env_step_budgets=1000',
+                 '--budget_seconds=120', '--arm=config:',
+                 '--arm=normalized: Experiment.normalize_reward = True',
+                 f'--tfrl_python={sys.executable}',
+                 *[f'--tfrl_gin_bindings={b}' for b in (
+                     'Experiment.num_train_steps=4', 'Experiment.eval_interval=1',
+                     'Experiment.num_eval_episodes=1')]],
     'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=2048',
                         '--gin_bindings=Experiment.eval_interval=4,Experiment.num_eval_episodes'
-                        '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8'],
+                        '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8,'
+                        # 1,024-step batches (the config's are 16,384).
+                        'SequenceQueue.unroll_length=64,'
+                        'Experiment.collect_steps_per_iteration=64,'
+                        'create_ppo_agent.num_minibatches=4'],
 }
 NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
 # What each run must print: a regex whose groups are figures that must be > 0.
@@ -117,6 +130,9 @@ EXPECTED = {
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
                        r'alone: [0-2] of 2 reached within B(?:.*\n)*?^population best member / '
                        rf'tuned config, env steps to the target: ({NUMBER})(?:.*\n)*?^Curves: ',
+    'ablation': rf'(?m)^config seed 0 \(({NUMBER}) s\): ppo_halfcheetah seed 0 tfrl: .*'
+                rf'env_steps=({NUMBER})(?:.*\n)*?^\| config \| (1) \| -?{NUMBER} \['
+                rf'(?:.*\n)*?^\| normalized \| (1) \| -?{NUMBER} \[',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
@@ -172,6 +188,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
       jobs['hybrid'][0] + [f'--data_dir={hybrid}/data', f'--hybrid_out={hybrid}/runs.jsonl',
                            f'--hybrid_runs_dir={hybrid}/runs', f'--png={hybrid}/curves.png'])],
                     REPO)
+  jobs['ablation'][0].append(f'--out_dir={tmp_path_factory.mktemp("ablation")}')
   populations = tmp_path_factory.mktemp('pbt')
   jobs['pbt_lunarlander'][0].extend([f'--runs_dir={populations}',
                                      f'--png={populations}/curves.png'])
@@ -179,7 +196,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
   order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander', 'offline',
-           'hybrid',
+           'hybrid', 'ablation',
            'atari_throughput', 'ppo_compile', 'layer_norm', 'solve_time',
            'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
            'collect_throughput', 'helpers']
