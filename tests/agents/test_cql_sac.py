@@ -86,43 +86,79 @@ def make_agent(agent_class=DeterministicCqlSac, **kwargs):
 
 def test_conservative_gap_matches_numpy():
   rng = np.random.default_rng(0)
-  q_policy, log_pi, q_uniform = (rng.normal(size=(5, 3)) for _ in range(3))
+  q_samples, log_proposal = rng.normal(size=(5, 9)), rng.normal(size=(5, 9))
   q_data = rng.normal(size=5)
   for temperature in (1.0, 0.5):
-    samples = np.concatenate([q_policy * temperature - log_pi,
-                              q_uniform * temperature + 1.3], axis=1)
+    samples = q_samples * temperature - log_proposal
     expected = np.log(np.exp(samples).sum(axis=1)) / temperature - q_data
-    got = cql_sac.conservative_gap(q_policy, log_pi, q_uniform, -1.3, q_data, temperature)
+    got = cql_sac.conservative_gap(q_samples, log_proposal, q_data, temperature)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
 
 
 def test_the_term_is_the_weighted_mean_gap_of_both_critics_without_boundary_rows():
+  # The numpy reference of the CQL authors' and d3rlpy's estimator: per critic, the
+  # logsumexp over N uniform actions, N of the policy at s and N at s', each valued at s
+  # less its proposal's log density, less Q(s, a_data); the critics' mean, boundary rows
+  # (whose step is LAST) left out, weighted over the global batch.
   rng = np.random.default_rng(1)
   agent = make_agent()
   observations = rng.uniform(-1, 1, (6, OBS)).astype(np.float32)
+  next_observations = rng.uniform(-1, 1, (6, OBS)).astype(np.float32)
   actions = rng.uniform(LOW, HIGH, (6, ACTION)).astype(np.float32)
   weights = np.array([1, 2, 1, 0.5, 1, 1], np.float32)
   first = np.array([1, 1, 2, 1, 1, 0], np.int32)  # row 2 is a boundary (LAST first)
-  experience = tf.nest.map_structure(tf.convert_to_tensor,
-                                     transitions(observations, actions, first))
-  time_steps = ts.TimeStep(experience.step_type[:, 0], experience.reward[:, 0],
-                           experience.discount[:, 0], experience.observation[:, 0])
+  rows = transitions(observations, actions, first)
+  rows = rows._replace(observation=np.stack([observations, next_observations], axis=1))
+  experience = tf.nest.map_structure(tf.convert_to_tensor, rows)
+
+  transition = agent._as_transition(experience)  # pylint: disable=protected-access
+  time_steps, next_time_steps = transition.time_step, transition.next_time_step
   agent._cql_row_weights = weights  # pylint: disable=protected-access
+  agent._cql_next_time_steps = next_time_steps  # pylint: disable=protected-access
   term = agent._cql_loss(time_steps, actions).numpy()  # pylint: disable=protected-access
 
-  policy_actions, log_pi = agent._sample_and_transpose_actions_and_log_probs(  # pylint: disable=protected-access
-      time_steps, 4)
+  sample = agent._sample_and_transpose_actions_and_log_probs  # pylint: disable=protected-access
+  policy_actions, log_pi = sample(time_steps, 4)
+  next_actions, log_pi_next = sample(next_time_steps, 4)
   tiled = np.repeat(observations, 4, axis=0)
   uniform, log_uniform = agent._uniform_proposal(tiled)  # pylint: disable=protected-access
   gaps = []
   for critic in (agent._critic_network_1, agent._critic_network_2):  # pylint: disable=protected-access
     q = lambda o, a: critic((o, a))[0].numpy()
     q_policy = q(tiled, tf.reshape(policy_actions, [-1, ACTION])).reshape(6, 4)
+    q_next = q(tiled, tf.reshape(next_actions, [-1, ACTION])).reshape(6, 4)
     q_uniform = q(tiled, uniform).reshape(6, 4)
-    samples = np.concatenate([q_policy - log_pi.numpy(), q_uniform - log_uniform], 1)
+    samples = np.concatenate([q_policy - log_pi.numpy(), q_next - log_pi_next.numpy(),
+                              q_uniform - log_uniform], 1)
     gaps.append(np.log(np.exp(samples).sum(axis=1)) - q(observations, actions))
   gap = 0.5 * (gaps[0] + gaps[1]) * (first != 2)
   np.testing.assert_allclose(term, np.sum(gap * weights) / 6, rtol=1e-5)
+  # The next state's samples differ from the current state's (the third proposal is
+  # not the second again).
+  assert not np.allclose(next_actions.numpy(), policy_actions.numpy())
+
+
+def test_a_train_step_samples_the_policy_at_the_next_states():
+  rng = np.random.default_rng(2)
+  agent = make_agent()
+  observations = rng.uniform(-1, 1, (4, OBS)).astype(np.float32)
+  next_observations = rng.uniform(-1, 1, (4, OBS)).astype(np.float32)
+  rows = transitions(observations, rng.uniform(LOW, HIGH, (4, ACTION)).astype(np.float32),
+                     np.ones(4, np.int32))
+  rows = rows._replace(observation=np.stack([observations, next_observations], axis=1))
+  sampled_at = []
+  sample = agent._sample_and_transpose_actions_and_log_probs  # pylint: disable=protected-access
+
+  def recording_sample(time_steps, num, training=False):
+    sampled_at.append(time_steps.observation.numpy())
+    return sample(time_steps, num, training=training)
+
+  agent._sample_and_transpose_actions_and_log_probs = recording_sample  # pylint: disable=protected-access
+  agent._train(tf.nest.map_structure(tf.convert_to_tensor, rows), np.ones(4, np.float32))  # pylint: disable=protected-access
+
+  assert any(np.array_equal(o, observations) for o in sampled_at)
+  assert any(np.array_equal(o, next_observations) for o in sampled_at)
+  assert agent._cql_next_time_steps is None  # pylint: disable=protected-access
 
 
 def test_uniform_actions_cover_the_bounds_with_the_box_density():

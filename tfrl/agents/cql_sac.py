@@ -16,11 +16,13 @@ given, which departs from tfrl's losses in two ways this subclass fixes:
 - Rows that do not hold a transition (episode boundaries, weight 0 in the transition
   layout's inputs) count in the mean.
 
-The Q-values and samples themselves come from the parent's helpers, so the estimator
-is tf-agents' (no log 2N correction, like the CQL authors' code and d3rlpy), except the
-uniform proposal's log density, which is summed over the action's dimensions once
-(tf-agents multiplies the summed log range by the dimension again when the bounds are
-given per dimension).
+and in one way where tf-agents departs from the CQL authors' code and d3rlpy: their
+logsumexp takes three proposals, N uniform actions, N of the policy at s and N of the
+policy at s' (all valued at s), where tf-agents' takes the first two. Here it takes all
+three. The samples come from the parent's helpers; the estimator has no log 3N
+correction (as the authors' code and d3rlpy), and the uniform proposal's log density
+is summed over the action's dimensions once (tf-agents multiplies the summed log range
+by the dimension again when the bounds are given per dimension).
 """
 from typing import Optional, Sequence
 
@@ -34,26 +36,24 @@ from tfrl.agents import interface
 from tfrl.agents import sac
 
 
-def conservative_gap(q_policy: tf.Tensor, log_pi: tf.Tensor, q_uniform: tf.Tensor,
-                     log_uniform: tf.Tensor, q_data: tf.Tensor,
+def conservative_gap(q_samples: tf.Tensor, log_proposal: tf.Tensor, q_data: tf.Tensor,
                      temperature: float = 1.0) -> tf.Tensor:
-  """CQL(H)'s gap per row: the sampled logsumexp over actions less Q(s, a_data).
+  """CQL(H)'s gap per row: the importance-sampled logsumexp over actions less Q(s, a_data).
 
   Args:
-    q_policy: [B, N] Q-values of N actions sampled from the policy.
-    log_pi: [B, N] the policy's log density of those actions.
-    q_uniform: [B, N] Q-values of N uniform actions.
-    log_uniform: the uniform proposal's log density (a scalar).
+    q_samples: [B, M] Q-values of M sampled actions (every proposal's, side by side).
+    log_proposal: [B, M] (or broadcastable) each sample's log density under the
+      proposal that drew it.
     q_data: [B] Q-values of the dataset's actions.
     temperature: the softmax temperature (1: the paper's logsumexp).
 
   Returns:
     [B] the gap, temperature-scaled logsumexp of (Q * temperature - log proposal)
-    over the 2N samples, less q_data.
+    over the M samples, less q_data.
   """
-  samples = tf.concat([q_policy * temperature - log_pi,
-                       q_uniform * temperature - log_uniform], axis=1)
-  return tf.reduce_logsumexp(samples, axis=1) / temperature - q_data
+  log_proposal = tf.broadcast_to(log_proposal, tf.shape(q_samples))
+  return (tf.reduce_logsumexp(q_samples * temperature - log_proposal, axis=1) / temperature
+          - q_data)
 
 
 class CqlSacAgent(cql_sac_agent.CqlSacAgent):
@@ -61,7 +61,10 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
   boundary rows (weight 0) left out, and one Lagrange budget per batch under any
   strategy."""
 
-  _cql_row_weights = None  # set by _train while it traces
+  # Set by _train while it traces: the parent's _cql_loss is given neither the row
+  # weights nor the next time steps (whose policy samples are the third proposal).
+  _cql_row_weights = None
+  _cql_next_time_steps = None
 
   @property
   def _cql_tau(self):
@@ -75,12 +78,13 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
     self._cql_budget = value
 
   def _train(self, experience, weights):
-    # The parent's _cql_loss is not given the row weights: kept for this trace.
     self._cql_row_weights = weights
+    self._cql_next_time_steps = self._as_transition(experience).next_time_step
     try:
       return super()._train(experience, weights)
     finally:
       self._cql_row_weights = None
+      self._cql_next_time_steps = None
 
   def _uniform_proposal(self, observation):
     """One action drawn uniformly within the action bounds per row of `observation`.
@@ -103,24 +107,35 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
     num = self._num_cql_samples
     tile = lambda x: tf.repeat(x, num, axis=0)  # row-major: [B * N], as the reshape reads
     observation = tf.nest.map_structure(tile, time_steps.observation)
-    step_type = tile(time_steps.step_type)
-    policy_actions, log_pi = self._sample_and_transpose_actions_and_log_probs(
-        time_steps, num, training=False)  # [B, N, A], [B, N]
     flat = lambda x: tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], axis=0))
+    # The three proposals' [B, N] actions and log densities, every one valued at s.
+    policy_actions, log_pi = self._sample_and_transpose_actions_and_log_probs(
+        time_steps, num, training=False)
+    next_time_steps = self._cql_next_time_steps
+    if next_time_steps is None:  # called outside _train: s' is s
+      next_time_steps = time_steps
+    next_actions, log_pi_next = self._sample_and_transpose_actions_and_log_probs(
+        next_time_steps, num, training=False)
     uniform_actions, log_uniform = self._uniform_proposal(observation)
-
-    def twin_q(obs, acts, steps, reshape_to, train):
-      q1, q2 = self._get_q_values((obs, acts), steps, reshape_to, training=train)
-      return q1[..., 0], q2[..., 0]
-
-    q_policy = twin_q(observation, flat(policy_actions), step_type, batch_size, False)
-    q_uniform = twin_q(observation, uniform_actions, step_type, batch_size, False)
-    q_data = twin_q(time_steps.observation, actions, time_steps.step_type, None, training)
-    gap = 0.5 * sum(conservative_gap(q_policy[i], log_pi, q_uniform[i], log_uniform,
-                                     q_data[i], self._softmax_temperature)
-                    for i in range(2))
+    sampled = tf.concat([flat(policy_actions), flat(next_actions), uniform_actions], 0)
+    log_proposal = tf.concat([log_pi, log_pi_next,
+                              tf.fill(tf.shape(log_pi), tf.cast(log_uniform, log_pi.dtype))],
+                             axis=1)
+    # One critic call for all 3 * B * N samples (rows ordered proposal, row, sample).
+    three = lambda x: tf.concat([x] * 3, axis=0)
+    inputs = (tf.nest.map_structure(three, observation), sampled)
+    step_type = three(tile(time_steps.step_type))
+    by_row = lambda q: tf.reshape(tf.transpose(tf.reshape(q, [3, batch_size, num]),
+                                               [1, 0, 2]), [batch_size, 3 * num])
+    gaps = []
+    for critic in (self._critic_network_1, self._critic_network_2):
+      q_samples, _ = critic(inputs, step_type, training=False)
+      q_data, _ = critic((time_steps.observation, actions), time_steps.step_type,
+                         training=training)
+      gaps.append(conservative_gap(by_row(q_samples), log_proposal, q_data,
+                                   self._softmax_temperature))
     valid = tf.cast(~time_steps.is_last(), tf.float32)
-    return common.aggregate_losses(per_example_loss=valid * gap,
+    return common.aggregate_losses(per_example_loss=valid * 0.5 * (gaps[0] + gaps[1]),
                                    sample_weight=self._cql_row_weights).total_loss
 
 
@@ -155,7 +170,8 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
     actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam's rates (alpha:
       SAC's entropy temperature).
     cql_alpha: the conservative term's weight (its initial value with Lagrange).
-    num_cql_samples: actions drawn from each proposal (policy, uniform) per state.
+    num_cql_samples: actions drawn from each proposal (uniform, the policy at s, the
+      policy at s') per state.
     use_lagrange_cql_alpha: tune cql_alpha so the gap stays near `cql_tau` (CQL's
       Lagrangian form) instead of keeping it fixed.
     cql_alpha_learning_rate, cql_tau: the multiplier's Adam rate and budget.
