@@ -68,6 +68,8 @@ flags.DEFINE_string('json_out', os.path.join(REPO, 'benchmarks', 'runs', 'offlin
 flags.DEFINE_string('png_dir', os.path.join(REPO, 'benchmarks', 'curves'),
                     'Where offline_<dataset>.png goes (empty: no curves).')
 flags.DEFINE_integer('grad_steps', 50_000, 'Gradient steps of each training run.')
+flags.DEFINE_list('hidden', [], "Hidden layer widths of every network on both sides, e.g. "
+                  "256,256 (d3rlpy's default encoder); empty: each dataset's own (DATASETS).")
 flags.DEFINE_integer('eval_interval', 5_000, 'Gradient steps between evaluations.')
 flags.DEFINE_integer('jobs', 2, 'Runs at a time (each pinned to one CPU when 2).')
 flags.DEFINE_float('medium_return', 2_000.0, "SAC's eval return that ends the HalfCheetah "
@@ -122,6 +124,18 @@ DATASETS = {
 }
 LABELS = {'tfrl_cql': 'tfrl CQL', 'd3rlpy_cql': 'd3rlpy CQL', 'd3rlpy_iql': 'd3rlpy IQL',
           'd3rlpy_discrete_cql': 'd3rlpy DiscreteCQL'}
+
+
+def hidden(dataset: str) -> Tuple[int, ...]:
+  """The networks' hidden widths on `dataset`: --hidden, else the dataset's own."""
+  return tuple(int(w) for w in FLAGS.hidden) or DATASETS[dataset].hidden
+
+
+def same_run(record: Dict[str, Any]) -> bool:
+  """Whether a --json_out line ran with these --grad_steps and hidden widths (lines
+  from before the widths were recorded ran with their dataset's own)."""
+  widths = tuple(record.get('hidden', DATASETS[record['dataset']].hidden))
+  return record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
 
 
 # -- Jobs --------------------------------------------------------------------------------
@@ -268,7 +282,7 @@ def tfrl_run(dataset: str, seed: int, root: str, cpu: Optional[int]) -> Dict[str
               f'Experiment.eval_interval = {FLAGS.eval_interval}',
               f'Experiment.num_eval_episodes = {spec.eval_episodes}',
               f'Experiment.batch_size = {spec.batch_size}',
-              *[f'{binding} = {spec.hidden}' for binding in spec.network_bindings],
+              *[f'{binding} = {hidden(dataset)}' for binding in spec.network_bindings],
               *[f'{binding} = {value}' for binding, _, value in spec.shared],
               *FLAGS.train_bindings]
   out = root + '.json'
@@ -289,7 +303,7 @@ def peer_run(algo: str, dataset: str, seed: int, root: str, cpu: Optional[int]
              f'--eval_episodes={spec.eval_episodes}',
              # One torch thread on one CPU, as tfrl's side pinned beside it.
              f'--torch_threads={1 if cpu is not None else 0}',
-             f'--hidden={",".join(map(str, spec.hidden))}',
+             f'--hidden={",".join(map(str, hidden(dataset)))}',
              f'--batch_size={spec.batch_size}',
              *[f'--{flag}={value}' for _, flag, value in spec.shared]]
   start = time.perf_counter()
@@ -322,7 +336,7 @@ def read_runs() -> List[Dict[str, Any]]:
 
 def train_all() -> None:
   """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2)."""
-  done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs()}
+  done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs() if same_run(r)}
   todo = [run for run in planned_runs() if run not in done]
   if not FLAGS.skip_peer and any(algo != 'tfrl_cql' for _, algo, _ in todo):
     common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
@@ -335,7 +349,8 @@ def train_all() -> None:
     result = (tfrl_run(dataset, seed, root, cpu) if algo == 'tfrl_cql'
               else peer_run(algo, dataset, seed, root, cpu))
     record = {'dataset': dataset, 'algo': algo, 'seed': seed,
-              'grad_steps': FLAGS.grad_steps, 'load': common.load_1min(), **result}
+              'grad_steps': FLAGS.grad_steps, 'hidden': hidden(dataset),
+              'load': common.load_1min(), **result}
     final = record['curve'][-1][2] if record['curve'] else float('nan')
     print(f"done {dataset} {algo} seed {seed}: return {final:.1f} after "
           f"{FLAGS.grad_steps:,} gradient steps, {record['seconds']:.0f} s", flush=True)
@@ -372,12 +387,13 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
   by_algo = {}
   for algo in ['tfrl_cql', *DATASETS[dataset].peers]:
     chosen = sorted((r for r in runs if r['dataset'] == dataset and r['algo'] == algo
-                     and r['grad_steps'] == FLAGS.grad_steps and r['curve']),
+                     and same_run(r) and r['curve']),
                     key=lambda r: r['seed'])
     if chosen:
       by_algo[algo] = chosen
-  lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps, {central} [95% CI] '
-               'over seeds | per seed | process seconds, median')
+  widths = 'x'.join(map(str, hidden(dataset)))
+  lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps ({widths} networks), '
+               f'{central} [95% CI] over seeds | per seed | process seconds, median')
   for algo, chosen in by_algo.items():
     finals = [r['curve'][-1][2] for r in chosen]
     lines.append(f'  {LABELS[algo]:<20} {_cell(stats.interval(finals))} | '
@@ -400,7 +416,7 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
   if FLAGS.png_dir and by_algo:
     png = curves.plot(
         os.path.join(FLAGS.png_dir, f'offline_{dataset}.png'),
-        f'{dataset}: offline, {FLAGS.grad_steps:,} gradient steps',
+        f'{dataset}: offline, {FLAGS.grad_steps:,} gradient steps, {widths} networks',
         {LABELS[algo]: [r['curve'] for r in chosen] for algo, chosen in by_algo.items()},
         threshold=info['mean_return'] if info else None, step_label='gradient steps',
         threshold_label='dataset mean return')
