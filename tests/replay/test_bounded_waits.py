@@ -143,15 +143,21 @@ def test_push_that_the_server_does_not_take_times_out(reverb_server_factory):
   assert isinstance(error.__cause__, reverb.errors.DeadlineExceededError)
 
 
-def test_pull_is_bounded_when_the_table_empties_before_the_read(
-    reverb_server_factory, monkeypatch):
+def container_whose_size_check_sees_an_item(reverb_server_factory, monkeypatch):
+  """(server, container) where the pull's size check sees an item the read will not
+  find: one pushed before a server restart, or a server lost after the check."""
   variables = {'w': tf.Variable([1.0])}
   server = reverb_server_factory([
       replay.variables_table(replay.VariableContainer.signature(variables))])
-  container = replay.VariableContainer(server.address, variables)
-  # The size check sees an item (pushed before a server restart), the read finds none.
   monkeypatch.setattr(variables_lib.server_lib, 'wait_for_server', lambda *unused: {
       'variables': types.SimpleNamespace(current_size=1)})
+  return server, replay.VariableContainer(server.address, variables)
+
+
+def test_pull_is_bounded_when_the_table_empties_before_the_read(
+    reverb_server_factory, monkeypatch):
+  server, container = container_whose_size_check_sees_an_item(reverb_server_factory,
+                                                              monkeypatch)
 
   error = raised_within(5, lambda: container.pull(timeout_s=1))
 
@@ -164,12 +170,8 @@ def test_pull_read_of_a_server_lost_after_the_size_check_is_bounded_inside_the_t
   # A collector's first pull waits up to 600 s for a push; a server that dies between the
   # size check and the read must not hold it that long (CI once saw this), but end in
   # the read's own bound, as a lost server its caller reconnects to.
-  variables = {'w': tf.Variable([1.0])}
-  server = reverb_server_factory([
-      replay.variables_table(replay.VariableContainer.signature(variables))])
-  container = replay.VariableContainer(server.address, variables)
-  monkeypatch.setattr(variables_lib.server_lib, 'wait_for_server', lambda *unused: {
-      'variables': types.SimpleNamespace(current_size=1)})
+  _, container = container_whose_size_check_sees_an_item(reverb_server_factory,
+                                                         monkeypatch)
   monkeypatch.setattr(variables_lib, '_READ_TIMEOUT_S', 1.0)
 
   error = raised_within(10, lambda: container.pull(timeout_s=600,
