@@ -68,8 +68,8 @@ flags.DEFINE_string('json_out', os.path.join(REPO, 'benchmarks', 'runs', 'offlin
 flags.DEFINE_string('png_dir', os.path.join(REPO, 'benchmarks', 'curves'),
                     'Where offline_<dataset>.png goes (empty: no curves).')
 flags.DEFINE_integer('grad_steps', 50_000, 'Gradient steps of each training run.')
-flags.DEFINE_list('hidden', [], "Hidden layer widths of every network on both sides, e.g. "
-                  "256,256 (d3rlpy's default encoder); empty: each dataset's own (DATASETS).")
+flags.DEFINE_list('hidden', [], "Every network's hidden widths on both sides, e.g. 256,256 "
+                  "(d3rlpy's default); empty: each dataset's own (DATASETS).")
 flags.DEFINE_integer('eval_interval', 5_000, 'Gradient steps between evaluations.')
 flags.DEFINE_integer('jobs', 2, 'Runs at a time (each pinned to one CPU when 2).')
 flags.DEFINE_float('medium_return', 2_000.0, "SAC's eval return that ends the HalfCheetah "
@@ -132,8 +132,7 @@ def hidden(dataset: str) -> Tuple[int, ...]:
 
 
 def same_run(record: Dict[str, Any]) -> bool:
-  """Whether a --json_out line ran with these --grad_steps and hidden widths (lines
-  from before the widths were recorded ran with their dataset's own)."""
+  """Whether a --json_out line ran with these --grad_steps and widths (older: its own)."""
   widths = tuple(record.get('hidden', DATASETS[record['dataset']].hidden))
   return record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
 
