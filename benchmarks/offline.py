@@ -24,9 +24,8 @@ Three stages (--stages, in this order):
             against each peer (difference of returns, ratio of wall clock, with
             intervals); curves against gradient steps and seconds (--png_dir).
 
-d3rlpy runs in its own venv (benchmarks/peers/.venv-d3rlpy, created from
-peers/d3rlpy_requirements.txt when missing), one torch thread, like tfrl's side pinned
-to one CPU where --jobs=2 runs two at once.
+d3rlpy runs in its own venv (peers/.venv-d3rlpy, from peers/d3rlpy_requirements.txt),
+one torch thread, like tfrl's side pinned to one CPU where --jobs=2 runs two at once.
 
     .venv/bin/python benchmarks/offline.py --seeds=0,1,2 --jobs=2
 
