@@ -172,6 +172,43 @@ def test_uniform_actions_cover_the_bounds_with_the_box_density():
   assert float(log_density) == pytest.approx(-ACTION * np.log(HIGH - LOW))
 
 
+def test_behaviour_cloning_steps_clone_actions_at_the_bounds_then_maximize_q():
+  rng = np.random.default_rng(3)
+  agent = make_agent(num_bc_steps=1)
+  observations = rng.uniform(-1, 1, (6, OBS)).astype(np.float32)
+  time_steps = ts.TimeStep(tf.ones([6], tf.int32), tf.zeros([6]), tf.ones([6]),
+                           tf.constant(observations))
+  at_bounds = np.tile(np.array([[LOW, HIGH]], np.float32), (6, 1))
+  inside = rng.uniform(LOW, HIGH, (6, ACTION)).astype(np.float32)
+
+  # Cloning: SAC's entropy term less the log density of the data's action, pulled to
+  # 0.995 of the half-range from the middle (a tanh-squashed actor gives the bounds none).
+  dist, _ = agent._actor_network(time_steps.observation, time_steps.step_type, ())  # pylint: disable=protected-access
+  _, log_pi = agent._actions_and_log_probs(time_steps)  # pylint: disable=protected-access
+  alpha = np.exp(agent._log_alpha.numpy())  # pylint: disable=protected-access
+  for actions in (at_bounds, inside):
+    clipped = np.clip(actions, 0.995 * LOW, 0.995 * HIGH)
+    expected = np.mean(alpha * log_pi.numpy() - dist.log_prob(clipped).numpy())
+    got = float(agent.actor_loss(time_steps, tf.constant(actions)))
+    assert np.isfinite(got)
+    assert got == pytest.approx(expected, rel=1e-5)
+
+  # After num_bc_steps the loss is SAC's: the data's actions play no part.
+  agent.train_step_counter.assign(1)
+  assert float(agent.actor_loss(time_steps, tf.constant(at_bounds))) == pytest.approx(
+      float(agent.actor_loss(time_steps, tf.constant(inside))))
+
+
+def test_create_cql_sac_agent_passes_the_cloning_steps():
+  observation_spec = tensor_spec.TensorSpec((OBS,), tf.float32)
+  action_spec = tensor_spec.BoundedTensorSpec((ACTION,), tf.float32, LOW, HIGH)
+  agent = cql_sac.create_cql_sac_agent(ts.time_step_spec(observation_spec), action_spec,
+                                       tf.Variable(0, dtype=tf.int64), num_bc_steps=7,
+                                       actor_fc_layer_params=(8,),
+                                       critic_joint_fc_layer_params=(8,))
+  assert agent._num_bc_steps == 7  # pylint: disable=protected-access
+
+
 _MIRRORED_SCRIPT = textwrap.dedent('''
     import json, sys, tempfile
     from tfrl import distribute

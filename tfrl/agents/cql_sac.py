@@ -23,6 +23,12 @@ three. The samples come from the parent's helpers; the estimator has no log 3N
 correction (as the authors' code and d3rlpy), and the uniform proposal's log density
 is summed over the action's dimensions once (tf-agents multiplies the summed log range
 by the dimension again when the bounds are given per dimension).
+
+The CQL authors' code and tf-agents' D4RL example train the actor by behaviour cloning
+for its first steps (`num_bc_steps`: the authors' `policy_eval_start`, tf-agents' 10,000
+on MuJoCo) while the critics learn conservatively; a dataset's actions at the bounds have
+no finite density under the tanh-squashed actor, so here they are pulled inside the
+bounds for that loss (tf-agents' example clips its data to +-0.995 for the same reason).
 """
 from typing import Optional, Sequence
 
@@ -34,6 +40,10 @@ from tf_agents.utils import common
 from tfrl import layouts
 from tfrl.agents import interface
 from tfrl.agents import sac
+
+
+# The share of the half-range a cloned action may reach: tf-agents' +-0.995 on [-1, 1].
+_BC_ACTION_MARGIN = 0.995
 
 
 def conservative_gap(q_samples: tf.Tensor, log_proposal: tf.Tensor, q_data: tf.Tensor,
@@ -85,6 +95,15 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
     finally:
       self._cql_row_weights = None
       self._cql_next_time_steps = None
+
+  def actor_loss(self, time_steps, actions, weights=None, training=True):
+    """The parent's actor loss (behaviour cloning for the first `num_bc_steps`) with the
+    cloned actions pulled inside the bounds so their log density stays finite."""
+    spec = tf.nest.flatten(self.action_spec)[0]
+    middle = (spec.maximum + spec.minimum) / 2.0
+    reach = _BC_ACTION_MARGIN * (spec.maximum - spec.minimum) / 2.0
+    actions = tf.clip_by_value(actions, middle - reach, middle + reach)
+    return super().actor_loss(time_steps, actions, weights=weights, training=training)
 
   def _uniform_proposal(self, observation):
     """One action drawn uniformly within the action bounds per row of `observation`.
@@ -155,6 +174,7 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                          cql_tau: float = 10.0,
                          target_update_tau: float = 0.005,
                          reward_scale_factor: float = 1.0,
+                         num_bc_steps: int = 0,
                          seed: Optional[int] = None) -> CqlSacAgent:
   """Returns an initialized CQL-SAC agent (tanh-squashed Gaussian actor, twin critics).
 
@@ -177,6 +197,8 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
     cql_alpha_learning_rate, cql_tau: the multiplier's Adam rate and budget.
     target_update_tau: soft target update rate, every train step.
     reward_scale_factor: multiplies rewards.
+    num_bc_steps: train steps whose actor loss clones the dataset's actions (SAC's
+      entropy term kept) before it maximizes Q (the CQL authors' policy_eval_start).
     seed: seeds the CQL action samples (None: unseeded).
 
   Returns:
@@ -194,6 +216,7 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
       cql_alpha_learning_rate=cql_alpha_learning_rate, cql_tau=cql_tau, random_seed=seed,
       target_update_tau=target_update_tau, target_update_period=1,
       td_errors_loss_fn=tf.math.squared_difference, gamma=gamma,
-      reward_scale_factor=reward_scale_factor, train_step_counter=train_step)
+      reward_scale_factor=reward_scale_factor, num_bc_steps=num_bc_steps,
+      train_step_counter=train_step)
   agent.initialize()
   return agent
