@@ -131,9 +131,13 @@ def hidden(dataset: str) -> Tuple[int, ...]:
 
 
 def same_run(record: Dict[str, Any]) -> bool:
-  """Whether a --json_out line ran with these --grad_steps and widths (older: its own)."""
+  """Whether a --json_out line ran with these --grad_steps, widths (older: its own) and,
+  for tfrl's side, --train_bindings."""
   widths = tuple(record.get('hidden', DATASETS[record['dataset']].hidden))
-  return record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
+  bindings_match = (not record['algo'].startswith('tfrl')
+                    or record.get('train_bindings', []) == FLAGS.train_bindings)
+  return (record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
+          and bindings_match)
 
 
 # -- Jobs --------------------------------------------------------------------------------
@@ -348,6 +352,7 @@ def train_all() -> None:
               else peer_run(algo, dataset, seed, root, cpu))
     record = {'dataset': dataset, 'algo': algo, 'seed': seed,
               'grad_steps': FLAGS.grad_steps, 'hidden': hidden(dataset),
+              'train_bindings': FLAGS.train_bindings if algo.startswith('tfrl') else [],
               'load': common.load_1min(), **result}
     final = record['curve'][-1][2] if record['curve'] else float('nan')
     print(f"done {dataset} {algo} seed {seed}: return {final:.1f} after "
@@ -391,7 +396,9 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
       by_algo[algo] = chosen
   widths = 'x'.join(map(str, hidden(dataset)))
   lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps ({widths} networks), '
-               f'{central} [95% CI] over seeds | per seed | process seconds, median')
+               f'{central} [95% CI] over seeds | per seed | process seconds, median'
+               + (f"; tfrl with {'; '.join(FLAGS.train_bindings)}" if FLAGS.train_bindings
+                  else ''))
   for algo, chosen in by_algo.items():
     finals = [r['curve'][-1][2] for r in chosen]
     lines.append(f'  {LABELS[algo]:<20} {_cell(stats.interval(finals))} | '
