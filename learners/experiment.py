@@ -39,6 +39,7 @@ from tfrl.agents import cql_sac  # pylint: disable=unused-import
 from tfrl.agents import dqn
 from tfrl.agents import interface
 from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
+from tfrl.agents import iql  # pylint: disable=unused-import
 from tfrl.agents import ppo  # pylint: disable=unused-import
 from tfrl.agents import sac  # pylint: disable=unused-import
 from tfrl.datasets import schedule
