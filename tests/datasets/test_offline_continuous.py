@@ -1,5 +1,6 @@
-"""Continuous actions from a dataset: CQL-SAC (cql_pendulum.gin) trained offline on a
-noisy swing-up controller's episodes plays better than the data it learned from."""
+"""Continuous actions from a dataset: CQL-SAC (cql_pendulum.gin) and IQL
+(iql_pendulum.gin) trained offline on a noisy swing-up controller's episodes play better
+than the data they learned from."""
 import os
 import subprocess
 import sys
@@ -55,11 +56,12 @@ def noisy_swing_ups(tmp_path_factory):
   return record
 
 
-def test_cql_sac_offline_beats_the_datasets_return(noisy_swing_ups, tmp_path):
+@pytest.mark.parametrize('config', ['cql_pendulum.gin', 'iql_pendulum.gin'])
+def test_offline_agent_beats_the_datasets_return(noisy_swing_ups, tmp_path, config):
   from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
   data_return = float(np.mean(rlds.read(noisy_swing_ups).episode_returns()))
   assert -450 < data_return < -250, data_return  # a medium dataset, far from -140
-  result = train_eval.run(str(tmp_path / 'cql'), ['cql_pendulum.gin'],
+  result = train_eval.run(str(tmp_path / 'run'), [config],
                           [f"Experiment.dataset_dir = '{noisy_swing_ups}'"])
   # reached_target: an evaluation and its confirmation on fresh seeds at -200 or more.
   assert result['reached_target'] and result['env_steps'] == 0, result['history']
