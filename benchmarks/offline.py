@@ -15,13 +15,13 @@ Three stages (--stages, in this order):
               with epsilon 0.3, merged (`tfrl.datasets.rlds.merge`).
   train     Per dataset, algorithm and seed, --grad_steps gradient steps with an
             evaluation every --eval_interval: tfrl's CQL (cql_halfcheetah.gin,
-            cql_lunarlander.gin) and d3rlpy's CQL and IQL (HalfCheetah) or DiscreteCQL
-            (LunarLander), with the same networks, rates and batch size (DATASETS
-            below feeds both sides). One JSON line per run goes to --json_out; a run
+            cql_lunarlander.gin) and, on HalfCheetah, IQL (iql_halfcheetah.gin), and
+            d3rlpy's CQL and IQL (HalfCheetah) or DiscreteCQL (LunarLander), with the
+            same networks, rates and batch size (DATASETS below feeds both sides). One JSON line per run goes to --json_out; a run
             already there is not run again.
   report    Each dataset's mean episode return; each algorithm's return after
             --grad_steps (median and 95% bootstrap interval over seeds); tfrl's CQL
-            against each peer (difference of returns, ratio of wall clock, with
+            against each peer and tfrl's IQL against d3rlpy's (difference of returns, ratio of wall clock, with
             intervals); curves against gradient steps and seconds (--png_dir).
 
 d3rlpy runs in its own venv (peers/.venv-d3rlpy, from peers/d3rlpy_requirements.txt),
@@ -56,7 +56,8 @@ flags.DEFINE_list('stages', ['datasets', 'train', 'report'], 'What to do, in ord
 flags.DEFINE_list('datasets', ['halfcheetah_medium', 'halfcheetah_medium_replay',
                                'lunarlander_mixed'], 'Datasets to make and train on.')
 flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds of each algorithm on each dataset.')
-flags.DEFINE_list('algos', ['tfrl_cql', 'd3rlpy_cql', 'd3rlpy_iql', 'd3rlpy_discrete_cql'],
+flags.DEFINE_list('algos', ['tfrl_cql', 'tfrl_iql', 'd3rlpy_cql', 'd3rlpy_iql',
+                            'd3rlpy_discrete_cql'],
                   'Algorithms to train (each on the datasets it applies to).')
 flags.DEFINE_string('data_dir', os.path.join(REPO, 'runs', 'offline_data'),
                     'Where the datasets (and the jobs that make them) go.')
@@ -78,7 +79,7 @@ flags.DEFINE_float('half_return', 100.0, "The half-trained DQN's eval return.")
 flags.DEFINE_float('trained_return', 200.0, "The trained DQN's eval return.")
 flags.DEFINE_integer('mixed_episodes', 100, 'Episodes of each LunarLander policy.')
 flags.DEFINE_list('data_job_bindings', [], 'Extra gin bindings for the data jobs.')
-flags.DEFINE_list('train_bindings', [], "Extra gin bindings for tfrl's training runs.")
+flags.DEFINE_list('train_bindings', [], "Extra gin bindings for tfrl's CQL runs.")
 flags.DEFINE_bool('skip_peer', False, 'Train tfrl only (no d3rlpy venv).')
 flags.DEFINE_integer('timeout_s', 4 * 3600, 'Longest a single job may take.')
 FLAGS = flags.FLAGS
@@ -97,6 +98,8 @@ class Dataset:
   eval_episodes: int
   # (tfrl gin binding, d3rlpy_offline.py flag, value) for the other shared settings.
   shared: Tuple[Tuple[str, str, float], ...]
+  # tfrl's algorithms on it (its CQL always).
+  tfrl_algos: Tuple[str, ...] = ('tfrl_cql',)
 
 
 _HALFCHEETAH = dict(
@@ -108,7 +111,8 @@ _HALFCHEETAH = dict(
     shared=(('create_cql_sac_agent.actor_learning_rate', 'actor_lr', 1e-4),
             ('create_cql_sac_agent.critic_learning_rate', 'critic_lr', 3e-4),
             ('create_cql_sac_agent.alpha_learning_rate', 'temp_lr', 1e-4),
-            ('create_cql_sac_agent.cql_alpha', 'conservative_weight', 5.0)))
+            ('create_cql_sac_agent.cql_alpha', 'conservative_weight', 5.0)),
+    tfrl_algos=('tfrl_cql', 'tfrl_iql'))
 DATASETS = {
     'halfcheetah_medium': Dataset(**_HALFCHEETAH),
     'halfcheetah_medium_replay': Dataset(**_HALFCHEETAH),
@@ -121,7 +125,15 @@ DATASETS = {
                 ('create_dqn_agent.cql_alpha', 'alpha', 1.0),
                 ('create_dqn_agent.target_update_period', 'target_update_interval', 1000))),
 }
-LABELS = {'tfrl_cql': 'tfrl CQL', 'd3rlpy_cql': 'd3rlpy CQL', 'd3rlpy_iql': 'd3rlpy IQL',
+# tfrl's IQL: iql_halfcheetah.gin holds d3rlpy_offline.py's IQL settings; each run binds
+# its networks' widths, its length (the actor's cosine) and the dataset's return range.
+IQL_NETWORK_BINDINGS = ('create_iql_agent.actor_fc_layer_params',
+                        'create_iql_agent.critic_joint_fc_layer_params',
+                        'create_iql_agent.value_fc_layer_params')
+# The peers each tfrl algorithm is compared with (None: every peer on the dataset).
+PEERS_OF = {'tfrl_cql': None, 'tfrl_iql': ('d3rlpy_iql',)}
+LABELS = {'tfrl_cql': 'tfrl CQL', 'tfrl_iql': 'tfrl IQL', 'd3rlpy_cql': 'd3rlpy CQL',
+          'd3rlpy_iql': 'd3rlpy IQL',
           'd3rlpy_discrete_cql': 'd3rlpy DiscreteCQL'}
 
 
@@ -134,7 +146,7 @@ def same_run(record: Dict[str, Any]) -> bool:
   """Whether a --json_out line ran with these --grad_steps, widths (older: its own) and,
   for tfrl's side, --train_bindings."""
   widths = tuple(record.get('hidden', DATASETS[record['dataset']].hidden))
-  bindings_match = (not record['algo'].startswith('tfrl')
+  bindings_match = (record['algo'] != 'tfrl_cql'
                     or record.get('train_bindings', []) == FLAGS.train_bindings)
   return (record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
           and bindings_match)
@@ -248,14 +260,15 @@ def make_datasets() -> Dict[str, Dict[str, Any]]:
     make_halfcheetah()
   if 'lunarlander_mixed' in FLAGS.datasets:
     make_lunarlander()
-  described = {name: describe_dataset(name) for name in FLAGS.datasets}
+  made = {name: describe_dataset(name) for name in FLAGS.datasets}
+  every = {**described(), **made}  # the datasets made before stay described
   with open(path('datasets.json'), 'w') as f:
-    json.dump(described, f, indent=1)
-  for d in described.values():
+    json.dump(every, f, indent=1)
+  for d in made.values():
     print(f"dataset {d['name']}: {d['episodes']} episodes, {d['transitions']:,} "
           f"transitions, mean return {d['mean_return']:.1f} (min {d['min_return']:.1f}, "
           f"max {d['max_return']:.1f})", flush=True)
-  return described
+  return made
 
 
 # -- Training runs -----------------------------------------------------------------------
@@ -277,19 +290,37 @@ TFRL_RUN = textwrap.dedent('''
 ''')
 
 
-def tfrl_run(dataset: str, seed: int, root: str, cpu: Optional[int]) -> Dict[str, Any]:
+def described() -> Dict[str, Dict[str, Any]]:
+  """data_dir/datasets.json: each made dataset's size and returns ({} before any)."""
+  if not os.path.exists(path('datasets.json')):
+    return {}
+  with open(path('datasets.json')) as f:
+    return json.load(f)
+
+
+def tfrl_run(dataset: str, algo: str, seed: int, root: str, cpu: Optional[int]
+             ) -> Dict[str, Any]:
   spec = DATASETS[dataset]
+  if algo == 'tfrl_iql':
+    returns = described()[dataset]
+    config, networks = 'iql_halfcheetah.gin', IQL_NETWORK_BINDINGS
+    settings = [f'create_iql_agent.actor_decay_steps = {FLAGS.grad_steps}',
+                # The IQL authors' locomotion rewards: 1000 / the episode-return range.
+                'create_iql_agent.reward_scale_factor = '
+                f"{1000.0 / (returns['max_return'] - returns['min_return'])}"]
+  else:
+    config, networks = spec.tfrl_config, spec.network_bindings
+    settings = [*[f'{binding} = {value}' for binding, _, value in spec.shared],
+                *FLAGS.train_bindings]
   bindings = [f"Experiment.dataset_dir = '{path(dataset)}'", f'Experiment.seed = {seed}',
               f'Experiment.num_train_steps = {FLAGS.grad_steps}',
               f'Experiment.eval_interval = {FLAGS.eval_interval}',
               f'Experiment.num_eval_episodes = {spec.eval_episodes}',
               f'Experiment.batch_size = {spec.batch_size}',
-              *[f'{binding} = {hidden(dataset)}' for binding in spec.network_bindings],
-              *[f'{binding} = {value}' for binding, _, value in spec.shared],
-              *FLAGS.train_bindings]
+              *[f'{binding} = {hidden(dataset)}' for binding in networks], *settings]
   out = root + '.json'
-  run_logged(f'tfrl CQL on {dataset}, seed {seed}', [
-      sys.executable, '-c', TFRL_RUN, root, spec.tfrl_config, json.dumps(bindings), out],
+  run_logged(f'{LABELS[algo]} on {dataset}, seed {seed}', [
+      sys.executable, '-c', TFRL_RUN, root, config, json.dumps(bindings), out],
              root + '.log', cpu)
   with open(out) as f:
     return json.load(f)
@@ -323,7 +354,8 @@ def planned_runs() -> List[Tuple[str, str, int]]:
   """(dataset, algo, seed) of every run --datasets, --algos and --seeds ask for."""
   runs = []
   for dataset in FLAGS.datasets:
-    algos = ['tfrl_cql'] + ([] if FLAGS.skip_peer else list(DATASETS[dataset].peers))
+    algos = [*DATASETS[dataset].tfrl_algos,
+             *([] if FLAGS.skip_peer else DATASETS[dataset].peers)]
     runs += [(dataset, algo, int(seed)) for algo in algos if algo in FLAGS.algos
              for seed in FLAGS.seeds]
   return runs
@@ -340,7 +372,7 @@ def train_all() -> None:
   """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2)."""
   done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs() if same_run(r)}
   todo = [run for run in planned_runs() if run not in done]
-  if not FLAGS.skip_peer and any(algo != 'tfrl_cql' for _, algo, _ in todo):
+  if not FLAGS.skip_peer and any(not algo.startswith('tfrl') for _, algo, _ in todo):
     common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
                        os.path.join(PEERS, 'd3rlpy_requirements.txt'))
 
@@ -348,11 +380,11 @@ def train_all() -> None:
     dataset, algo, seed = run
     root = os.path.join(FLAGS.runs_dir, f'{dataset}_{algo}_s{seed}')
     print(f'run {dataset} {algo} seed {seed} (cpu {cpu}) ...', flush=True)
-    result = (tfrl_run(dataset, seed, root, cpu) if algo == 'tfrl_cql'
+    result = (tfrl_run(dataset, algo, seed, root, cpu) if algo.startswith('tfrl')
               else peer_run(algo, dataset, seed, root, cpu))
     record = {'dataset': dataset, 'algo': algo, 'seed': seed,
               'grad_steps': FLAGS.grad_steps, 'hidden': hidden(dataset),
-              'train_bindings': FLAGS.train_bindings if algo.startswith('tfrl') else [],
+              'train_bindings': FLAGS.train_bindings if algo == 'tfrl_cql' else [],
               'load': common.load_1min(), **result}
     final = record['curve'][-1][2] if record['curve'] else float('nan')
     print(f"done {dataset} {algo} seed {seed}: return {final:.1f} after "
@@ -388,7 +420,7 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
       f": {info['episodes']} episodes, {info['transitions']:,} transitions, mean return "
       f"{info['mean_return']:.1f}" if info else ': (no datasets.json)')]
   by_algo = {}
-  for algo in ['tfrl_cql', *DATASETS[dataset].peers]:
+  for algo in [*DATASETS[dataset].tfrl_algos, *DATASETS[dataset].peers]:
     chosen = sorted((r for r in runs if r['dataset'] == dataset and r['algo'] == algo
                      and same_run(r) and r['curve']),
                     key=lambda r: r['seed'])
@@ -397,27 +429,31 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
   widths = 'x'.join(map(str, hidden(dataset)))
   lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps ({widths} networks), '
                f'{central} [95% CI] over seeds | per seed | process seconds, median'
-               + (f"; tfrl with {'; '.join(FLAGS.train_bindings)}" if FLAGS.train_bindings
+               + (f"; tfrl CQL with {'; '.join(FLAGS.train_bindings)}" if FLAGS.train_bindings
                   else ''))
   for algo, chosen in by_algo.items():
     finals = [r['curve'][-1][2] for r in chosen]
     lines.append(f'  {LABELS[algo]:<20} {_cell(stats.interval(finals))} | '
                  + ', '.join(f"s{r['seed']} {f:.1f}" for r, f in zip(chosen, finals))
                  + f" | {np.median([r['seconds'] for r in chosen]):,.0f} s")
-  ours = by_algo.get('tfrl_cql')
-  if ours and info:
-    above = sum(r['curve'][-1][2] > info['mean_return'] for r in ours)
-    lines.append(f'  tfrl CQL above the dataset mean ({info["mean_return"]:.1f}) on {above} '
-                 f'of {len(ours)} seeds')
-  for algo, theirs in by_algo.items():
-    if algo == 'tfrl_cql' or not ours:
+  for ours_name in DATASETS[dataset].tfrl_algos:
+    ours = by_algo.get(ours_name)
+    if not ours:
       continue
-    difference = stats.compare([r['curve'][-1][2] for r in ours],
-                               [r['curve'][-1][2] for r in theirs], 'difference')
-    seconds = stats.compare([r['seconds'] for r in ours], [r['seconds'] for r in theirs],
-                            'ratio')
-    lines.append(f'  tfrl CQL - {LABELS[algo]}: {_cell(difference)}; wall clock tfrl / '
-                 f'{LABELS[algo]}: {_cell(seconds, 2, "x")}')
+    if info:
+      above = sum(r['curve'][-1][2] > info['mean_return'] for r in ours)
+      lines.append(f'  {LABELS[ours_name]} above the dataset mean ({info["mean_return"]:.1f}) '
+                   f'on {above} of {len(ours)} seeds')
+    for algo in PEERS_OF[ours_name] or DATASETS[dataset].peers:
+      theirs = by_algo.get(algo)
+      if not theirs:
+        continue
+      difference = stats.compare([r['curve'][-1][2] for r in ours],
+                                 [r['curve'][-1][2] for r in theirs], 'difference')
+      seconds = stats.compare([r['seconds'] for r in ours], [r['seconds'] for r in theirs],
+                              'ratio')
+      lines.append(f'  {LABELS[ours_name]} - {LABELS[algo]}: {_cell(difference)}; wall '
+                   f'clock / {LABELS[algo]}: {_cell(seconds, 2, "x")}')
   if FLAGS.png_dir and by_algo:
     png = curves.plot(
         os.path.join(FLAGS.png_dir, f'offline_{dataset}.png'),
@@ -430,14 +466,10 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
 
 
 def report() -> None:
-  described = {}
-  if os.path.exists(path('datasets.json')):
-    with open(path('datasets.json')) as f:
-      described = json.load(f)
   runs = read_runs()
   print(common.machine_and_versions('tf-agents'), flush=True)
   for dataset in FLAGS.datasets:
-    print('\n'.join(report_dataset(dataset, described.get(dataset), runs)), flush=True)
+    print('\n'.join(report_dataset(dataset, described().get(dataset), runs)), flush=True)
 
 
 def main(argv):
