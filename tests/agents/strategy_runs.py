@@ -25,3 +25,37 @@ def run_result_script(script: str, timeout: int) -> dict:
                           capture_output=True, text=True, timeout=timeout)
   assert result.returncode == 0, result.stderr[-5000:]
   return json.loads(result.stdout.split('RESULT ', 1)[1])
+
+
+def train_weighted_rows(agent, strategy, data, weights, batch_size: int, steps: int
+                        ) -> dict:
+  """Trains `agent` (built under `strategy`'s scope) with tfrl's Learner on `steps`
+  batches of `batch_size` transition rows and their row weights, in order.
+
+  Args:
+    agent: an agent whose train takes `experience` and `weights`.
+    strategy: the strategy the agent was built under.
+    data: the rows (a nest of arrays, batch_size * steps rows).
+    weights: [rows] their weights.
+    batch_size: the global batch (each replica takes its share).
+    steps: train steps, one per Learner.run.
+
+  Returns:
+    {'losses': each step's loss, 'variables': every agent variable after, as lists}.
+  """
+  import tempfile  # pylint: disable=g-import-not-at-top (the scripts' imports only)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrl.learner import Learner  # pylint: disable=g-import-not-at-top
+
+  def dataset_fn(context):
+    per_replica = context.get_per_replica_batch_size(batch_size)
+    dataset = tf.data.Dataset.from_tensor_slices((data, weights))
+    return dataset.batch(per_replica, drop_remainder=True).map(
+        lambda e, w: (e, dict(weights=w)))
+
+  learner = Learner(tempfile.mkdtemp(), agent.train_step_counter, agent,
+                    experience_dataset_fn=dataset_fn, strategy=strategy,
+                    train_inputs_fn=lambda e, i: dict(experience=e, weights=i['weights']),
+                    checkpoint_interval=0)
+  losses = [float(learner.run().loss) for _ in range(steps)]
+  return dict(losses=losses, variables=[v.numpy().tolist() for v in agent.variables])

@@ -210,7 +210,7 @@ def test_create_cql_sac_agent_passes_the_cloning_steps():
 
 
 _MIRRORED_SCRIPT = textwrap.dedent('''
-    import json, sys, tempfile
+    import json, sys
     from tfrl import distribute
     devices = distribute.split_cpu(2)
     import numpy as np
@@ -218,7 +218,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     sys.path.insert(0, {tests!r})
     from test_bc import transitions
     from test_cql_sac import make_agent, OBS, ACTION, LOW, HIGH
-    from tfrl.learner import Learner
+    import strategy_runs
 
     B, STEPS = 8, 3
     rng = np.random.RandomState(0)
@@ -236,18 +236,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
         for v in agent.variables:
           if v.dtype == tf.float32 and v.shape.rank:
             v.assign(0.3 * init.randn(*v.shape).astype(np.float32))
-      def dataset_fn(context):
-        per_replica = context.get_per_replica_batch_size(B)
-        dataset = tf.data.Dataset.from_tensor_slices((data, weights))
-        return dataset.batch(per_replica, drop_remainder=True).map(
-            lambda e, w: (e, dict(weights=w)))
-      learner = Learner(tempfile.mkdtemp(), agent.train_step_counter, agent,
-                        experience_dataset_fn=dataset_fn, strategy=strategy,
-                        train_inputs_fn=lambda e, i: dict(experience=e,
-                                                          weights=i['weights']),
-                        checkpoint_interval=0)
-      losses = [float(learner.run().loss) for _ in range(STEPS)]
-      return dict(losses=losses, variables=[v.numpy().tolist() for v in agent.variables])
+      return strategy_runs.train_weighted_rows(agent, strategy, data, weights, B, STEPS)
 
     # One MirroredStrategy per process: a second one's collectives clash with the
     # first's (TensorFlow 2.15). The Lagrange form trains everything the fixed one does.

@@ -128,14 +128,14 @@ def test_a_train_step_moves_v_first_and_the_critics_towards_the_new_v():
 
 
 _MIRRORED_SCRIPT = textwrap.dedent('''
-    import json, sys, tempfile
+    import json, sys
     from tfrl import distribute
     devices = distribute.split_cpu(2)
     import numpy as np
     import tensorflow as tf
     sys.path.insert(0, {tests!r})
     from test_iql import make_agent, scramble, rows
-    from tfrl.learner import Learner
+    import strategy_runs
 
     B, STEPS = 6, 3
     parts = [rows(seed) for seed in range(STEPS)]
@@ -146,18 +146,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
       with strategy.scope():
         agent = make_agent()
         scramble(agent, 1)
-      def dataset_fn(context):
-        per_replica = context.get_per_replica_batch_size(B)
-        dataset = tf.data.Dataset.from_tensor_slices((data, weights))
-        return dataset.batch(per_replica, drop_remainder=True).map(
-            lambda e, w: (e, dict(weights=w)))
-      learner = Learner(tempfile.mkdtemp(), agent.train_step_counter, agent,
-                        experience_dataset_fn=dataset_fn, strategy=strategy,
-                        train_inputs_fn=lambda e, i: dict(experience=e,
-                                                          weights=i['weights']),
-                        checkpoint_interval=0)
-      losses = [float(learner.run().loss) for _ in range(STEPS)]
-      return dict(losses=losses, variables=[v.numpy().tolist() for v in agent.variables])
+      return strategy_runs.train_weighted_rows(agent, strategy, data, weights, B, STEPS)
 
     print('RESULT ' + json.dumps(dict(
         default=train(distribute.get_strategy('default')),
