@@ -10,6 +10,7 @@ ended (a run that reached its target stops there; one that ran out of budget kee
 final return). The grid spans from the latest first evaluation of the side's seeds (so
 every seed has a value everywhere) to the latest last one.
 """
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -106,6 +107,7 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
       axis.legend(fontsize='small')
     figure.suptitle(title)
     figure.tight_layout()
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     figure.savefig(path, dpi=90)
   finally:
     plt.close(figure)
