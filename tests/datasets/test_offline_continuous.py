@@ -1,6 +1,7 @@
 """Continuous actions from a dataset: CQL-SAC (cql_pendulum.gin) and IQL
 (iql_pendulum.gin) trained offline on a noisy swing-up controller's episodes play better
 than the data they learned from."""
+import functools
 import os
 import subprocess
 import sys
@@ -11,8 +12,10 @@ import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
+from learners.experiment import Experiment
 from tfrl import envs
 from tfrl import export
+from tfrl.agents import iql
 from tfrl.datasets import rlds
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,3 +69,37 @@ def test_offline_agent_beats_the_datasets_return(noisy_swing_ups, tmp_path, conf
   # reached_target: an evaluation and its confirmation on fresh seeds at -200 or more.
   assert result['reached_target'] and result['env_steps'] == 0, result['history']
   assert result['eval_return'] >= -200.0 > data_return, result['history']
+
+
+def iql_experiment(dataset_dir, **builder_settings) -> Experiment:
+  return Experiment(env_name='Pendulum-v1', num_envs=4, dataset_dir=dataset_dir,
+                    agent_fn=functools.partial(iql.create_iql_agent, **builder_settings))
+
+
+def test_iql_scales_rewards_by_its_datasets_return_range_unless_told(noisy_swing_ups):
+  """The IQL authors' locomotion scale, 1000 / (highest - lowest episode return), comes
+  from the job's dataset; a set scale wins, and without a dataset rewards stay as
+  they are."""
+  returns = rlds.read(noisy_swing_ups).episode_returns()
+  assert returns.max() - returns.min() > 100, returns  # a spread the scale depends on
+  _, agent = iql_experiment(noisy_swing_ups).build_agent()
+  assert agent.reward_scale_factor == pytest.approx(1000.0 / (returns.max() - returns.min()))
+  _, agent = iql_experiment(noisy_swing_ups, reward_scale_factor=0.5).build_agent()
+  assert agent.reward_scale_factor == 0.5
+  _, agent = iql_experiment(None).build_agent()
+  assert agent.reward_scale_factor == 1.0
+
+
+def test_iql_on_a_reverb_checkpoint_asks_for_its_reward_scale(tmp_path):
+  """A finished job's Reverb checkpoint (ALF's offline_buffer_dir) holds items, not
+  episodes with their returns: the one-line error names the setting to give."""
+  checkpoint = tmp_path / 'checkpoint'
+  checkpoint.mkdir()
+  for name in ('DONE', 'tables.tfrecord'):  # what marks a complete Reverb checkpoint
+    (checkpoint / name).write_bytes(b'')
+  with pytest.raises(rlds.DatasetError,
+                     match=r'holds a Reverb checkpoint: set '
+                           r'create_iql_agent\.reward_scale_factor'):
+    iql_experiment(str(checkpoint)).build_agent()
+  _, agent = iql_experiment(str(checkpoint), reward_scale_factor=2.0).build_agent()
+  assert agent.reward_scale_factor == 2.0

@@ -17,6 +17,11 @@ An agent may declare (each optional; any tf-agents agent trains without them):
 - `hyperparameters`: a `tfrl.agents.hyperparameters.Hyperparameters`, the settings its
   train step reads from variables (what population-based training may change).
 
+A builder takes (time_step_spec, action_spec, train_step, gamma=) and may also declare
+`dataset_dir=`: the job's offline dataset (`Experiment.dataset_dir`, None without one),
+for settings that come from the data (IQL's reward scale). `offered_kwargs` picks what
+a builder declares.
+
 `check_agent` runs when a job builds its agent: a declaration with a misspelt name
 (`train_input`), an unknown input, or an input its `train` does not accept is an
 error that names it, not a feature silently switched off.
@@ -89,6 +94,13 @@ def layout_of(builder: Callable) -> type:
         '@tfrl.agents.interface.trains_from(<layout>), e.g. tfrl.layouts.TransitionReplay '
         '(DQN, SAC), SequenceQueue (PPO, IMPALA) or SequenceQueueAndReplay (CLEAR).')
   return layout_class
+
+
+def offered_kwargs(builder: Callable, **offered: Any) -> dict:
+  """The keyword arguments of `offered` that `builder` (a function, a gin-configurable
+  or a `functools.partial` of one) declares by name."""
+  parameters = inspect.signature(builder).parameters
+  return {name: value for name, value in offered.items() if name in parameters}
 
 
 def train_inputs(agent: tf_agent.TFAgent) -> Tuple[str, ...]:

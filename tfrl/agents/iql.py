@@ -19,12 +19,14 @@ global batch (`common.aggregate_losses`), so replicas under a `tf.distribute` st
 train as one device does, and boundary rows (weight 0) count nowhere.
 
 For the D4RL locomotion sets the authors scale rewards by 1000 / (the dataset's highest
-less its lowest episode return) (`reward_scale_factor`) and anneal the actor's rate to
-0 with a cosine over the run (`actor_decay_steps`).
+less its lowest episode return) and anneal the actor's rate to 0 with a cosine over the
+run (`actor_decay_steps`). A job's builder computes that scale from its RLDS dataset
+(`Experiment.dataset_dir`) unless `reward_scale_factor` is set.
 """
 from typing import Optional, Sequence
 
 import gin
+import numpy as np
 import tensorflow as tf
 from tf_agents.agents import data_converter
 from tf_agents.agents import tf_agent
@@ -35,8 +37,14 @@ from tf_agents.policies import actor_policy
 from tf_agents.utils import common
 
 from tfrl import layouts
+from tfrl import logs
 from tfrl.agents import interface
 from tfrl.agents import sac
+from tfrl.datasets import reverb_checkpoint
+from tfrl.datasets import rlds
+
+# The IQL authors' locomotion reward scale: the dataset's episode-return range becomes this.
+RETURN_RANGE = 1000.0
 
 
 def expectile_loss(difference: tf.Tensor, expectile: float) -> tf.Tensor:
@@ -124,6 +132,11 @@ class IqlAgent(tf_agent.TFAgent):
                      train_sequence_length=2, train_step_counter=train_step_counter)
     self._as_transition = data_converter.AsTransition(self.data_context,
                                                       squeeze_time_dim=True)
+
+  @property
+  def reward_scale_factor(self) -> float:
+    """What rewards are multiplied by before they enter the critics' targets."""
+    return self._reward_scale_factor
 
   def _initialize(self):
     return self._update_targets(tau=1.0)
@@ -232,7 +245,8 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      actor_decay_steps: Optional[int] = None,
                      expectile: float = 0.7, temperature: float = 3.0,
                      max_weight: float = 100.0, target_update_tau: float = 0.005,
-                     reward_scale_factor: float = 1.0) -> IqlAgent:
+                     reward_scale_factor: Optional[float] = None,
+                     dataset_dir: Optional[str] = None) -> IqlAgent:
   """Returns an initialized IQL agent; defaults are the IQL authors' locomotion settings.
 
   Args:
@@ -248,12 +262,20 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
     expectile, temperature, max_weight: V's expectile, the advantage weights' beta and
       cap.
     target_update_tau: the target critics' soft update rate, every train step.
-    reward_scale_factor: multiplies rewards (the authors: 1000 / the dataset's
-      episode-return range).
+    reward_scale_factor: multiplies rewards; None: the authors' 1000 / the episode-return
+      range of the RLDS dataset at `dataset_dir` (`dataset_reward_scale`), or 1 without
+      a dataset.
+    dataset_dir: the job's dataset (`Experiment.dataset_dir` passes it).
 
   Returns:
     The agent.
+
+  Raises:
+    rlds.DatasetError: no reward scale given and `dataset_dir` holds a Reverb checkpoint
+      (whose episode returns are not read here) or episodes of one return.
   """
+  if reward_scale_factor is None:
+    reward_scale_factor = 1.0 if dataset_dir is None else dataset_reward_scale(dataset_dir)
   observation_spec = time_step_spec.observation
   actor = actor_distribution_network.ActorDistributionNetwork(
       observation_spec, action_spec, fc_layer_params=tuple(actor_fc_layer_params),
@@ -276,3 +298,25 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
       target_update_tau=target_update_tau, reward_scale_factor=reward_scale_factor)
   agent.initialize()
   return agent
+
+
+def dataset_reward_scale(dataset_dir: str) -> float:
+  """1000 / (the highest less the lowest episode return) of the RLDS dataset at
+  `dataset_dir`: the IQL authors' reward scale for the D4RL locomotion sets.
+
+  Raises:
+    rlds.DatasetError: a Reverb checkpoint there, or every episode of one return.
+  """
+  if reverb_checkpoint.find_checkpoint(dataset_dir) is not None:
+    raise rlds.DatasetError(
+        f"IQL's reward scale is read from an RLDS dataset's episode returns, and "
+        f'{dataset_dir} holds a Reverb checkpoint: set create_iql_agent.reward_scale_factor.')
+  returns = rlds.read(dataset_dir).episode_returns()
+  spread = float(np.max(returns) - np.min(returns))
+  if spread <= 0:
+    raise rlds.DatasetError(
+        f'Every episode of the dataset at {dataset_dir} returns {returns[0]:g}, so its '
+        'return range gives IQL no reward scale: set create_iql_agent.reward_scale_factor.')
+  logs.progress("IQL's rewards are scaled by %.4g: %g / the dataset's episode-return "
+                'range, %.1f.', RETURN_RANGE / spread, RETURN_RANGE, spread)
+  return RETURN_RANGE / spread
