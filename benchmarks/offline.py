@@ -302,10 +302,11 @@ def tfrl_run(dataset: str, algo: str, seed: int, root: str, cpu: Optional[int]
              ) -> Dict[str, Any]:
   spec = DATASETS[dataset]
   if algo == 'tfrl_iql':
-    # Rewards: the builder's default, 1000 / the dataset's episode-return range (the IQL
-    # authors' locomotion scale), as d3rlpy's reproduction.
+    # iql_halfcheetah.gin: rewards times 1000 / the dataset's episode-return range (the
+    # IQL authors' locomotion scale, as d3rlpy's reproduction), the actor's rate annealed
+    # over the run's --grad_steps; both from the job.
     config, networks = 'iql_halfcheetah.gin', IQL_NETWORK_BINDINGS
-    settings = [f'create_iql_agent.actor_decay_steps = {FLAGS.grad_steps}']
+    settings = []
   else:
     config, networks = spec.tfrl_config, spec.network_bindings
     settings = [*[f'{binding} = {value}' for binding, _, value in spec.shared],

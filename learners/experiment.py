@@ -83,7 +83,8 @@ class Experiment:
       eval envs alike.
     seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=),
-      and `dataset_dir=` where it declares it (`tfrl.agents.interface`);
+      and `dataset_dir=`, `num_train_steps=` where it declares them
+      (`tfrl.agents.interface`);
       it names the data layout (`tfrl.agents.interface.trains_from`).
     gamma: the discount, shared by the agent and the n-step writer.
     layout_settings: the layout's own settings as keyword arguments, for Python
@@ -353,7 +354,8 @@ class Experiment:
   def make_agent(self, env, train_step: tf.Variable):
     return self.agent_fn(env.time_step_spec(), env.action_spec(), train_step,
                          gamma=self.gamma, **interface.offered_kwargs(
-                             self.agent_fn, dataset_dir=self.dataset_dir))
+                             self.agent_fn, dataset_dir=self.dataset_dir,
+                             num_train_steps=self.num_train_steps))
 
   def build_agent(self, strategy: Optional[tf.distribute.Strategy] = None):
     """Builds (train_step, agent) for a program that needs the agent, not the env.

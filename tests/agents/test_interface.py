@@ -121,14 +121,13 @@ def test_builders_name_their_layout():
 
 
 def test_a_builder_is_offered_only_the_job_settings_it_declares():
-  """`dataset_dir=` reaches builders that declare it, through gin's wrapper and a
+  """`dataset_dir=` and `num_train_steps=` reach builders that declare it, through gin's wrapper and a
   functools.partial, and no other builder (whose call it would break)."""
   from tfrl.agents import iql  # pylint: disable=g-import-not-at-top
-  offered = dict(dataset_dir='/data', unknown=1)
-  assert interface.offered_kwargs(iql.create_iql_agent, **offered) == {
-      'dataset_dir': '/data'}
+  offered = dict(dataset_dir='/data', num_train_steps=10, unknown=1)
+  wanted = {'dataset_dir': '/data', 'num_train_steps': 10}
+  assert interface.offered_kwargs(iql.create_iql_agent, **offered) == wanted
   assert interface.offered_kwargs(
-      functools.partial(iql.create_iql_agent, expectile=0.9), **offered) == {
-          'dataset_dir': '/data'}
+      functools.partial(iql.create_iql_agent, expectile=0.9), **offered) == wanted
   assert interface.offered_kwargs(dqn.create_dqn_agent, **offered) == {}
   assert interface.offered_kwargs(tf_agents_dqn, **offered) == {}

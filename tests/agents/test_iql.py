@@ -1,5 +1,6 @@
 """IQL (`tfrl.agents.iql`): its losses against a numpy reference, the order of its
 updates, and training under MirroredStrategy exactly as on one device."""
+import functools
 import os
 import textwrap
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from learners.experiment import Experiment
 from tfrl.agents import iql
 import strategy_runs  # tests/agents/strategy_runs.py
 from test_bc import transitions  # tests/agents/test_bc.py
@@ -19,7 +21,8 @@ GAMMA, EXPECTILE, TEMPERATURE, MAX_WEIGHT, REWARD_SCALE = 0.9, 0.7, 3.0, 2.5, 0.
 
 
 def make_agent(**kwargs):
-  """A small IQL agent on a 3-D observation and a 2-D action in [-2, 2] (Adam at 0.05)."""
+  """A small IQL agent on a 3-D observation and a 2-D action in [-2, 2] (Adam at 0.05
+  unless its actor's rate decays)."""
   observation_spec = tensor_spec.TensorSpec((OBS,), tf.float32)
   action_spec = tensor_spec.BoundedTensorSpec((ACTION,), tf.float32, LOW, HIGH)
   settings = dict(gamma=GAMMA, actor_fc_layer_params=(8,),
@@ -29,9 +32,10 @@ def make_agent(**kwargs):
   settings.update(kwargs)
   agent = iql.create_iql_agent(ts.time_step_spec(observation_spec), action_spec,
                                tf.Variable(0, dtype=tf.int64), **settings)
-  for optimizer in (agent._actor_optimizer, agent._critic_optimizer,  # pylint: disable=protected-access
-                    agent._value_optimizer):  # pylint: disable=protected-access
-    optimizer.learning_rate = 0.05
+  if not kwargs.get('actor_decay_steps'):
+    for optimizer in (agent._actor_optimizer, agent._critic_optimizer,  # pylint: disable=protected-access
+                      agent._value_optimizer):  # pylint: disable=protected-access
+      optimizer.learning_rate = 0.05
   return agent
 
 
@@ -164,3 +168,31 @@ def test_under_mirrored_strategy_it_trains_as_on_one_device():
   assert len(run['default']['variables']) >= 15
   for got, want in zip(run['mirrored']['variables'], run['default']['variables']):
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-5)
+
+
+def actor_rate(agent, step: int) -> float:
+  schedule = agent._actor_optimizer._learning_rate  # pylint: disable=protected-access
+  return float(schedule(step)) if callable(schedule) else float(schedule)
+
+
+def test_the_actors_rate_anneals_to_zero_over_the_jobs_run():
+  """actor_decay_steps = 'run' anneals over the job's num_train_steps (which Experiment
+  passes); a number anneals over that many steps; None keeps the rate."""
+  exp = Experiment(env_name='Pendulum-v1', num_envs=1, num_train_steps=1234,
+                   agent_fn=functools.partial(iql.create_iql_agent, actor_decay_steps='run',
+                                              actor_learning_rate=1e-3))
+  _, agent = exp.build_agent()
+  assert actor_rate(agent, 0) == pytest.approx(1e-3)
+  assert actor_rate(agent, 617) == pytest.approx(0.5e-3, rel=1e-3)  # a cosine's midpoint
+  assert actor_rate(agent, 1234) == pytest.approx(0.0, abs=1e-9)
+  fixed = make_agent(actor_decay_steps=100, actor_learning_rate=1e-3)
+  assert actor_rate(fixed, 100) == pytest.approx(0.0, abs=1e-9)
+  constant = make_agent()
+  assert actor_rate(constant, 10**6) == pytest.approx(0.05)
+
+
+def test_a_run_long_decay_needs_the_run():
+  with pytest.raises(ValueError, match=r"actor_decay_steps = 'run': give a number"):
+    make_agent(actor_decay_steps='run')
+  with pytest.raises(ValueError, match=r"actor_decay_steps = 'walk'"):
+    make_agent(actor_decay_steps='walk', num_train_steps=10)

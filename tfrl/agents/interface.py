@@ -18,8 +18,9 @@ An agent may declare (each optional; any tf-agents agent trains without them):
   train step reads from variables (what population-based training may change).
 
 A builder takes (time_step_spec, action_spec, train_step, gamma=) and may also declare
-`dataset_dir=`: the job's offline dataset (`Experiment.dataset_dir`, None without one),
-for settings that come from the data (IQL's reward scale). `offered_kwargs` picks what
+`dataset_dir=` (the job's offline dataset, `Experiment.dataset_dir`, None without one)
+and `num_train_steps=` (the job's length), for settings that come from the data or the
+run (IQL's reward scale, its actor's rate annealed over the run). `offered_kwargs` picks what
 a builder declares.
 
 `check_agent` runs when a job builds its agent: a declaration with a misspelt name

@@ -20,10 +20,10 @@ train as one device does, and boundary rows (weight 0) count nowhere.
 
 For the D4RL locomotion sets the authors scale rewards by 1000 / (the dataset's highest
 less its lowest episode return) and anneal the actor's rate to 0 with a cosine over the
-run (`actor_decay_steps`). A job's builder computes that scale from its RLDS dataset
+run (`actor_decay_steps = 'run'`). A job's builder computes that scale from its RLDS dataset
 (`Experiment.dataset_dir`) unless `reward_scale_factor` is set.
 """
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import gin
 import numpy as np
@@ -242,11 +242,12 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      actor_learning_rate: float = 3e-4,
                      critic_learning_rate: float = 3e-4,
                      value_learning_rate: float = 3e-4,
-                     actor_decay_steps: Optional[int] = None,
+                     actor_decay_steps: Union[int, str, None] = None,
                      expectile: float = 0.7, temperature: float = 3.0,
                      max_weight: float = 100.0, target_update_tau: float = 0.005,
                      reward_scale_factor: Optional[float] = None,
-                     dataset_dir: Optional[str] = None) -> IqlAgent:
+                     dataset_dir: Optional[str] = None,
+                     num_train_steps: Optional[int] = None) -> IqlAgent:
   """Returns an initialized IQL agent; defaults are the IQL authors' locomotion settings.
 
   Args:
@@ -258,22 +259,29 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
       layer sizes.
     actor_learning_rate, critic_learning_rate, value_learning_rate: Adam's rates.
     actor_decay_steps: anneal the actor's rate to 0 with a cosine over this many train
-      steps (the run's length); None keeps it constant.
+      steps; 'run': over the job's `num_train_steps`; None keeps it constant.
     expectile, temperature, max_weight: V's expectile, the advantage weights' beta and
       cap.
     target_update_tau: the target critics' soft update rate, every train step.
     reward_scale_factor: multiplies rewards; None: the authors' 1000 / the episode-return
       range of the RLDS dataset at `dataset_dir` (`dataset_reward_scale`), or 1 without
       a dataset.
-    dataset_dir: the job's dataset (`Experiment.dataset_dir` passes it).
+    dataset_dir, num_train_steps: the job's dataset and length (`Experiment` passes
+      them).
 
   Returns:
     The agent.
 
   Raises:
+    ValueError: actor_decay_steps 'run' without num_train_steps, or another string.
     rlds.DatasetError: no reward scale given and `dataset_dir` holds a Reverb checkpoint
       (whose episode returns are not read here) or episodes of one return.
   """
+  if isinstance(actor_decay_steps, str):
+    if actor_decay_steps != 'run' or not num_train_steps:
+      raise ValueError(f"create_iql_agent.actor_decay_steps = {actor_decay_steps!r}: give a "
+                       "number of train steps, or 'run' in a job with num_train_steps.")
+    actor_decay_steps = num_train_steps
   if reward_scale_factor is None:
     reward_scale_factor = 1.0 if dataset_dir is None else dataset_reward_scale(dataset_dir)
   observation_spec = time_step_spec.observation
