@@ -12,7 +12,9 @@ The bar: online SAC's return at 150,000 env steps (the tfrl runs of --online_run
 same config on this machine: RESULTS "SAC HalfCheetah-v5 at 50k and 150k env steps"),
 reached in at most a third of those env steps. Reported: each seed's env steps to that
 return (interpolated between evaluations; a seed that never got there counts as
-infinite) and its return at 50,000 env steps, median and 95% bootstrap interval.
+infinite), how many seeds got there within the bar, and each seed's return at 50,000
+env steps; IQM (the interquartile mean, `stats.STATISTIC`) and 95% bootstrap interval
+over seeds.
 
     .venv/bin/python benchmarks/offline.py --stages=datasets \
         --datasets=halfcheetah_medium_replay     # once: the dataset
@@ -159,10 +161,12 @@ def report(runs: List[Dict[str, Any]]) -> None:
   critic = ', layer-normalized critic' if FLAGS.critic_layer_norm else ''
   print(f'hybrid SAC ({FLAGS.fraction:.0%} dataset rows, {FLAGS.utd} gradient steps per '
         f'env step{critic}), {len(runs)} seeds:')
-  print(f'  env steps to {bar:,.0f}: {_cell(hybrid_steps)} | '
+  within = sum(steps <= third for steps in hybrid_steps)
+  print(f'  env steps to {bar:,.0f}, {stats.NAMES[stats.STATISTIC]} [95% CI]: '
+        f'{_cell(hybrid_steps)} | '
         + ', '.join(f"s{run['seed']} {s:,.0f}" for run, s in zip(runs, hybrid_steps))
-        + f' (bar: <= {third:,})')
-  print(f'  return at {third:,} env steps: '
+        + f' (bar: <= {third:,}; {within} of {len(runs)} seeds within it)')
+  print(f'  return at {third:,} env steps, {stats.NAMES[stats.STATISTIC]} [95% CI]: '
         f"{_cell([summary.return_at(run['curve'], third) for run in runs])}; online SAC "
         f'{_cell([summary.return_at(curve, third) for curve in online])}')
   # What each run's last return is worth in online SAC's env steps (its 3 seeds' curves).
