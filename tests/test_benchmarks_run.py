@@ -122,7 +122,8 @@ EXPECTED = {
     'offline': rf'(?m)^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
                rf'transitions(?:.*\n)*?^  tfrl CQL .* \| ({NUMBER}) s\n(?:.*\n)*?^  Curves: ',
     'hybrid': rf"online SAC's return at 150,000 env steps \(3 seeds, [^)]*\): ({NUMBER}) \["
-              rf'(?:.*\n)*?  env steps to {NUMBER}: (?:.*\n)*?  seconds per run, median: '
+              rf'(?:.*\n)*?  env steps to {NUMBER}, IQM \[95% CI\]: .*\(bar: <= [0-9,]+; '
+              r'[01] of 1 seeds within it\)\n(?:.*\n)*?  seconds per run, median: '
               rf'({NUMBER})\n  Curves: ',
     # A starting point alone reaches the smoke run's target a few env steps either side of
     # B (the collectors' timing): any count of the two is a figure.
