@@ -33,14 +33,17 @@ demo: $(BASE_STAMP)
 	  --gin_file=learners/configs/dqn_cartpole.gin
 
 # Two lanes of tests at once (pytest-xdist); which files share a lane: tests/conftest.py.
+# pytest.ini prints the 15 slowest tests and tests/conftest.py the seconds per file.
 TEST_LANES ?= 2
+PYTEST := $(VPY) -m pytest tests -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder
 
 test: $(STAMP)
-	$(VPY) -m pytest tests -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder
+	$(PYTEST)
 
-# Everything but the learning tests (marked slow): the quick loop while developing.
+# The edit loop: no learning runs (marked slow) and no whole jobs, programs, notebooks or
+# benchmark scripts (marked integration).
 test-fast: $(STAMP)
-	$(VPY) -m pytest tests -m 'not slow'
+	$(PYTEST) -m 'not slow and not integration'
 
 bench: $(STAMP)
 	$(VPY) benchmarks/collect_throughput.py

@@ -84,6 +84,20 @@ JOB_FILES = (
 )
 
 
+# Files whose every test runs whole jobs, separate programs, notebook kernels or the
+# benchmark scripts: marked `integration`, which `make test-fast` leaves out (with the
+# learning runs, marked `slow`). A test elsewhere that does the same carries the mark
+# itself.
+INTEGRATION_FILES = JOB_FILES + (
+    'tests/test_benchmarks_run.py',
+    'tests/colabs/test_notebooks.py',
+    'tests/learners/test_pbt.py',
+    'tests/learners/test_signals.py',
+    'tests/learners/test_tensorboard.py',
+    'tests/datasets/test_offline_job.py',
+)
+
+
 def _path_of(item) -> str:
   return item.nodeid.split('::', 1)[0]
 
@@ -93,6 +107,8 @@ def pytest_itemcollected(item):
   # pytest_collection_modifyitems, which may run before this file's.
   path = _path_of(item)
   item.add_marker(pytest.mark.xdist_group('jobs' if path in JOB_FILES else path))
+  if path in INTEGRATION_FILES:
+    item.add_marker(pytest.mark.integration)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -101,7 +117,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Seconds per test file (setup, call and teardown), printed after the run: where the
-# suite's 30-minute budget goes (BUILD_NOTES.md, "The test suite").
+# suite's 20-minute budget goes (BUILD_NOTES.md, "The test suite").
 _SECONDS_PER_FILE = {}
 
 

@@ -41,6 +41,7 @@ def test_the_configs_are_installed_with_the_package(installed, tmp_path):
   assert set(os.listdir(os.path.join(installed, 'learners', 'configs'))) == bundled
 
 
+@pytest.mark.integration
 def test_an_installed_console_script_trains_from_a_bundled_config(installed, tmp_path):
   script = os.path.join(installed, 'bin', 'tfrl-train-eval')
   result = _run(installed, [

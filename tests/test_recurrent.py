@@ -264,6 +264,7 @@ def test_exported_recurrent_policy_predicts_on_numpy_carrying_its_state(cartpole
   assert restarted.tolist() == first.tolist()
 
 
+@pytest.mark.integration
 def test_exported_recurrent_policy_carries_its_state_outside_tfrl(cartpole, tmp_path):
   greedy, observations, expected = _greedy_and_its_actions(cartpole)
   path = export.export_policy(greedy, str(tmp_path / 'greedy_policy'))

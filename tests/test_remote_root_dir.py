@@ -48,6 +48,7 @@ def _agent():
   return agent
 
 
+@pytest.mark.integration
 def test_a_job_on_ram_trains_exports_serves_and_resumes(local_cwd):
   root = _ram_dir('job')
   first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=256, **BRIEF)

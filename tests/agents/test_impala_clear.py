@@ -199,6 +199,7 @@ def test_burn_in_settings_are_checked(specs, recurrent):
     sequence.build_agent()
 
 
+@pytest.mark.integration
 def test_clear_lstm_config_trains_briefly(tmp_path):
   result = train_eval.run(
       str(tmp_path / 'run'), ['clear_lstm_cartpole_masked.gin'], num_train_steps=4,

@@ -117,6 +117,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_under_two_replicas_each_takes_its_share_of_both_parts(random_dataset):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
              PYTHONPATH=REPO)
@@ -205,6 +206,7 @@ def test_dataset_only_batches_hold_dataset_rows_only(random_dataset, reverb_serv
     assert experience.observation.shape[0] == 32
 
 
+@pytest.mark.integration
 def test_a_one_process_hybrid_job_collects_only_after_its_dataset_only_steps(
     random_dataset, tmp_path):
   """dqn_cartpole.gin with the random dataset mixed in after 200 dataset-only steps

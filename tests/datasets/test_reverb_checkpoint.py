@@ -148,6 +148,7 @@ def test_behaviour_cloning_from_a_job_root_in_one_process(finished_job, tmp_path
   assert result['eval_return'] >= 475.0
 
 
+@pytest.mark.integration
 def test_behaviour_cloning_from_a_checkpoint_as_separate_programs(finished_job, tmp_path):
   """Under `tfrl-launch` the dataset becomes the server's first checkpoint; the
   trainer and the evaluator reach the target with no collector."""

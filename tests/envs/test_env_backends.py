@@ -276,6 +276,7 @@ def test_unknown_backend_is_refused():
     envs.make('CartPole-v1', backend='brax')
 
 
+@pytest.mark.integration
 def test_a_ppo_job_on_envpool_solves_cartpole_and_its_export_plays_gymnasium_cartpole(
     tmp_path):
   result = train_eval.run(str(tmp_path / 'job'), ['ppo_cartpole.gin'], env_backend='envpool')
@@ -288,6 +289,7 @@ def test_a_ppo_job_on_envpool_solves_cartpole_and_its_export_plays_gymnasium_car
   assert played['AverageReturn'] >= 475, played
 
 
+@pytest.mark.integration
 def test_a_ppo_atari_job_on_envpool_trains_reports_games_and_exports(tmp_path):
   result = train_eval.run(
       str(tmp_path / 'job'), ['ppo_atari.gin'], env_name='ALE/Breakout-v5',

@@ -88,6 +88,7 @@ def test_a_job_on_an_unregistered_env_class_learns_and_exports(tmp_path):
   assert played["AverageReturn"] == pytest.approx(corridor_env.BEST_RETURN, abs=1e-4)
 
 
+@pytest.mark.integration
 def test_a_program_takes_a_module_function_from_its_flags(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
              PYTHONPATH=os.pathsep.join([REPO, HERE]))

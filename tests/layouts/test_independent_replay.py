@@ -191,6 +191,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_transition_layouts_under_mirrored_strategy_on_two_cpus():
   """Each replica gets half the batch, mixed from many vector steps (uniform) or of
   single transitions with their weights (prioritized)."""

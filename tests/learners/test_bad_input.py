@@ -276,6 +276,7 @@ def _unshare_works() -> bool:
     return False
 
 
+@pytest.mark.integration
 def test_a_real_full_disk_ends_train_eval_with_status_6(tmp_path):
   """On a 256 KiB tmpfs (a private mount namespace: `unshare -rm`, no root needed);
   where user namespaces are off, the same program is run with `open` failing ENOSPC

@@ -4,6 +4,7 @@ table's rate limiter (a job that ends before collector 0 has warmed up), ends cl
 The collector runs in a fresh interpreter (`learners.collect` defines program flags that
 other program modules imported by the suite define too)."""
 import json
+import pytest
 import os
 import subprocess
 import sys
@@ -48,6 +49,7 @@ _SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_a_collector_stopped_in_its_rate_limited_warm_up_returns_cleanly(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
   result = subprocess.run([sys.executable, '-c', _SCRIPT, str(tmp_path)], cwd=REPO,

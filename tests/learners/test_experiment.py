@@ -285,6 +285,7 @@ _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_clear_split_is_made_on_the_global_batch_under_two_replicas():
   """The real dataset path under MirroredStrategy on 2 logical CPUs: each replica gets
   its whole-item share of fresh and replayed unrolls (per-replica rounding gave CLEAR on

@@ -80,9 +80,11 @@ def test_trainer_killed_at_random_points_resumes_and_exports_only_move_forward(p
   observations = np.random.default_rng(1).normal(0, 0.5, (256, 4)).astype(np.float32)
   rng = np.random.default_rng(0)
   last_checkpoint, last_exports, trials = -1, {name: -1 for name in EXPORTS}, []
-  # Four kills: anywhere from start-up into training; just after a checkpoint (so the
-  # next one has something to restore, however slow the machine); during the restore's
-  # exports; anywhere again.
+  # Four kills: anywhere from start-up into training (a delay: any outcome is fine);
+  # just after a checkpoint (so the next one has something to restore, however slow the
+  # machine); during the restore's exports; and a random number of train steps past the
+  # restore, an event rather than a delay, so that on any machine the job has exported
+  # its restored policies by the last kill.
   for trial in range(4):
     name = f'train_{trial}'
     start = time.monotonic()
@@ -96,7 +98,14 @@ def test_trainer_killed_at_random_points_resumes_and_exports_only_move_forward(p
       point = 'at the restore'
       wait_until(lambda n=name: 'Restored' in programs.log(n), 180, 'the restore',
                  programs, watched, poll_s=0.05)
-    else:  # anywhere from start-up to well into training
+    elif trial == 3:  # well into training, past the restore's exports
+      steps = int(rng.integers(1, 9)) * 16  # SMALL's train steps per iteration
+      point = f'{steps} train steps past the restore'
+      wait_until(lambda n=name, k=steps: ('Restored' in programs.log(n) and
+                                          _last_logged_step(programs.log(n)) >=
+                                          _restored_step(programs.log(n)) + k),
+                 300, point, programs, watched, poll_s=0.05)
+    else:  # anywhere from start-up into training
       delay = float(rng.uniform(3.0, 25.0))
       point = f'{delay:.1f} s after start'
       wait_until(lambda d=delay: time.monotonic() - start >= d, 60, point, programs,
