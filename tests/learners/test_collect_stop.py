@@ -4,11 +4,12 @@ table's rate limiter (a job that ends before collector 0 has warmed up), ends cl
 The collector runs in a fresh interpreter (`learners.collect` defines program flags that
 other program modules imported by the suite define too)."""
 import json
-import pytest
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
