@@ -224,12 +224,13 @@ LAUNCH_SMOKE_CASES = ['ppo_lstm_cartpole_masked.gin', 'impala_pendulum.gin',
 
 @pytest.mark.parametrize('gin_file', LAUNCH_SMOKE_CASES)
 def test_recurrent_continuous_and_pixel_configs_run_under_launch(tmp_path, gin_file):
-  """A short job as separate programs: the collectors write the items (LSTM states,
+  """A short job as separate programs: the collector writes the items (LSTM states,
   Gaussian samples, uint8 images beside a vector) the trainer trains on, and the
   exported policy loads and plays."""
   bindings = ['Experiment.num_train_steps = 20', 'Experiment.target_return = None',
               'Experiment.eval_interval = 10']
-  result = run_launch(tmp_path, gin_file, bindings, num_collectors=2)
+  # One collector: what several collectors add is proven by the learning runs above.
+  result = run_launch(tmp_path, gin_file, bindings, num_collectors=1)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
   state = final_state(str(tmp_path))
   assert set(state.values()) == {20}, state

@@ -21,23 +21,27 @@ from programs import evaluate_export, final_state, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# config -> bindings that make the run brief (a few train steps, small warm-ups).
+# config -> bindings that make the run brief (a few train steps, small warm-ups). The
+# replay configs train whole iterations before they check the end: one of TRAIN_STEPS
+# (their own iterations, 32-256 train steps behind a samples-per-insert limiter, made
+# these runs collect thousands of env steps for nothing the test reads).
+_ONE_ITERATION = 'Experiment.train_steps_per_iteration = 4'
 BRIEF = {
-    'dqn_lunarlander.gin': ['Experiment.initial_collect_steps = 256'],
+    'dqn_lunarlander.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
     'ppo_lunarlander.gin': ['SequenceQueue.unroll_length = 64',  # 1,024-step batches
                             'Experiment.collect_steps_per_iteration = 64',
                             'create_ppo_agent.num_minibatches = 4'],
-    'sac_halfcheetah.gin': ['Experiment.initial_collect_steps = 256'],
+    'sac_halfcheetah.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
     'ppo_halfcheetah.gin': [],
     'ppo_minigrid_doorkey.gin': [],
     'ppo_atari.gin': [],
     'impala_atari.gin': [],
     'appo_atari.gin': [],
-    'dqn_atari.gin': ['Experiment.initial_collect_steps = 256'],
+    'dqn_atari.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
 }
 # (The MiniGrid task-sequence configs run through all three tasks, export and evaluate in
 # benchmarks/task_sequence.py's smoke run, tests/test_benchmarks_run.py.)
-TRAIN_STEPS = 4
+TRAIN_STEPS = 4  # (_ONE_ITERATION's too)
 # Under launch, one config per env suite, each through the replay layout: Box2D
 # (dqn_lunarlander), MuJoCo (sac_halfcheetah), Atari (dqn_atari: stacked uint8 frames in
 # transitions, the path no other launched test takes). The suites' PPO/IMPALA configs
@@ -90,7 +94,6 @@ def test_config_trains_briefly_and_its_export_plays_an_episode(runs, gin_file):
   results, process = runs
   assert gin_file in results, (process.stdout + process.stderr)[-4000:]
   row = results[gin_file]
-  # Replay configs train a whole iteration (up to 256 steps) before they check the end.
   assert row['exported_step'] == row['train_step'] >= TRAIN_STEPS, row
   assert row['played_length'] >= 1 and np.isfinite(row['played_return']), row
 
