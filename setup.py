@@ -16,6 +16,9 @@ INSTALL_REQUIRES = [
     'absl-py>=1.0',
     'portpicker>=1.5',
     'tqdm>=4.60',  # progress bars (notebooks' on_progress)
+    # TensorBoard 2.15 (TensorFlow 2.15's) imports pkg_resources, which setuptools 82
+    # removed: without this bound `tensorboard` does not start in a new venv.
+    'setuptools<82',
 ]
 
 # Environment suites (tfrl.envs.make names the extra when one is missing).
