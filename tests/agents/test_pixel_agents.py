@@ -22,8 +22,22 @@ import strategy_runs  # tests/agents/strategy_runs.py
 ENVS = [toy.PIXEL_CATCH, toy.PIXEL_CATCH_DICT]
 
 
-class RecordingCnn(encoders.ImpalaCnnEncoder):
-  """IMPALA's CNN that records the dtype of every image it is called on."""
+class SmallImpalaCnn(encoders.ImpalaCnnEncoder):
+  """IMPALA's CNN with one section of one residual block (conv, max pool, residual
+  block, dense: every kind of layer the full torso has) and few channels. These tests
+  are about dtypes, data paths and exports, not capacity; the full torso's 15
+  convolutions made tracing (twice per replica and epoch under MirroredStrategy) and
+  SavedModel export most of this file's cost."""
+
+  def __init__(self, observation_spec, channels=(8,), blocks_per_section=1,
+               dense_units=16, **kwargs):
+    super().__init__(observation_spec, channels=channels,
+                     blocks_per_section=blocks_per_section, dense_units=dense_units,
+                     **kwargs)
+
+
+class RecordingCnn(SmallImpalaCnn):
+  """The small IMPALA CNN, recording the dtype of every image it is called on."""
 
   input_dtypes = []
 
@@ -144,7 +158,7 @@ def test_dqn_pixel_torso_is_tfrls_encoder():
                          ids=['ppo', 'dqn'])
 def test_export_serves_uint8_observations_in_plain_tensorflow(env_name, builder, tmp_path):
   exp = Experiment(env_name=env_name, num_envs=2, batch_size=2,
-                   agent_fn=functools.partial(builder, cnn='impala'))
+                   agent_fn=functools.partial(builder, cnn=SmallImpalaCnn))
   _, agent = exp.build_agent()
   path = export.export_policy(agent.policy, str(tmp_path / 'policy'))
 
@@ -184,6 +198,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     from tfrl import learner as learner_lib
     from tfrl.agents import ppo
     from tfrl.envs import toy
+    from tfrl.networks import encoders
     from learners.experiment import Experiment
 
     B = 8  # rows: 2 items of 4 envs, one per replica under MirroredStrategy
@@ -193,7 +208,12 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
           env_name=env_name, num_envs=4, batch_size=B,
           layout_settings=dict(unroll_length=4, queue_capacity=64),
           agent_fn=functools.partial(
-              ppo.create_ppo_agent, cnn='impala', fc_layer_params=(16,), num_epochs=2,
+              # The IMPALA torso with one section of one residual block: each replica
+              # traces it per epoch, and the full torso's 15 convolutions made these
+              # traces most of the comparison's cost.
+              ppo.create_ppo_agent, fc_layer_params=(16,), num_epochs=2,
+              cnn=functools.partial(encoders.ImpalaCnnEncoder, channels=(8,),
+                                    blocks_per_section=1, dense_units=16),
               num_minibatches=1, gradient_clipping=0.5, entropy_cost=0.01))
 
     def collect(env_name):

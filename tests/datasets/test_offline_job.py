@@ -209,9 +209,11 @@ def test_fewer_episodes_than_envs_is_refused_naming_the_setting(recording):
 def test_a_job_records_every_episode_it_collects(tmp_path):
   from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
   record = str(tmp_path / 'experience')
+  # One collect iteration after the warm-up (128 train steps) already ends episodes in
+  # both phases; nothing here depends on what the agent learns.
   result = train_eval.run(str(tmp_path / 'job'), ['dqn_cartpole.gin'], [
-      f"Experiment.record_dir = '{record}'", 'Experiment.num_train_steps = 256',
-      'Experiment.eval_interval = 256', 'Experiment.num_eval_episodes = 1',
+      f"Experiment.record_dir = '{record}'", 'Experiment.num_train_steps = 128',
+      'Experiment.eval_interval = 128', 'Experiment.num_eval_episodes = 1',
       'Experiment.target_return = None'])
   data = rlds.read(record)
   # Every episode that ended, random warm-up included; at most one unfinished episode

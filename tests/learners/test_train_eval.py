@@ -119,9 +119,14 @@ def test_unknown_binding_names_it():
     config.parse(['dqn_cartpole.gin'], ['Experiment.no_such_param = 3'])
 
 
+# The CLI tests check what the command prints, not what it learns: one evaluation
+# episode and one epoch per batch (ppo_cartpole.gin's 10 and 20 x 4 minibatches) are
+# enough to print every line they look for.
 TINY_CLI = ['--gin_file=ppo_cartpole.gin', '--gin_bindings=Experiment.num_train_steps = 8',
             '--gin_bindings=Experiment.eval_interval = 4',
-            '--gin_bindings=Experiment.target_return = None']
+            '--gin_bindings=Experiment.target_return = None',
+            '--gin_bindings=Experiment.num_eval_episodes = 1',
+            '--gin_bindings=create_ppo_agent.num_epochs = 1']
 # What the default output must not show (issue 16): TensorFlow's CUDA-factory "errors"
 # and CPU notices, gym's notice, gin's search misses, TensorFlow's SavedModel INFO
 # pages, Reverb's C++ life-cycle lines.
