@@ -247,6 +247,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_under_mirrored_strategy_it_trains_as_on_one_device():
   """Two replicas of half the batch each move every variable (critics, actor, SAC's
   temperature, the Lagrange multiplier) as one device with the whole batch does."""

@@ -281,6 +281,7 @@ def mirrored_runs():
   return strategy_runs.run_result_script(_MIRRORED_SCRIPT, timeout=600)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('env_name', ENVS)
 def test_pixel_ppo_under_mirrored_strategy_matches_one_device(mirrored_runs, env_name):
   runs = mirrored_runs[env_name]

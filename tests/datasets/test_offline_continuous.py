@@ -59,6 +59,7 @@ def noisy_swing_ups(tmp_path_factory):
   return record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config', ['cql_pendulum.gin', 'iql_pendulum.gin'])
 def test_offline_agent_beats_the_datasets_return(noisy_swing_ups, tmp_path, config):
   from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
@@ -76,6 +77,7 @@ def iql_experiment(dataset_dir, **builder_settings) -> Experiment:
                     agent_fn=functools.partial(iql.create_iql_agent, **builder_settings))
 
 
+@pytest.mark.integration  # the dataset: 200 episodes recorded by tfrl-eval
 def test_iql_scales_rewards_by_its_datasets_return_range_unless_told(noisy_swing_ups):
   """The IQL authors' locomotion scale, 1000 / (highest - lowest episode return), comes
   from the job's dataset; a set scale wins, and without a dataset rewards stay as

@@ -29,6 +29,7 @@ def _run_cli(*args, timeout=600):
                         env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.integration
 def test_tiny_run_exports_and_resumes(tmp_path):
   root = str(tmp_path / 'run')
   first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **TINY)
@@ -134,6 +135,7 @@ NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', 'Path not fo
          'signature_serialization', 'fingerprint', '[reverb/cc/')
 
 
+@pytest.mark.integration
 def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI)
   assert env_run.returncode == 0, env_run.stderr[-3000:]
@@ -151,6 +153,7 @@ def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   assert not [l for l in lines if any(n in l for n in NOISE)]
 
 
+@pytest.mark.integration
 def test_cli_verbosity_adds_the_library_detail(tmp_path):
   env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI, '--verbosity=0')
   assert env_run.returncode == 0, env_run.stderr[-3000:]
@@ -160,6 +163,7 @@ def test_cli_verbosity_adds_the_library_detail(tmp_path):
   assert 'Unable to register' not in env_run.stderr
 
 
+@pytest.mark.integration
 def test_cli_progress_bar_shows_the_eta_env_steps_per_second_and_eval_return(tmp_path):
   # A terminal gets the bar by default (--progress_bar=auto); a pipe, as here, only
   # when asked.
@@ -241,6 +245,7 @@ def test_exported_demo_policy_replays_10_episodes_in_a_fresh_process(demo_run):
   assert mean >= 475.0, result.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('gin_file,overrides', [
     # sac_pendulum.gin's 4 items of 64 rows with no random steps asked for: the first
     # train call used to wait for ever on MinSize(4) with 1 item in the table.
@@ -257,6 +262,7 @@ def test_warm_up_fills_the_first_batch_whatever_the_item_layout(tmp_path, gin_fi
   assert result['train_step'] >= 10  # (and it did not wait for ever)
 
 
+@pytest.mark.integration
 def test_a_run_resumed_after_a_kill_never_exports_older_policies(tmp_path):
   root = str(tmp_path / 'run')
   first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **TINY)
@@ -304,6 +310,7 @@ class _SlowEvaluation(callbacks.Callback):
     time.sleep(2.5)
 
 
+@pytest.mark.integration
 def test_a_sample_timing_out_during_a_long_evaluation_does_not_end_the_job(
     tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(one_process_job, 'SAMPLE_TIMEOUT_MS', 1000)
@@ -353,6 +360,7 @@ def test_unrolls_a_timed_out_stream_took_from_the_queue_are_counted_lost_and_tra
   assert 'Training on the 1 still queued: 0 train step(s) now.' in err
 
 
+@pytest.mark.integration
 def test_a_job_whose_every_collect_outlasts_the_sample_timeout_still_trains(
     tmp_path, monkeypatch, capsys):
   # Every batch's first unroll waits in a stream through a stalled collect; a stream
