@@ -1,5 +1,6 @@
 """tfrl.logs: native start-up noise filtered out, everything else kept, progress lines."""
 import os
+import re
 import sys
 
 import pytest
@@ -60,51 +61,77 @@ def test_progress_lines_print_whatever_absls_verbosity(capsys):
   assert 'library detail' not in err
 
 
-def test_importing_tfrl_prints_nothing():
-  """TensorFlow's CUDA-factory lines, its CPU notices and gym's notice all fall at the
-  import of TensorFlow and tf-agents, which `import tfrl` does quietly."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  env = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL',
-                                                          'TFRL_VERBOSE')}
-  result = subprocess.run([sys.executable, '-c', 'import tfrl, tf_agents, gym, reverb'],
-                          capture_output=True, text=True, env=env, timeout=120)
-  assert result.returncode == 0, result.stderr
-  assert result.stdout == '' and result.stderr == '', result.stderr
-
-
-_README_EXAMPLE = '''
+# One fresh interpreter serves both tests below (each Python process that imports
+# TensorFlow costs seconds): it imports tfrl and the libraries whose start-up noise tfrl
+# filters, marks the point on both streams, then runs the README's Python example.
+_MARK = '--- imported ---'
+_IMPORT_THEN_README_EXAMPLE = f"""
 import sys
+import tfrl, tf_agents, gym, reverb
+import tensorflow as tf
+for stream in (sys.stdout, sys.stderr):  # stdout's mark carries the Python logger's level
+  stream.write({_MARK!r} + (' %d' % tf.get_logger().level if stream is sys.stdout else '')
+               + '\\n')
+  stream.flush()
 from learners import train_eval
 result = train_eval.run(sys.argv[1], gin_files=['dqn_cartpole.gin'],
                         num_train_steps=40, eval_interval=20, num_eval_episodes=2,
                         initial_collect_steps=64)
 print(result['train_step'])
-'''
-# A tfrl progress line: 'I1124 06:01:45.861 train_eval] ...'.
-_PROGRESS_LINE = r'^I\d{4} \d\d:\d\d:\d\d\.\d{3} \w+\] '
+"""
 
 
-def test_the_readmes_python_example_prints_only_tfrls_lines(tmp_path):
-  """TensorFlow's Python logger (its deprecation notices on the first train calls) is
-  quiet after `import tfrl`, as in the programs; TFRL_TF_LOG_LEVEL brings it back."""
-  import re  # pylint: disable=g-import-not-at-top
+@pytest.fixture(scope='module')
+def import_then_readme_example(tmp_path_factory):
+  """(stdout, stderr) of the import, and of the README example after it, in a fresh
+  interpreter started as a user's would be (no TF_CPP_MIN_LOG_LEVEL, no TFRL_VERBOSE)."""
   import subprocess  # pylint: disable=g-import-not-at-top
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL',
                                                           'TFRL_VERBOSE')}
   env['PYTHONPATH'] = repo
-  result = subprocess.run([sys.executable, '-c', _README_EXAMPLE, str(tmp_path / 'run')],
-                          capture_output=True, text=True, env=env, cwd=repo, timeout=300)
+  result = subprocess.run(
+      [sys.executable, '-c', _IMPORT_THEN_README_EXAMPLE,
+       str(tmp_path_factory.mktemp('readme') / 'run')],
+      capture_output=True, text=True, env=env, cwd=repo, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert int(result.stdout) >= 40  # whole train calls of dqn_cartpole.gin
-  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  out = re.split(re.escape(_MARK) + r' (\d+)\n', result.stdout)
+  err = result.stderr.split(_MARK + '\n')
+  assert len(out) == 3 and len(err) == 2, (result.stdout[-2000:], result.stderr[-3000:])
+  return {'import': (out[0], err[0]), 'level': int(out[1]), 'example': (out[2], err[1])}
+
+
+def test_importing_tfrl_prints_nothing(import_then_readme_example):
+  """TensorFlow's CUDA-factory lines, its CPU notices and gym's notice all fall at the
+  import of TensorFlow and tf-agents, which `import tfrl` does quietly."""
+  stdout, stderr = import_then_readme_example['import']
+  assert stdout == '' and stderr == '', stderr
+  assert import_then_readme_example['level'] == 40  # logging.ERROR: set by the import
+
+
+# A tfrl progress line: 'I1124 06:01:45.861 train_eval] ...'.
+_PROGRESS_LINE = r'^I\d{4} \d\d:\d\d:\d\d\.\d{3} \w+\] '
+
+
+def test_the_readmes_python_example_prints_only_tfrls_lines(import_then_readme_example,
+                                                             monkeypatch):
+  """TensorFlow's Python logger (its deprecation notices on the first train calls) is
+  quiet after `import tfrl`, as in the programs; TFRL_TF_LOG_LEVEL brings it back."""
+  stdout, stderr = import_then_readme_example['example']
+  assert int(stdout) >= 40  # whole train calls of dqn_cartpole.gin
+  lines = [line for line in stderr.splitlines() if line.strip()]
   # tfrl's own lines: progress, and its warning that the embedded server is open to
   # the network.
   ours = [line for line in lines if re.match(_PROGRESS_LINE, line) or
           line.startswith('WARNING: Reverb server on port ')]
   assert ours == lines and any('train step' in line for line in lines), lines
-  level = subprocess.run(
-      [sys.executable, '-c', 'import tfrl, tensorflow as tf; print(tf.get_logger().level)'],
-      capture_output=True, text=True, env=dict(env, TFRL_TF_LOG_LEVEL='WARNING'),
-      timeout=120)
-  assert level.stdout.strip() == '30', level.stderr  # logging.WARNING
+  # The import set the level (test above) with this function, which reads the variable
+  # (TensorFlow is imported in this process already: no other interpreter is needed).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  before = tf.get_logger().level
+  monkeypatch.setenv(logs.TF_LOG_LEVEL_VARIABLE, 'WARNING')
+  try:
+    logs.import_tensorflow_quietly()
+    assert tf.get_logger().level == 30  # logging.WARNING
+  finally:
+    tf.get_logger().setLevel(before)

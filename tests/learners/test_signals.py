@@ -137,13 +137,19 @@ from test_faults import EXPORTS, _finish, _job_processes, _launch  # pylint: dis
 from programs import GIN, SMALL, checkpoint_step, evaluate_export, final_state  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _BINDINGS = [f'--gin_bindings={b}' for b in SMALL + ['Experiment.num_train_steps=1000000']]
+# The stop's grace, generous: what is checked is the order of the stop and its final
+# saves, not their speed. On a loaded 2-core machine the trainer's final save (its
+# checkpoint and three SavedModels) outlasted its share of the default 30 s grace.
+# (Start-up, stop and the waits in between fit in the tests' 900 s.)
+_STOP_GRACE_S = 150
 
 
 def _launch_until_training(root: str, min_step: int, *bindings: str) -> subprocess.Popen:
   """A small launched job (with `bindings` too), returned once its trainer checkpointed
   at `min_step` or later."""
   launcher = _launch(root, GIN, *_BINDINGS, *[f'--gin_bindings={b}' for b in bindings],
-                     '--num_collectors=1', '--status_interval_s=2')
+                     '--num_collectors=1', '--status_interval_s=2',
+                     f'--stop_grace_s={_STOP_GRACE_S}')
   checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
   deadline = time.monotonic() + 300  # generous: did not hang on a loaded machine
   while checkpoint_step(checkpoint_dir) < min_step:
@@ -152,7 +158,7 @@ def _launch_until_training(root: str, min_step: int, *bindings: str) -> subproce
   return launcher
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
   # SIGHUP takes the same handler (process.on_stop_signals, tested above).
   sig = signal.SIGTERM
@@ -165,7 +171,7 @@ def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
     assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()
     time.sleep(0.5)
   launcher.send_signal(sig)  # to the launcher alone, as timeout, Slurm or Kubernetes do
-  stdout, stderr = _finish(launcher, root, 240)  # also asserts that no child is left
+  stdout, stderr = _finish(launcher, root, 300)  # also asserts that no child is left
   assert launcher.returncode == 0, stderr[-5000:]
   assert 'Interrupted: stopping the job in order' in stdout
   final = int(re.findall(r'Trainer stopped at train step (\d+)',
@@ -178,16 +184,25 @@ def test_sigterm_to_the_launcher_stops_in_order_with_final_saves(tmp_path):
   assert np.isfinite(evaluate_export(os.path.join(root, 'policies', 'greedy_policy'), 0))
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_sigterm_during_an_evaluation_ends_it_and_the_job_stops_cleanly(tmp_path):
   """An evaluation that would outlast the stop's grace (a hundred thousand episodes
   here; several tasks of long episodes on a loaded machine in practice) ends when its
   program is told to stop: every program stops in time, with the final saves."""
   root = str(tmp_path / 'job')
-  # The evaluator starts its first evaluation once the trainer pushes its variables.
-  launcher = _launch_until_training(root, 64, 'Experiment.num_eval_episodes=100000')
+  # The evaluator starts its first evaluation once it is in its loop (its heartbeat file
+  # is written just before) and the trainer has pushed its variables (it has, once it
+  # checkpointed): from then on a stop finds it evaluating, or about to, which raises at
+  # once. A stop before that would find no evaluation to end.
+  launcher = _launch_until_training(root, 32, 'Experiment.num_eval_episodes=100000')
+  eval_heartbeat = os.path.join(root, 'status', 'eval.json')
+  deadline = time.monotonic() + 300  # generous: a TF program's start-up, loaded machine
+  while not os.path.exists(eval_heartbeat):
+    assert launcher.poll() is None and time.monotonic() < deadline, (
+        f'no evaluator heartbeat {eval_heartbeat}', launcher.poll())
+    time.sleep(0.5)
   launcher.send_signal(signal.SIGTERM)
-  stdout, stderr = _finish(launcher, root, 240)
+  stdout, stderr = _finish(launcher, root, 300)
   assert launcher.returncode == 0, (stdout + stderr)[-5000:]
   assert 'did not stop in time' not in stdout + stderr
   with open(os.path.join(root, 'logs', 'eval.log')) as f:
@@ -212,14 +227,16 @@ def test_kill_9_of_the_launcher_leaves_no_child(tmp_path):
   assert len(gone) == len(children)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_sigterm_to_train_eval_exits_0_with_final_saves(tmp_path):
   root = str(tmp_path / 'run')
   bindings = SMALL + ['Experiment.num_train_steps=1000000', 'Experiment.log_interval=32']
   job = subprocess.Popen(
       [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}', GIN,
        *[f'--gin_bindings={b}' for b in bindings]],
-      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
+      # Its grace as a launched program's (stop_plan): generous, as for the jobs above.
+      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO,
+                         TFRL_STOP_GRACE_S=str(_STOP_GRACE_S)),
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
     checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
@@ -228,7 +245,7 @@ def test_sigterm_to_train_eval_exits_0_with_final_saves(tmp_path):
       assert job.poll() is None and time.monotonic() < deadline, job.communicate()
       time.sleep(0.5)
     job.send_signal(signal.SIGTERM)
-    output, _ = job.communicate(timeout=240)
+    output, _ = job.communicate(timeout=300)
   finally:
     job.kill()
   assert job.returncode == 0, output[-5000:]

@@ -10,8 +10,11 @@ import pytest
 import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Only the summaries' presence is checked: evaluations of 2 episodes (not 10) write the
+# same tags.
 BINDINGS = ['Experiment.num_train_steps = 512', 'Experiment.target_return = None',
-            'Experiment.summary_interval = 64', 'Experiment.eval_interval = 256']
+            'Experiment.summary_interval = 64', 'Experiment.eval_interval = 256',
+            'Experiment.num_eval_episodes = 2']
 
 # directory under root_dir -> tags (README.md, "TensorBoard").
 LAUNCHED = {
@@ -49,9 +52,14 @@ def _run(program, root_dir, *extra):
 
 @pytest.mark.parametrize('program, expected, extra', [
     ('launch', LAUNCHED, ['--num_collectors=1', '--timeout_s=300']),
-    # The collect actor summarizes every 1,000 env steps: 1,024 train steps collect
-    # about 2,000 (and the random warm-up 1,000 more, which are not its own).
-    ('train_eval', ONE_PROCESS, ['--gin_bindings=Experiment.num_train_steps = 1024']),
+    # The collect actor summarizes every 1,000 env steps of its own (the random warm-up's
+    # 1,000 are not): 16 train steps per iteration of 256 env steps (not 128) make 128
+    # train steps 8 iterations, about 2,000 env steps (less the uncounted autoreset
+    # steps), as many as 1,024 train steps collected at 128 an iteration. Train
+    # summaries at steps 64 and 128; the evaluation at the end.
+    ('train_eval', ONE_PROCESS, [
+        '--gin_bindings=Experiment.num_train_steps = 128',
+        '--gin_bindings=Experiment.train_steps_per_iteration = 16']),
 ], ids=['launch', 'train_eval'])
 def test_each_program_writes_its_summaries(tmp_path, program, expected, extra):
   result = _run(program, tmp_path, *extra)
