@@ -24,10 +24,10 @@ The two systems:
               (default dqn_cartpole.gin: Double DQN fc(256, 256), 5-step transitions,
               16 CartPole-v1 envs per collector, batch 64, 128 train steps per
               `Learner.run` and variables push, collectors pull every 50 vector steps)
-              and the bindings in `TFRL_BINDINGS`: no samples-per-insert limiter (so the
-              rate limiter does not couple collection to training in this measurement),
-              an unbounded train step budget, and no periodic checkpoints or policy
-              exports inside the window.
+              and the bindings in `TFRL_BINDINGS` (then any --tfrl_gin_bindings): no
+              samples-per-insert limiter (so the rate limiter does not couple collection
+              to training in this measurement), an unbounded train step budget, and no
+              periodic checkpoints or policy exports inside the window.
   tf-agents   tf-agents' distributed layout (tf_agents/experimental/distributed/
               examples/sac: sac_reverb_server / sac_collect / sac_train), written here as
               the roles `--role=peer_server|peer_collect|peer_train` of this script and
@@ -123,6 +123,9 @@ flags.DEFINE_float('seconds', 30.0, 'Timed window per configuration and system.'
 flags.DEFINE_list('configs', list(CONFIGS), f'Subset of {",".join(CONFIGS)}, in order.')
 flags.DEFINE_list('systems', list(SYSTEMS), f'Subset of {",".join(SYSTEMS)}.')
 flags.DEFINE_string('gin_file', 'dqn_cartpole.gin', 'The job config (both systems\' agent).')
+flags.DEFINE_multi_string('tfrl_gin_bindings', [], "Extra gin bindings for tfrl's programs, "
+                          'after those in TFRL_BINDINGS (a smoke run: fewer train steps per '
+                          'variables push, so a short window sees two).')
 flags.DEFINE_float('settle_s', 3.0, 'Seconds between "all ready" and the window.')
 flags.DEFINE_float('ready_timeout_s', 300.0, 'How long programs get to start working.')
 flags.DEFINE_float('grace_s', 30.0, 'SIGTERM to SIGKILL.')
@@ -372,16 +375,20 @@ class System:
     return int(np.asarray(sample.data['train_step']).reshape(-1)[0])
 
 
+def tfrl_bindings() -> List[str]:
+  return [*TFRL_BINDINGS, *FLAGS.tfrl_gin_bindings]
+
+
 class TfrlSystem(System):
   name = 'tfrl'
   collector_ready = TFRL_READY
 
   def __init__(self, job_dir: str):
     super().__init__(job_dir)
-    config_lib.parse([FLAGS.gin_file], TFRL_BINDINGS)
+    bindings = tfrl_bindings()
+    config_lib.parse([FLAGS.gin_file], bindings)
     self.experiment = Experiment()
-    self._gin = [f'--gin_file={FLAGS.gin_file}'] + [f'--gin_bindings={b}'
-                                                    for b in TFRL_BINDINGS]
+    self._gin = [f'--gin_file={FLAGS.gin_file}'] + [f'--gin_bindings={b}' for b in bindings]
 
   def server_argv(self):
     return ['-m', 'learners.reverb_server', f'--root_dir={self.job_dir}',
@@ -581,7 +588,7 @@ def run_benchmark() -> int:
   print(f'Scaling with separate programs on {ENV_ID} ({FLAGS.gin_file}): configurations '
         f'{",".join(FLAGS.configs)}, {FLAGS.seconds:g} s each per system, '
         f'{common.machine_and_versions("dm-reverb", "tf-agents")}', flush=True)
-  print(f'  tfrl bindings: {"; ".join(TFRL_BINDINGS)}', flush=True)
+  print(f'  tfrl bindings: {"; ".join(tfrl_bindings())}', flush=True)
   print(common.load_line('start'), flush=True)
   job_dir = tempfile.mkdtemp(prefix='tfrl_scaling_')
   systems: Dict[str, System] = {}

@@ -42,49 +42,71 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'reliability': ['--only=eval missing saved_model_dir'],
     'replay_independence': ['--steps=16', '--buffers=128', '--seconds=0.2', '--rounds=1',
                             '--sample_batches=2'],
-    # The window must see two variable pushes (one per 128 train steps) on a loaded machine.
-    'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=4', '--settle_s=0',
-                '--grace_s=10', '--ready_timeout_s=240'],
+    # The window must see two variable pushes on a loaded machine: one per 16 train steps
+    # (the config's 128 took a 4 s window, the trainer and the collector busy all of it).
+    'scaling': ['--systems=tfrl', '--configs=1c+trainer', '--seconds=2', '--settle_s=0',
+                '--grace_s=10', '--ready_timeout_s=240',
+                '--tfrl_gin_bindings=Experiment.train_steps_per_iteration=16'],
     # Two runs at once, each pinned to a CPU (--jobs): the path the long tasks take.
     'solve_time': ['--skip_peer', '--algos=dqn', '--seeds=0,1', '--jobs=2',
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
-    # Both ways of running three tasks at once, one train step (576 env steps) each.
+    # Both ways of running three tasks at once, one train step each: 3 envs (one per task)
+    # in the one-process job and in each of the launched run's 3 collectors (these bindings
+    # come after --launch_num_envs'), a batch of 3 unrolls (96 env steps), and a queue of
+    # two batches, which keeps the launched collectors from running thousands of env steps
+    # ahead of the trainer's one step. What is left is the programs' start-up and saves.
     'multi_task': ['--seeds=0', '--timeout_s=240', '--launch_stop_grace_s=120',
                    '--gin_bindings=Experiment.num_train_steps=1,Experiment.eval_interval=1,'
-                   'Experiment.num_eval_episodes=1'],
-    # CLEAR through all three tasks: 6 train steps of 512 env steps each (the impala_clear
-    # notebook's test takes both configs through the sequence).
-    'task_sequence': ['--seeds=0', '--algos=clear', '--gin_bindings=Experiment.task_env_steps=512,'
+                   'Experiment.num_eval_episodes=1,Experiment.num_envs=3,'
+                   'Experiment.batch_size=3,SequenceQueue.queue_capacity=6'],
+    # CLEAR through all three tasks: 6 train steps of 128 env steps each (4 envs' 32-step
+    # unrolls; batches of 4 fresh and 4 replayed), a task switch every 128, an evaluation
+    # of the three every 2 (the impala_clear notebook's test takes both configs through
+    # the sequence).
+    'task_sequence': ['--seeds=0', '--algos=clear', '--gin_bindings=Experiment.task_env_steps=128,'
                       'Experiment.num_train_steps=6,Experiment.eval_interval=2,'
-                      'Experiment.num_eval_episodes=1'],
+                      'Experiment.num_eval_episodes=1,Experiment.num_envs=4,'
+                      'Experiment.batch_size=8'],
     # A target any policy reaches at its first evaluation: the three stages run through.
     # LunarLander's mixed set from two DQN jobs of 8 train steps (targets any policy
-    # reaches), 2 episodes each, and tfrl's CQL on it for 20 gradient steps (no d3rlpy).
-    'offline': ['--seeds=0', '--skip_peer', '--datasets=lunarlander_mixed', '--grad_steps=20',
+    # reaches; one iteration of 8, not the config's 256), 2 episodes each, and tfrl's CQL on
+    # it for 10 gradient steps, one evaluation of an episode (a barely trained greedy lander
+    # can hover for 1,000 steps), the set's 4 episodes fed as 4 envs' streams (the feeder
+    # wants an episode per env) (no d3rlpy).
+    'offline': ['--seeds=0', '--skip_peer', '--datasets=lunarlander_mixed', '--grad_steps=10',
                 '--eval_interval=10', '--half_return=-100000', '--trained_return=-100000',
                 '--mixed_episodes=2', '--data_job_bindings=Experiment.num_train_steps=8,'
-                'Experiment.initial_collect_steps=64,Experiment.eval_interval=4,'
-                'Experiment.num_eval_episodes=1', '--train_bindings=Experiment.num_envs=4,'
-                'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=2'],
+                'Experiment.train_steps_per_iteration=8,Experiment.initial_collect_steps=64,'
+                'Experiment.eval_interval=8,Experiment.num_eval_episodes=1',
+                '--train_bindings=Experiment.num_envs=4,'
+                'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=1'],
     # One seed on a tiny HalfCheetah medium-replay set (made first, in the runs fixture):
     # 128 train steps on the dataset alone (one iteration), then 128 at 2 per env step.
     'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=2',
                '--dataset_only_steps=128',
                '--eval_every=64', '--train_bindings=Experiment.num_eval_episodes=1'],
-    # Two arms of PPO HalfCheetah, 4 train steps of 512 env steps each, one at a time.
+    # Two arms of PPO HalfCheetah, one at a time: 2 train steps of 512 env steps each (an
+    # evaluation after each, either side of the 1,000-step budget), 2 epochs (not 20) of
+    # minibatches per train step.
     'ablation': ['--algo=ppo_halfcheetah', '--seeds=0', '--jobs=1', '--env_step_budgets=1000',
                  '--budget_seconds=120', '--arm=config:',
                  '--arm=normalized: Experiment.normalize_reward = True',
                  f'--tfrl_python={sys.executable}',
                  *[f'--tfrl_gin_bindings={b}' for b in (
-                     'Experiment.num_train_steps=4', 'Experiment.eval_interval=1',
-                     'Experiment.num_eval_episodes=1')]],
-    'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=2048',
-                        '--gin_bindings=Experiment.eval_interval=4,Experiment.num_eval_episodes'
-                        '=2,Experiment.target_return=-1000.0,Experiment.num_train_steps=8,'
-                        # 1,024-step batches (the config's are 16,384).
+                     'Experiment.num_train_steps=2', 'Experiment.eval_interval=1',
+                     'Experiment.num_eval_episodes=1', 'create_ppo_agent.num_epochs=2')]],
+    # A target any policy reaches (one episode of a policy trained 2 steps can fall below
+    # -2,000): the tuned run reaches it at its first evaluation (train step 2, ~510 env
+    # steps: B); each member reaches a ready point there too (every 256 env steps), so the
+    # population's round (a report each, a copy) runs before it ends at the target.
+    'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=256',
+                        '--gin_bindings=Experiment.eval_interval=2,Experiment.num_eval_episodes'
+                        '=1,Experiment.target_return=-100000.0,Experiment.num_train_steps=8,'
+                        # 256-step batches, 4 envs' 64-step unrolls (the config's are 16 x
+                        # 1,024 steps).
+                        'Experiment.num_envs=4,Experiment.batch_size=4,'
                         'SequenceQueue.unroll_length=64,'
                         'Experiment.collect_steps_per_iteration=64,'
                         'create_ppo_agent.num_minibatches=4'],
@@ -196,11 +218,10 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
-  order = ['scaling', 'multi_task', 'startup', 'task_sequence', 'pbt_lunarlander', 'offline',
-           'hybrid', 'ablation',
-           'atari_throughput', 'ppo_compile', 'layer_norm', 'solve_time',
-           'replay_independence', 'reliability', 'learner_throughput', 'pixel_bytes',
-           'collect_throughput', 'helpers']
+  order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
+           'layer_norm', 'atari_throughput', 'ppo_compile', 'task_sequence', 'solve_time',
+           'replay_independence', 'startup', 'learner_throughput', 'reliability',
+           'pixel_bytes', 'collect_throughput', 'helpers']
   assert sorted(order) == sorted(jobs)
   start = time.monotonic()
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
