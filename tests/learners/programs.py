@@ -1,15 +1,18 @@
 """Running tfrl's programs as real subprocesses in tests (shared by the program and
 fault-injection tests): `Programs` starts `python -m learners.<program>` with its output
 in log files and stops whatever a test leaves running, servers last."""
+import atexit
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import pytest
 
+from learners import fork_server
 from tfrl import actors
 from tfrl import checkpoints
 from tfrl import export
@@ -25,6 +28,32 @@ SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
          'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
          'Experiment.num_eval_episodes=2']
 START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
+
+
+class _Exec:
+  """Starts programs as `launcher.fork_server.ForkServer` does, exec'ing each."""
+
+  @staticmethod
+  def start(module, argv, env, stdout_path, stderr_path, cwd, append=False):
+    mode = 'a' if append else 'w'
+    with open(stdout_path, mode) as out, open(stderr_path, mode) as err:
+      return subprocess.Popen([sys.executable, '-u', '-m', module, *argv], cwd=cwd,
+                              env=env, stdout=out, stderr=err)
+
+
+_STARTER = []
+
+
+def _starter():
+  """The programs' starter, one per test process: a fork server as the launcher's (the
+  programs run exactly as exec'd, each without its own imports' 4-7 CPU-seconds), or
+  exec where that is turned off (TFRL_FORK_SERVER=0)."""
+  if not _STARTER:
+    _STARTER.append(fork_server.ForkServer(env=program_env(), log_path=os.path.join(
+        tempfile.gettempdir(), f'tfrl-test-fork-server-{os.getpid()}.log'))
+                    if fork_server.enabled() else _Exec())
+    atexit.register(getattr(_STARTER[0], 'close', lambda: None))
+  return _STARTER[0]
 
 
 def program_env(**extra: str) -> Dict[str, str]:
@@ -45,20 +74,17 @@ class Programs:
     self.root_dir = root_dir
     self.log_dir = os.path.join(root_dir, 'test_logs')
     os.makedirs(self.log_dir, exist_ok=True)
-    self.processes: Dict[str, subprocess.Popen] = {}
+    self.processes: Dict[str, subprocess.Popen] = {}  # or fork_server.ForkedProcess
     self._programs: Dict[str, str] = {}
-    self._files = []
 
   def start(self, name: str, program: str, *args: str,
             env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     assert name not in self.processes, name
-    out = open(os.path.join(self.log_dir, f'{name}.out'), 'w')
-    log = open(self.log_path(name), 'w')
-    self._files += [out, log]
     self._programs[name] = program
-    self.processes[name] = subprocess.Popen(
-        [sys.executable, '-u', '-m', f'learners.{program}', *args], cwd=REPO,
-        env=env or program_env(), stdout=out, stderr=log)
+    self.processes[name] = _starter().start(
+        f'learners.{program}', args, env or program_env(),
+        os.path.join(self.log_dir, f'{name}.out'), self.log_path(name), cwd=REPO,
+        append=False)
     return self.processes[name]
 
   def log_path(self, name: str) -> str:
@@ -102,8 +128,6 @@ class Programs:
     names = list(reversed(self.processes))
     for name in sorted(names, key=lambda n: self._programs[n] == 'reverb_server'):
       self.stop(name)
-    for f in self._files:
-      f.close()
 
   def start_server(self, name: str, port: int, bindings: Sequence[str], *extra: str
                   ) -> str:

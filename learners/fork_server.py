@@ -1,0 +1,381 @@
+"""Starting programs as forks of one process that has already imported their libraries.
+
+A tfrl program spends 4-7 CPU-seconds importing TensorFlow, TF-Agents, Reverb, gin and
+tfrl before it does anything, and a launched job starts four to six programs. The
+launcher (and the test suite's program runner) instead start one fork server: a plain
+`python -m learners.fork_server` that imports what the programs import, once, then
+forks a copy of itself for each program, which runs `python -m learners.<program>`
+exactly as an exec'd interpreter would (same `sys.argv`, environment, working
+directory, standard streams, and `__main__`).
+
+Forking is safe at that point because nothing has started yet: no TensorFlow op has
+run (the runtime and its thread pools are created by the first op), no gRPC channel or
+Reverb server exists, and the server runs no Python threads (OpenBLAS's worker, the one
+native thread, is made fork-safe by OpenBLAS itself). The program modules themselves
+(which define flags when imported) are imported only in the fork.
+
+Each program is still the caller's child: the server forks twice and the middle
+process exits at once, so Linux re-parents the program to the nearest ancestor marked
+as a child subreaper, which `ForkServer` makes the calling process. `ForkedProcess`
+then waits for it, reads its exit status and signals it as `subprocess.Popen` would,
+and the program dies with its launcher (`learners.child_process`) once re-parented.
+
+The server is used where Linux offers subreapers; `TFRL_FORK_SERVER=0` turns it off
+(every program is then exec'd, as before). The server ends when its caller closes it or
+dies.
+"""
+import ast
+import atexit
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from learners import child_process
+
+ENABLE_ENV = 'TFRL_FORK_SERVER'
+# The programs whose imports the server loads before it forks.
+PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.train', 'learners.collect',
+                      'learners.eval', 'learners.train_eval', 'learners.launch')
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+# The server's last argument: room in its argument area for each program's command line
+# (`_set_command_line`), blank in `ps`.
+ROOM_ARG = ' ' * 4096
+# The server's first answer waits for its imports: seconds on a quiet machine, minutes
+# on a loaded one.
+ANSWER_TIMEOUT_S = 300.0
+# A forked program waits this long for its middle parent to exit and the re-parenting.
+_ADOPTION_TIMEOUT_S = 30.0
+
+
+class ForkServerError(RuntimeError):
+  """The fork server could not start a program (it died, refused, or did not answer)."""
+
+
+def enabled() -> bool:
+  """Whether programs are to be started through a fork server (see the module doc)."""
+  return (os.environ.get(ENABLE_ENV, '1') != '0' and sys.platform.startswith('linux')
+          and hasattr(os, 'fork'))
+
+
+def _become_subreaper() -> bool:
+  """Marks this process a child subreaper (Linux 3.4+); whether that worked."""
+  try:
+    return ctypes.CDLL('libc.so.6', use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
+  except (OSError, AttributeError):
+    return False
+
+
+class ForkedProcess:
+  """`subprocess.Popen`'s interface (pid, args, returncode, poll, wait, send_signal,
+  terminate, kill) over a program the fork server started as this process's child."""
+
+  def __init__(self, pid: int, args: Sequence[str]):
+    self.pid = pid
+    self.args = list(args)
+    self.returncode: Optional[int] = None
+
+  def poll(self) -> Optional[int]:
+    if self.returncode is None:
+      try:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+      except ChildProcessError:
+        # Reaped by someone else (a `waitpid(-1)` elsewhere in this process): its status
+        # is lost; report a failure rather than wait forever.
+        self.returncode = 1
+        return self.returncode
+      if pid:
+        self.returncode = os.waitstatus_to_exitcode(status)
+    return self.returncode
+
+  def wait(self, timeout: Optional[float] = None) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.001
+    while self.poll() is None:
+      if deadline is not None and time.monotonic() >= deadline:
+        raise subprocess.TimeoutExpired(self.args, timeout)
+      remaining = 0.05 if deadline is None else deadline - time.monotonic()
+      time.sleep(max(0.0, min(delay, remaining, 0.05)))
+      delay *= 2
+    return self.returncode
+
+  def send_signal(self, sig: int) -> None:
+    if self.poll() is None:
+      os.kill(self.pid, sig)
+
+  def terminate(self) -> None:
+    self.send_signal(signal.SIGTERM)
+
+  def kill(self) -> None:
+    self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+  """Starts programs through one fork server process, started at the first request.
+
+  Args:
+    python: the interpreter that runs the server.
+    log_path: where the server's own output goes (its import warnings).
+    env: the server's environment; variables that libraries read at import time
+      (TF_CPP_MIN_LOG_LEVEL) take effect from here for every program.
+  """
+
+  def __init__(self, python: str = sys.executable, log_path: str = os.devnull,
+               env: Optional[Mapping[str, str]] = None):
+    self._python = python
+    self._log_path = log_path
+    self._env = dict(os.environ if env is None else env)
+    self._server: Optional[subprocess.Popen] = None
+    self._log = None
+
+  def _start_server(self) -> subprocess.Popen:
+    if not _become_subreaper():
+      raise ForkServerError('this process cannot adopt forked programs (no '
+                            'PR_SET_CHILD_SUBREAPER)')
+    self._log = open(self._log_path, 'a')
+    self._server = subprocess.Popen(
+        [self._python, '-u', '-m', 'learners.fork_server', ROOM_ARG], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=self._log, env=child_process.child_env(self._env),
+        start_new_session=True)
+    return self._server
+
+  def start(self, module: str, argv: Sequence[str], env: Mapping[str, str],
+            stdout_path: str, stderr_path: Optional[str] = None, cwd: Optional[str] = None,
+            append: bool = True, timeout_s: float = ANSWER_TIMEOUT_S) -> ForkedProcess:
+    """Starts `python -m <module> <argv>` as a fork of the server.
+
+    Args:
+      module: the program's module (its `__main__` runs).
+      argv: its arguments.
+      env: its whole environment. Set `child_process.PARENT_PID_ENV` (through
+        `child_process.child_env`) for it to die with this process.
+      stdout_path: the file its standard output goes to.
+      stderr_path: the file its standard error goes to (None: with stdout).
+      cwd: its working directory (None: this process's).
+      append: append to the files (else truncate them).
+      timeout_s: how long to wait for the server's answer.
+
+    Returns:
+      The program, a child of this process.
+
+    Raises:
+      ForkServerError: the server could not be started, died, refused or did not
+        answer within `timeout_s`.
+    """
+    server = self._server or self._start_server()
+    command = [self._python, '-u', '-m', module, *argv]
+    request = dict(module=module, argv=list(argv), env=dict(env), cwd=cwd or os.getcwd(),
+                   command=command,
+                   stdout=os.path.abspath(stdout_path), append=append,
+                   stderr=os.path.abspath(stderr_path) if stderr_path else None)
+    try:
+      server.stdin.write((json.dumps(request) + '\n').encode())
+      server.stdin.flush()
+    except (BrokenPipeError, ValueError) as e:
+      raise ForkServerError(f'the fork server ended (exit status {server.poll()}); see '
+                            f'{self._log_path}') from e
+    answer = self._read_answer(server, timeout_s)
+    if 'pid' not in answer:
+      raise ForkServerError(f'the fork server could not start {module}: '
+                            f'{answer.get("error")}')
+    return ForkedProcess(answer['pid'], command)
+
+  def _read_answer(self, server: subprocess.Popen, timeout_s: float) -> dict:
+    ready, _, _ = select.select([server.stdout], [], [], timeout_s)
+    if not ready:
+      self.close()
+      raise ForkServerError(f'the fork server did not answer within {timeout_s:.0f} s; '
+                            f'see {self._log_path}')
+    line = server.stdout.readline()
+    if not line:
+      raise ForkServerError(f'the fork server ended (exit status {server.wait(5)}); see '
+                            f'{self._log_path}')
+    return json.loads(line)
+
+  def close(self) -> None:
+    """Ends the server (the programs it started go on)."""
+    if self._server is not None:
+      if self._server.poll() is None:
+        self._server.stdin.close()
+        try:
+          self._server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+          self._server.kill()
+          self._server.wait()
+      self._server = None
+    if self._log is not None:
+      self._log.close()
+      self._log = None
+
+
+# The server process.
+
+
+def _imports_of(module: str) -> List[str]:
+  """The modules `module` imports at its top level (from its source, not running it)."""
+  with open(importlib.util.find_spec(module).origin) as f:
+    tree = ast.parse(f.read())
+  names = []
+  for node in tree.body:
+    if isinstance(node, ast.Import):
+      names += [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names += [f'{node.module}.{alias.name}' for alias in node.names] + [node.module]
+  return names
+
+
+def preload(programs: Sequence[str] = PRELOADED_PROGRAMS) -> None:
+  """Imports every module the programs import (not the programs: they define flags)."""
+  for program in programs:
+    for name in _imports_of(program):
+      if name in programs:
+        continue
+      try:
+        importlib.import_module(name)
+      except ImportError:  # `from package import function`: the package is imported too
+        pass
+
+
+def _exit_status(exit_code) -> int:
+  """The process status of `SystemExit(exit_code)`, printing a message as Python does."""
+  if exit_code is None:
+    return 0
+  if isinstance(exit_code, int):
+    return exit_code & 0xFF
+  print(exit_code, file=sys.stderr)
+  return 1
+
+
+def _open(path: str, append: bool) -> int:
+  return os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC),
+                 0o644)
+
+
+def _set_path(cwd: str, pythonpath: str) -> None:
+  """`sys.path` as `python -m` in `cwd` with `pythonpath` would start with: the
+  directory first, then PYTHONPATH's entries, then the interpreter's own. (Modules the
+  server preloaded stay as they were loaded.)"""
+  def entries(value):
+    return [os.path.abspath(p) for p in value.split(os.pathsep) if p]
+  server_entries = set(entries(os.environ.get('PYTHONPATH', '')))
+  rest = [p for p in sys.path[1:] if os.path.abspath(p) not in server_entries]
+  sys.path[:] = [cwd] + entries(pythonpath) + rest
+
+
+def _set_command_line(args: Sequence[str]) -> None:
+  """Makes `ps`, `pgrep -f` and /proc/<pid>/cmdline show `args` instead of the
+  server's command: writes them over this process's argument area (whose bounds
+  /proc/self/stat gives, Linux 3.5+), which the server's command line reserves room
+  for (`ROOM_ARG`). Longer commands are cut; without the bounds nothing changes."""
+  try:
+    with open('/proc/self/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5)
+  except (OSError, ValueError, IndexError):
+    return
+  text = '\0'.join(args).encode()[:end - start - 1]
+  ctypes.memmove(start, text.ljust(end - start, b'\0'), end - start)
+
+
+def _run_program(request: Dict, middle_pid: int) -> None:
+  """In the forked program: becomes `python -u -m <module> <argv>`; never returns."""
+  status = 1
+  try:
+    _set_command_line(request['command'])  # first: tests and people look processes up
+    os.setsid()
+    os.chdir(request['cwd'])
+    _set_path(request['cwd'], request['env'].get('PYTHONPATH', ''))
+    os.environ.clear()
+    os.environ.update(request['env'])
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    out = _open(request['stdout'], request['append'])
+    err = _open(request['stderr'], request['append']) if request['stderr'] else out
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    sys.stdout.reconfigure(line_buffering=True, write_through=True)
+    sys.stderr.reconfigure(line_buffering=True, write_through=True)
+    # Once the middle process is gone this process belongs to the requester; only then
+    # can it ask to die with it (a request made earlier would fire at the re-parenting).
+    deadline = time.monotonic() + _ADOPTION_TIMEOUT_S
+    while os.getppid() == middle_pid and time.monotonic() < deadline:
+      time.sleep(0.001)
+    child_process.die_with_parent_if_asked()
+    if 'numpy' in sys.modules:  # an exec'd program draws its own global seed
+      sys.modules['numpy'].random.seed()
+    sys.argv = [request['module'], *request['argv']]
+    try:
+      import runpy  # pylint: disable=g-import-not-at-top
+      runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+      status = 0
+    except SystemExit as e:
+      status = _exit_status(e.code)
+    except KeyboardInterrupt:
+      traceback.print_exc()
+      status = 128 + signal.SIGINT
+    except BaseException:  # pylint: disable=broad-except
+      traceback.print_exc()
+      status = 1
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+  finally:
+    try:
+      sys.stdout.flush()
+      sys.stderr.flush()
+    finally:
+      os._exit(status)  # pylint: disable=protected-access
+
+
+def _fork_program(request: Dict) -> Dict:
+  """Forks the program through a middle process; returns the answer for the requester.
+
+  The answer is sent once the middle process has been reaped: by then the program has
+  been re-parented, so the requester can wait for it as for its own child.
+  """
+  read_end, write_end = os.pipe()
+  middle = os.fork()
+  if middle == 0:
+    answer = {}
+    try:
+      os.close(read_end)
+      pid = os.fork()
+      if pid == 0:
+        os.close(write_end)
+        _run_program(request, os.getppid())
+      answer = {'pid': pid}
+    except BaseException as e:  # pylint: disable=broad-except
+      answer = {'error': f'{type(e).__name__}: {e}'}
+    finally:
+      os.write(write_end, json.dumps(answer).encode())
+      os._exit(0)  # pylint: disable=protected-access
+  os.close(write_end)
+  with os.fdopen(read_end) as f:
+    answer = f.read()
+  os.waitpid(middle, 0)
+  return json.loads(answer) if answer else {'error': 'the middle process died'}
+
+
+def serve() -> None:
+  """The server's loop: one JSON request per line on stdin, one answer per line."""
+  # Answers go to the real stdout; anything a library prints goes to stderr (the log).
+  answers = os.dup(1)
+  os.dup2(2, 1)
+  child_process.die_with_parent_if_asked()
+  preload()
+  for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(answers, (json.dumps(_fork_program(request)) + '\n').encode())
+
+
+if __name__ == '__main__':
+  serve()

@@ -1,0 +1,130 @@
+"""The fork server (learners/fork_server.py): programs start as forks of one process
+that imported their libraries, and behave as exec'd programs do."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from learners import child_process
+from learners import fork_server
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+pytestmark = pytest.mark.skipif(not fork_server.enabled(), reason='Linux fork server')
+
+
+@pytest.fixture(scope='module')
+def server(tmp_path_factory):
+  log = str(tmp_path_factory.mktemp('fork_server') / 'server.log')
+  starter = fork_server.ForkServer(log_path=log,
+                                   env=dict(os.environ, PYTHONPATH=REPO))
+  yield starter
+  starter.close()
+
+
+def _env(**extra):
+  return dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, HERE]), **extra)
+
+
+def test_a_forked_program_runs_as_an_exec_would(server, tmp_path):
+  out, err = tmp_path / 'out', tmp_path / 'err'
+  child = server.start('forked_target', ['3', '0'], _env(TFRL_TEST_VALUE='seen'),
+                       str(out), str(err), cwd=str(tmp_path))
+  assert child.wait(timeout=120) == 3
+  report = json.loads(out.read_text())
+  assert report == dict(argv=['3', '0'], cwd=str(tmp_path), value='seen', main='__main__',
+                        path_ok=True)
+  assert err.read_text() == 'on stderr\n'
+
+
+def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server, tmp_path):
+  child = server.start('forked_target', ['0', '60'], _env(), str(tmp_path / 'out'),
+                       cwd=str(tmp_path))
+  try:
+    process = psutil.Process(child.pid)
+    assert process.ppid() == os.getpid()
+    assert process.cmdline()[:5] == [sys.executable, '-u', '-m', 'forked_target', '0']
+    assert os.getsid(child.pid) == child.pid  # its own session, like start_new_session
+    with pytest.raises(subprocess.TimeoutExpired):
+      child.wait(timeout=0.2)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == -signal.SIGTERM
+  finally:
+    child.kill()
+
+
+def test_an_error_in_the_program_is_its_traceback_and_status_1(server, tmp_path):
+  out = tmp_path / 'out'
+  child = server.start('no_such_module_here', [], _env(), str(out))
+  assert child.wait(timeout=60) == 1
+  assert 'No module named no_such_module_here' in out.read_text()
+
+
+def test_programs_die_with_the_process_that_asked_for_them(tmp_path):
+  """A requester killed with SIGKILL takes its programs with it (SIGTERM), as the
+  launcher's exec'd programs do."""
+  script = textwrap.dedent(f"""
+      import os, sys, time
+      from learners import child_process, fork_server
+      env = child_process.child_env(dict(os.environ, PYTHONPATH={REPO + os.pathsep + HERE!r}))
+      child = fork_server.ForkServer().start('forked_target', ['0', '300'], env,
+                                             {str(tmp_path / 'out')!r})
+      print(child.pid, flush=True)
+      time.sleep(300)
+  """)
+  requester = subprocess.Popen([sys.executable, '-c', script], cwd=REPO, text=True,
+                               env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE)
+  try:
+    pid = int(requester.stdout.readline())
+    program = psutil.Process(pid)
+    assert program.ppid() == requester.pid
+    requester.kill()
+    requester.wait(timeout=30)
+    assert program.wait(timeout=60) == -signal.SIGTERM
+  finally:
+    requester.kill()
+    requester.stdout.close()
+
+
+def test_the_server_preloads_what_the_programs_import(tmp_path):
+  """After `preload`, a program module adds only itself (a few modules at most): its
+  libraries were imported before the fork."""
+  script = textwrap.dedent("""
+      import json, os, sys
+      from learners import fork_server
+      fork_server.preload()
+      before = set(sys.modules)
+      for program in fork_server.PRELOADED_PROGRAMS:  # each alone: they define flags
+        if os.fork() == 0:
+          __import__(program)
+          print(json.dumps({program: sorted(set(sys.modules) - before - {program})}),
+                flush=True)
+          os._exit(0)
+        os.wait()
+  """)
+  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+  assert result.returncode == 0, result.stderr[-3000:]
+  new = {}
+  for line in result.stdout.splitlines():
+    if line.startswith('{'):
+      new.update(json.loads(line))
+  assert set(new) == set(fork_server.PRELOADED_PROGRAMS)
+  assert all(len(modules) <= 3 for modules in new.values()), new
+
+
+def test_a_server_that_cannot_start_is_one_error(tmp_path):
+  broken = fork_server.ForkServer(python='/bin/false', log_path=str(tmp_path / 'log'))
+  with pytest.raises(fork_server.ForkServerError, match='fork server ended'):
+    broken.start('forked_target', ['0'], _env(), str(tmp_path / 'out'), timeout_s=60)
+  broken.close()
+
+
+def test_child_env_names_this_process():
+  assert child_process.child_env({})[child_process.PARENT_PID_ENV] == str(os.getpid())
