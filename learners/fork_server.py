@@ -31,12 +31,14 @@ import importlib
 import importlib.util
 import json
 import os
+import runpy
 import select
 import signal
 import subprocess
 import sys
 import time
 import traceback
+import types
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from learners import child_process
@@ -147,14 +149,14 @@ class ForkServer:
         start_new_session=True)
     return self._server
 
-  def start(self, module: str, argv: Sequence[str], env: Mapping[str, str],
-            stdout_path: str, stderr_path: Optional[str] = None, cwd: Optional[str] = None,
+  def start(self, args: Sequence[str], env: Mapping[str, str], stdout_path: str,
+            stderr_path: Optional[str] = None, cwd: Optional[str] = None,
             append: bool = True, timeout_s: float = ANSWER_TIMEOUT_S) -> ForkedProcess:
-    """Starts `python -m <module> <argv>` as a fork of the server.
+    """Starts `python <args>` as a fork of the server.
 
     Args:
-      module: the program's module (its `__main__` runs).
-      argv: its arguments.
+      args: the interpreter's arguments: `-m <module> ...` (the module's `__main__` runs)
+        or `-c <code> ...`, optionally after `-u` (output is unbuffered anyway).
       env: its whole environment. Set `child_process.PARENT_PID_ENV` (through
         `child_process.child_env`) for it to die with this process.
       stdout_path: the file its standard output goes to.
@@ -167,15 +169,20 @@ class ForkServer:
       The program, a child of this process.
 
     Raises:
+      ValueError: `args` is neither `-m` nor `-c` form.
       ForkServerError: the server could not be started, died, refused or did not
         answer within `timeout_s`.
     """
+    args = list(args)
+    main = args[1:] if args[:1] == ['-u'] else args
+    if len(main) < 2 or main[0] not in ('-m', '-c'):
+      raise ValueError(f'the fork server runs `-m module` or `-c code`, not {args[:2]}')
+    command = [self._python, *args]
+    request = dict(kind=main[0], main=main[1], argv=main[2:], env=dict(env), command=command,
+                   cwd=cwd or os.getcwd(), stdout=os.path.abspath(stdout_path),
+                   stderr=os.path.abspath(stderr_path) if stderr_path else None,
+                   append=append)
     server = self._server or self._start_server()
-    command = [self._python, '-u', '-m', module, *argv]
-    request = dict(module=module, argv=list(argv), env=dict(env), cwd=cwd or os.getcwd(),
-                   command=command,
-                   stdout=os.path.abspath(stdout_path), append=append,
-                   stderr=os.path.abspath(stderr_path) if stderr_path else None)
     try:
       server.stdin.write((json.dumps(request) + '\n').encode())
       server.stdin.flush()
@@ -184,7 +191,7 @@ class ForkServer:
                             f'{self._log_path}') from e
     answer = self._read_answer(server, timeout_s)
     if 'pid' not in answer:
-      raise ForkServerError(f'the fork server could not start {module}: '
+      raise ForkServerError(f'the fork server could not start {" ".join(args[:2])}: '
                             f'{answer.get("error")}')
     return ForkedProcess(answer['pid'], command)
 
@@ -285,6 +292,17 @@ def _set_command_line(args: Sequence[str]) -> None:
   ctypes.memmove(start, text.ljust(end - start, b'\0'), end - start)
 
 
+def _run_main(request: Dict) -> None:
+  """Runs the request's `-m` module or `-c` code as `__main__`, as the interpreter would."""
+  if request['kind'] == '-m':
+    sys.argv = [request['main'], *request['argv']]  # runpy sets [0] to the module's file
+    runpy.run_module(request['main'], run_name='__main__', alter_sys=True)
+  else:
+    sys.argv = ['-c', *request['argv']]
+    main = sys.modules['__main__'] = types.ModuleType('__main__')
+    exec(compile(request['main'], '<string>', 'exec'), main.__dict__)  # pylint: disable=exec-used
+
+
 def _run_program(request: Dict, middle_pid: int) -> None:
   """In the forked program: becomes `python -u -m <module> <argv>`; never returns."""
   status = 1
@@ -310,10 +328,8 @@ def _run_program(request: Dict, middle_pid: int) -> None:
     child_process.die_with_parent_if_asked()
     if 'numpy' in sys.modules:  # an exec'd program draws its own global seed
       sys.modules['numpy'].random.seed()
-    sys.argv = [request['module'], *request['argv']]
     try:
-      import runpy  # pylint: disable=g-import-not-at-top
-      runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+      _run_main(request)
       status = 0
     except SystemExit as e:
       status = _exit_status(e.code)

@@ -140,7 +140,7 @@ class Launcher:
     if self._forks is not None:
       try:
         self.processes[name] = self._forks.start(
-            command[3], command[4:], child_process.child_env(env), self.log_path(name))
+            command[1:], child_process.child_env(env), self.log_path(name))
         logs.progress('Started %s (pid %d, forked): %s', name, self.processes[name].pid,
                       ' '.join(command))
         return

@@ -2,11 +2,11 @@
 converted model's actions equal the SavedModel's; a recurrent policy is refused with
 the reason, by the library and by the program."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
 from tfrl import envs
@@ -54,8 +54,7 @@ def test_converted_policy_acts_as_the_saved_model(tmp_path, env_id, create, kwar
 
 def _run_program(*args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run([sys.executable, '-m', 'learners.export_policy', *args],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  return python_runs.run(['-m', 'learners.export_policy', *args], timeout=300, env=env)
 
 
 def test_the_program_writes_the_model(tmp_path):

@@ -7,8 +7,8 @@ repeat exactly: see `tfrl/graph_options.py` for the race that once broke that.
 """
 import json
 import os
-import subprocess
-import sys
+
+import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,8 +21,7 @@ def run_result_script(script: str, timeout: int) -> dict:
   """
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
              PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+  result = python_runs.run(['-c', script], timeout=timeout, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   return json.loads(result.stdout.split('RESULT ', 1)[1])
 

@@ -2,12 +2,12 @@
 two replicas (each replica its share of both parts)."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
@@ -123,8 +123,7 @@ def test_under_two_replicas_each_takes_its_share_of_both_parts(random_dataset):
              PYTHONPATH=REPO)
   script = _MIRRORED_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)),
                                    dataset=random_dataset)
-  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+  result = python_runs.run(['-c', script], timeout=300, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   replicas = json.loads(result.stdout.split('RESULT ', 1)[1])
   assert len(replicas) == 2

@@ -3,11 +3,11 @@
 than the data they learned from."""
 import functools
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
@@ -49,12 +49,10 @@ def noisy_swing_ups(tmp_path_factory):
                        str(root / 'policy'))
   env.close()
   record = str(root / 'data')
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.eval', '--gin_file=cql_pendulum.gin',
-       f'--root_dir={root / "rec"}', f'--saved_model_dir={root / "policy"}',
-       f'--record_dir={record}', '--num_episodes=200', '--record_noise=1.0'],
-      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
-      capture_output=True, text=True, timeout=600)
+  result = python_runs.run(
+               ['-m', 'learners.eval', '--gin_file=cql_pendulum.gin', f'--root_dir={root / "rec"}', f'--saved_model_dir={root / "policy"}', f'--record_dir={record}', '--num_episodes=200', '--record_noise=1.0'],
+               timeout=600,
+               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO))
   assert result.returncode == 0, result.stderr[-3000:]
   return record
 

@@ -3,10 +3,11 @@
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
@@ -44,8 +45,7 @@ def demonstrator(tmp_path_factory):
 
 def run(args, timeout=600):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=env, text=True,
-                        capture_output=True, timeout=timeout)
+  return python_runs.run(['-m', *args], timeout=timeout, env=env)
 
 
 @pytest.fixture(scope='module')

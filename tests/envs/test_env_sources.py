@@ -4,11 +4,11 @@ processes, and as a job's `Experiment.env_name` (in Python and from a program's 
 `corridor_env` is a module of the user's own, with an env class nobody registered.
 """
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 
 from learners import train_eval
 from tfrl import actors
@@ -92,13 +92,9 @@ def test_a_job_on_an_unregistered_env_class_learns_and_exports(tmp_path):
 def test_a_program_takes_a_module_function_from_its_flags(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
              PYTHONPATH=os.pathsep.join([REPO, HERE]))
-  process = subprocess.run(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={tmp_path / "run"}',
-       '--gin_file=ppo_cartpole.gin',
-       "--gin_bindings=Experiment.env_name = 'corridor_env:make_corridor'",
-       '--gin_bindings=Experiment.num_train_steps = 4',
-       '--gin_bindings=Experiment.eval_interval = 4',
-       '--gin_bindings=Experiment.target_return = None'],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  process = python_runs.run(
+                ['-m', 'learners.train_eval', f'--root_dir={tmp_path / "run"}', '--gin_file=ppo_cartpole.gin', "--gin_bindings=Experiment.env_name = 'corridor_env:make_corridor'", '--gin_bindings=Experiment.num_train_steps = 4', '--gin_bindings=Experiment.eval_interval = 4', '--gin_bindings=Experiment.target_return = None'],
+                timeout=300,
+                env=env)
   assert process.returncode == 0, process.stderr[-3000:]
   assert 'on corridor_env:make_corridor from train step 0' in process.stderr

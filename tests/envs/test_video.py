@@ -1,12 +1,12 @@
 """Videos of episodes (tfrl/envs/video.py): one MP4 per whole episode, with the reset's
 frame and one per step; from Python (`record_video`) and from `tfrl-eval --video_dir`."""
 import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import imageio
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.policies import fixed_policy
 from tf_agents.policies import random_tf_policy
@@ -60,11 +60,10 @@ def test_tfrl_eval_records_its_evaluation_episodes(tmp_path):
   specs.close()
   videos_dir = tmp_path / 'videos'
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.eval', f'--root_dir={tmp_path / "run"}',
-       '--gin_file=dqn_cartpole.gin', f'--saved_model_dir={path}',
-       f'--video_dir={videos_dir}', '--gin_bindings=Experiment.num_eval_episodes = 3'],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  result = python_runs.run(
+               ['-m', 'learners.eval', f'--root_dir={tmp_path / "run"}', '--gin_file=dqn_cartpole.gin', f'--saved_model_dir={path}', f'--video_dir={videos_dir}', '--gin_bindings=Experiment.num_eval_episodes = 3'],
+               timeout=300,
+               env=env)
   assert result.returncode == 0, result.stderr[-3000:]
   # Three episodes on three envs: the first env plays at least one to its end.
   assert video.videos(str(videos_dir))

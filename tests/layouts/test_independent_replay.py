@@ -8,12 +8,12 @@ Every row written here carries its env and vector step in its observation
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.agents.dqn import dqn_agent
@@ -197,8 +197,7 @@ def test_transition_layouts_under_mirrored_strategy_on_two_cpus():
   single transitions with their weights (prioritized)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
   script = _MIRRORED_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-  result = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+  result = python_runs.run(['-c', script], timeout=300, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   out = json.loads(result.stdout.split('RESULT ', 1)[1])
   for rows, steps, envs, weight in out['uniform']:

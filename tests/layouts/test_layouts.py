@@ -9,12 +9,12 @@ import functools
 import json
 import os
 import random
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.agents.dqn import dqn_agent
@@ -181,8 +181,7 @@ def test_prioritized_replay_under_two_replicas_uses_global_batch_maxima():
   """Importance weights are divided by the largest weight of the whole batch (not each
   replica's own), and the maximum priority is the largest over every replica's rows."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', _MIRRORED_PER_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+  result = python_runs.run(['-c', _MIRRORED_PER_SCRIPT], timeout=300, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   out = json.loads(result.stdout.split('RESULT ', 1)[1])
   # beta = 1: w = 1 / (N P); the batch's largest is at P = 0.05 (replica 1).

@@ -1,18 +1,15 @@
 """Running tfrl's programs as real subprocesses in tests (shared by the program and
 fault-injection tests): `Programs` starts `python -m learners.<program>` with its output
 in log files and stops whatever a test leaves running, servers last."""
-import atexit
 import os
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import pytest
 
-from learners import fork_server
+import python_runs  # tests/python_runs.py
 from tfrl import actors
 from tfrl import checkpoints
 from tfrl import export
@@ -28,32 +25,6 @@ SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
          'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
          'Experiment.num_eval_episodes=2']
 START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
-
-
-class _Exec:
-  """Starts programs as `launcher.fork_server.ForkServer` does, exec'ing each."""
-
-  @staticmethod
-  def start(module, argv, env, stdout_path, stderr_path, cwd, append=False):
-    mode = 'a' if append else 'w'
-    with open(stdout_path, mode) as out, open(stderr_path, mode) as err:
-      return subprocess.Popen([sys.executable, '-u', '-m', module, *argv], cwd=cwd,
-                              env=env, stdout=out, stderr=err)
-
-
-_STARTER = []
-
-
-def _starter():
-  """The programs' starter, one per test process: a fork server as the launcher's (the
-  programs run exactly as exec'd, each without its own imports' 4-7 CPU-seconds), or
-  exec where that is turned off (TFRL_FORK_SERVER=0)."""
-  if not _STARTER:
-    _STARTER.append(fork_server.ForkServer(env=program_env(), log_path=os.path.join(
-        tempfile.gettempdir(), f'tfrl-test-fork-server-{os.getpid()}.log'))
-                    if fork_server.enabled() else _Exec())
-    atexit.register(getattr(_STARTER[0], 'close', lambda: None))
-  return _STARTER[0]
 
 
 def program_env(**extra: str) -> Dict[str, str]:
@@ -81,10 +52,9 @@ class Programs:
             env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     assert name not in self.processes, name
     self._programs[name] = program
-    self.processes[name] = _starter().start(
-        f'learners.{program}', args, env or program_env(),
-        os.path.join(self.log_dir, f'{name}.out'), self.log_path(name), cwd=REPO,
-        append=False)
+    self.processes[name] = python_runs.start(
+        ['-u', '-m', f'learners.{program}', *args], os.path.join(self.log_dir, f'{name}.out'),
+        self.log_path(name), env=env or program_env())
     return self.processes[name]
 
   def log_path(self, name: str) -> str:
@@ -193,13 +163,11 @@ def run_launch(root_dir, gin_file: str, bindings: Sequence[str], num_collectors:
   a loaded 2-core machine a trainer's final exports took over its 12 s share, and these
   jobs test what they train and export, not the stop's timing (test_signals and
   test_watchdogs do, with the default)."""
-  return subprocess.run(
-      [sys.executable, '-m', 'learners.launch', f'--root_dir={root_dir}',
-       f'--gin_file={gin_file}', f'--num_collectors={num_collectors}',
-       f'--timeout_s={timeout_s}', f'--stop_grace_s={stop_grace_s}'] +
-      [f'--gin_bindings={b}' for b in bindings],
-      cwd=REPO, env=program_env(), capture_output=True, text=True,
-      timeout=timeout_s + 300)
+  return python_runs.run(
+      ['-m', 'learners.launch', f'--root_dir={root_dir}', f'--gin_file={gin_file}',
+       f'--num_collectors={num_collectors}', f'--timeout_s={timeout_s}',
+       f'--stop_grace_s={stop_grace_s}'] + [f'--gin_bindings={b}' for b in bindings],
+      timeout=timeout_s + 300, env=program_env())
 
 
 def final_state(root_dir: str) -> Dict[str, int]:

@@ -12,6 +12,8 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
 import tfrl.envs
@@ -34,6 +36,9 @@ TIMEOUT_S = 300  # a TF program's start on a loaded machine; a hang fails, not s
 
 
 def _cli(program, *args, prefix=()):
+  if not prefix:
+    return python_runs.run(['-m', f'learners.{program}', *args], timeout=TIMEOUT_S,
+                           env=program_env())
   return subprocess.run([*prefix, sys.executable, '-m', f'learners.{program}', *args],
                         cwd=REPO, env=program_env(), capture_output=True, text=True,
                         timeout=TIMEOUT_S)

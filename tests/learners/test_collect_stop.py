@@ -5,11 +5,11 @@ The collector runs in a fresh interpreter (`learners.collect` defines program fl
 other program modules imported by the suite define too)."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,8 +53,7 @@ _SCRIPT = textwrap.dedent('''
 @pytest.mark.integration
 def test_a_collector_stopped_in_its_rate_limited_warm_up_returns_cleanly(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', _SCRIPT, str(tmp_path)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
+  result = python_runs.run(['-c', _SCRIPT, str(tmp_path)], timeout=300, env=env)
   assert 'RESULT ' in result.stdout, result.stderr[-3000:]
   outcome = json.loads(result.stdout.split('RESULT ', 1)[1])
   assert outcome['alive_before_stop'] and outcome['stopped'], outcome

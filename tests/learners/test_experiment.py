@@ -11,12 +11,12 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.agents.dqn import dqn_agent
@@ -291,8 +291,7 @@ def test_clear_split_is_made_on_the_global_batch_under_two_replicas():
   its whole-item share of fresh and replayed unrolls (per-replica rounding gave CLEAR on
   2 replicas no replayed rows at all), and a split that whole items cannot make fails."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
-  result = subprocess.run([sys.executable, '-c', _MIRRORED_CLEAR_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+  result = python_runs.run(['-c', _MIRRORED_CLEAR_SCRIPT], timeout=300, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   out = json.loads(result.stdout.split('RESULT ', 1)[1])
   # clear_cartpole.gin with batch 32: items of 8 unrolls, half of them replayed.

@@ -34,7 +34,7 @@ def _env(**extra):
 
 def test_a_forked_program_runs_as_an_exec_would(server, tmp_path):
   out, err = tmp_path / 'out', tmp_path / 'err'
-  child = server.start('forked_target', ['3', '0'], _env(TFRL_TEST_VALUE='seen'),
+  child = server.start(['-m', 'forked_target', '3', '0'], _env(TFRL_TEST_VALUE='seen'),
                        str(out), str(err), cwd=str(tmp_path))
   assert child.wait(timeout=120) == 3
   report = json.loads(out.read_text())
@@ -44,12 +44,12 @@ def test_a_forked_program_runs_as_an_exec_would(server, tmp_path):
 
 
 def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server, tmp_path):
-  child = server.start('forked_target', ['0', '60'], _env(), str(tmp_path / 'out'),
+  child = server.start(['-m', 'forked_target', '0', '60'], _env(), str(tmp_path / 'out'),
                        cwd=str(tmp_path))
   try:
     process = psutil.Process(child.pid)
     assert process.ppid() == os.getpid()
-    assert process.cmdline()[:5] == [sys.executable, '-u', '-m', 'forked_target', '0']
+    assert process.cmdline()[:4] == [sys.executable, '-m', 'forked_target', '0']
     assert os.getsid(child.pid) == child.pid  # its own session, like start_new_session
     with pytest.raises(subprocess.TimeoutExpired):
       child.wait(timeout=0.2)
@@ -61,7 +61,7 @@ def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server,
 
 def test_an_error_in_the_program_is_its_traceback_and_status_1(server, tmp_path):
   out = tmp_path / 'out'
-  child = server.start('no_such_module_here', [], _env(), str(out))
+  child = server.start(['-m', 'no_such_module_here'], _env(), str(out))
   assert child.wait(timeout=60) == 1
   assert 'No module named no_such_module_here' in out.read_text()
 
@@ -73,7 +73,7 @@ def test_programs_die_with_the_process_that_asked_for_them(tmp_path):
       import os, sys, time
       from learners import child_process, fork_server
       env = child_process.child_env(dict(os.environ, PYTHONPATH={REPO + os.pathsep + HERE!r}))
-      child = fork_server.ForkServer().start('forked_target', ['0', '300'], env,
+      child = fork_server.ForkServer().start(['-m', 'forked_target', '0', '300'], env,
                                              {str(tmp_path / 'out')!r})
       print(child.pid, flush=True)
       time.sleep(300)
@@ -122,9 +122,22 @@ def test_the_server_preloads_what_the_programs_import(tmp_path):
 def test_a_server_that_cannot_start_is_one_error(tmp_path):
   broken = fork_server.ForkServer(python='/bin/false', log_path=str(tmp_path / 'log'))
   with pytest.raises(fork_server.ForkServerError, match='fork server ended'):
-    broken.start('forked_target', ['0'], _env(), str(tmp_path / 'out'), timeout_s=60)
+    broken.start(['-m', 'forked_target', '0'], _env(), str(tmp_path / 'out'), timeout_s=60)
   broken.close()
 
 
 def test_child_env_names_this_process():
   assert child_process.child_env({})[child_process.PARENT_PID_ENV] == str(os.getpid())
+
+
+def test_code_runs_as_python_dash_c(server, tmp_path):
+  out = tmp_path / 'out'
+  code = 'import sys; print(__name__, sys.argv); sys.exit("bad input")'
+  child = server.start(['-c', code, 'x'], _env(), str(out))
+  assert child.wait(timeout=60) == 1
+  assert out.read_text() == "__main__ ['-c', 'x']\nbad input\n"
+
+
+def test_neither_module_nor_code_is_refused(server, tmp_path):
+  with pytest.raises(ValueError, match='-m module'):
+    server.start(['script.py'], _env(), str(tmp_path / 'out'))

@@ -12,13 +12,13 @@ one-process jobs run two at a time (`TwoAtATime`), the launched ones alone.
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
+import python_runs  # tests/python_runs.py
 from learners import config
 from programs import evaluate_export, final_state, run_launch
 
@@ -105,10 +105,8 @@ class TwoAtATime:
   def _start(self, name):
     gin, bindings = self._jobs[name]
     root_dir = os.path.join(self._root, name.replace('/', '_'))
-    log = open(root_dir + '.log', 'w')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-    process = subprocess.Popen(train_eval_args(root_dir, gin, *bindings), cwd=REPO, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, text=True)
+    log = root_dir + '.log'
+    process = python_runs.start(train_eval_args(root_dir, gin, *bindings)[1:], log)
     self._running[name] = (process, log, root_dir, time.monotonic())
 
   def result(self, name):
@@ -129,17 +127,15 @@ class TwoAtATime:
         if process.poll() is None:
           process.kill()
           process.wait()
-        log.close()
-      with open(log.name) as f:
+      with open(log) as f:
         self._done[name] = (process.returncode, f.read(), root_dir)
     return self._done[name]
 
   def close(self):
-    for process, log, _, _ in self._running.values():
+    for process, _, _, _ in self._running.values():
       if process.poll() is None:
         process.kill()
         process.wait()
-      log.close()
 
 
 @pytest.fixture(scope='module')

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+import python_runs  # tests/python_runs.py
+
 from learners import train_eval
 from tfrl import checkpoints
 from tfrl import export
@@ -87,10 +89,10 @@ def test_programs_refuse_a_root_dir_another_job_holds(tmp_path):
   root = str(tmp_path / 'run')
   with run_dir.RootDirLock(root):
     for program in ('train_eval', 'launch'):
-      done = subprocess.run(
-          [sys.executable, '-m', f'learners.{program}', f'--root_dir={root}',
-           '--gin_file=dqn_cartpole.gin'], cwd=REPO, env=_env(), capture_output=True,
-          text=True, timeout=TIMEOUT_S)
+      done = python_runs.run(
+                 ['-m', f'learners.{program}', f'--root_dir={root}', '--gin_file=dqn_cartpole.gin'],
+                 timeout=TIMEOUT_S,
+                 env=_env())
       errors = [l for l in done.stderr.splitlines() if l.startswith('error:')]
       assert done.returncode == 2, (program, done.stderr[-2000:])
       assert len(errors) == 1 and f'PID {os.getpid()}' in errors[0], done.stderr[-2000:]
@@ -140,10 +142,10 @@ def test_resume_without_state_file_fallback_and_lineage(tmp_path, capfd):
   with pytest.raises(run_dir.RootDirNotResumable, match='--overwrite'):
     train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=25, **TINY)
   assert export.exported_train_step(greedy) == 125
-  cli = subprocess.run(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
-       '--gin_file=dqn_cartpole.gin', '--gin_bindings=Experiment.num_train_steps=25'],
-      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+  cli = python_runs.run(
+            ['-m', 'learners.train_eval', f'--root_dir={root}', '--gin_file=dqn_cartpole.gin', '--gin_bindings=Experiment.num_train_steps=25'],
+            timeout=TIMEOUT_S,
+            env=_env())
   assert cli.returncode == 2 and 'error: root_dir ' in cli.stderr, cli.stderr[-2000:]
   assert 'no checkpoint to resume from' in cli.stderr
 

@@ -9,13 +9,12 @@ each launched job is its own set of processes (server, collector, trainer, evalu
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+import python_runs  # tests/python_runs.py
 from learners import config
 from programs import evaluate_export, final_state, run_launch
 
@@ -78,9 +77,9 @@ _SCRIPT = textwrap.dedent('''
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  result = subprocess.run(
-      [sys.executable, '-c', _SCRIPT, str(tmp_path_factory.mktemp('suites')),
-       json.dumps(BRIEF)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  result = python_runs.run(
+      ['-c', _SCRIPT, str(tmp_path_factory.mktemp('suites')), json.dumps(BRIEF)],
+      timeout=900, env=env)
   results = {}
   for line in result.stdout.splitlines():
     if line.startswith('RESULT '):

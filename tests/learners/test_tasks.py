@@ -6,6 +6,8 @@ import math
 import os
 
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
 from learners import tasks
@@ -155,13 +157,12 @@ def test_a_sequence_evaluates_every_task_switches_and_resumes_on_its_task(tmp_pa
 
 
 def test_separate_programs_refuse_a_task_sequence(tmp_path):
-  from programs import REPO, program_env  # pylint: disable=g-import-not-at-top
-  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.train', f'--root_dir={tmp_path}',
+  from programs import program_env  # pylint: disable=g-import-not-at-top
+  result = python_runs.run(
+      ['-m', 'learners.train', f'--root_dir={tmp_path}',
        '--gin_file=dqn_cartpole.gin', "--gin_bindings=Experiment.tasks=('CartPole-v1', "
        "'Acrobot-v1')", '--gin_bindings=Experiment.task_env_steps=10'],
-      cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=300)
+      timeout=300, env=program_env())
   assert result.returncode == 2, result.stderr[-2000:]
   assert 'error: Experiment.tasks: a task sequence runs in one process' in result.stderr
 
@@ -259,18 +260,17 @@ def test_multi_task_launch_needs_a_collector_per_task(tmp_path):
 
 
 def test_tfrl_eval_plays_a_sequence_export_on_every_task(tmp_path):
-  from programs import REPO, program_env  # pylint: disable=g-import-not-at-top
-  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  from programs import program_env  # pylint: disable=g-import-not-at-top
   tasks = "Experiment.tasks = ('CartPole-v1', 'CartPole-v0')"
   result = train_eval.run(str(tmp_path / 'seq'), ['ppo_cartpole.gin'],
                           [tasks, 'Experiment.task_env_steps = 256'], num_train_steps=1,
                           eval_interval=1, num_eval_episodes=1, target_return=None)
-  evaluated = subprocess.run(
-      [sys.executable, '-m', 'learners.eval', f'--root_dir={tmp_path / "eval"}',
+  evaluated = python_runs.run(
+      ['-m', 'learners.eval', f'--root_dir={tmp_path / "eval"}',
        '--gin_file=ppo_cartpole.gin', f'--gin_bindings={tasks}',
        '--gin_bindings=Experiment.task_env_steps=256', '--num_episodes=2',
        f'--saved_model_dir={result["greedy_policy_dir"]}'],
-      cwd=REPO, env=program_env(), capture_output=True, text=True, timeout=300)
+      timeout=300, env=program_env())
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   line = next(l for l in evaluated.stderr.splitlines() if 'average return' in l)
   assert 'over 4 episodes | CartPole-v1 ' in line and ' | CartPole-v0 ' in line, line

@@ -9,6 +9,8 @@ import textwrap
 import time
 
 import pytest
+
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
 from learners import callbacks
@@ -25,8 +27,7 @@ TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_pe
 
 def _run_cli(*args, timeout=600):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run([sys.executable, '-m', 'learners.train_eval', *args], cwd=REPO,
-                        env=env, capture_output=True, text=True, timeout=timeout)
+  return python_runs.run(['-m', 'learners.train_eval', *args], timeout=timeout, env=env)
 
 
 @pytest.mark.integration

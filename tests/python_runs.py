@@ -1,0 +1,94 @@
+"""Python subprocesses for tests, started as forks of one preloaded process.
+
+A test that runs `python -m learners.<program>` or `python -c <script>` pays 4-7
+CPU-seconds for the child's imports (TensorFlow, TF-Agents, Reverb, tfrl) before the
+child does anything; the suite starts hundreds. `start` and `run` start them through one
+`learners.fork_server.ForkServer` per test process instead, as the launcher starts its
+programs: each child is still a real process (its own pid, session, signals, exit
+status, files), the test process's child, running exactly what the command line says.
+With TFRL_FORK_SERVER=0 every child is exec'd instead.
+"""
+import atexit
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Mapping, Optional, Sequence
+
+from learners import fork_server
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def base_env(**extra: str) -> dict:
+  """The environment the children get by default: this one, with tfrl on the path."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  env.update(extra)
+  return env
+
+
+class _Exec:
+  """Starts children as `ForkServer` does, exec'ing each."""
+
+  @staticmethod
+  def start(args, env, stdout_path, stderr_path=None, cwd=None, append=False):
+    mode = 'a' if append else 'w'
+    with open(stdout_path, mode) as out:
+      err = open(stderr_path, mode) if stderr_path else None
+      try:
+        return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, stdout=out,
+                                stderr=err or subprocess.STDOUT)
+      finally:
+        if err:
+          err.close()
+
+
+_STARTER = []
+
+
+def _starter():
+  if not _STARTER:
+    if fork_server.enabled():
+      log = os.path.join(tempfile.gettempdir(), f'tfrl-test-fork-server-{os.getpid()}.log')
+      _STARTER.append(fork_server.ForkServer(env=base_env(), log_path=log))
+      atexit.register(_STARTER[0].close)
+    else:
+      _STARTER.append(_Exec())
+  return _STARTER[0]
+
+
+def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = None,
+          env: Optional[Mapping[str, str]] = None, cwd: str = REPO):
+  """Starts `python <args>` (`-m module ...` or `-c code ...`) with its output in files.
+
+  Returns:
+    The child, with `subprocess.Popen`'s poll/wait/send_signal/kill/pid/returncode.
+  """
+  return _starter().start(list(args), dict(base_env() if env is None else env),
+                          stdout_path, stderr_path, cwd=cwd, append=False)
+
+
+def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
+        cwd: str = REPO) -> subprocess.CompletedProcess:
+  """Runs `python <args>` to its end, as `subprocess.run(..., capture_output=True,
+  text=True, timeout=timeout)` would.
+
+  Raises:
+    subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).
+  """
+  with tempfile.TemporaryDirectory(prefix='tfrl-test-run-') as tmp:
+    out, err = os.path.join(tmp, 'stdout'), os.path.join(tmp, 'stderr')
+    child = start(args, out, err, env=env, cwd=cwd)
+    try:
+      child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      child.kill()
+      child.wait()
+      raise
+    finally:
+      if child.poll() is None:
+        child.kill()
+        child.wait()
+    with open(out, errors='replace') as f_out, open(err, errors='replace') as f_err:
+      return subprocess.CompletedProcess([sys.executable, *args], child.returncode,
+                                         f_out.read(), f_err.read())
