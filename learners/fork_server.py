@@ -41,12 +41,15 @@ import traceback
 import types
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from absl import logging
+
 from learners import child_process
 
 ENABLE_ENV = 'TFRL_FORK_SERVER'
 # The programs whose imports the server loads before it forks.
 PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.train', 'learners.collect',
-                      'learners.eval', 'learners.train_eval', 'learners.launch')
+                      'learners.eval', 'learners.train_eval', 'learners.launch',
+                      'learners.pbt_member')
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 # The server's last argument: room in its argument area for each program's command line
 # (`_set_command_line`), blank in `ps`.
@@ -221,6 +224,49 @@ class ForkServer:
     if self._log is not None:
       self._log.close()
       self._log = None
+
+
+class ProgramStarter:
+  """Starts programs of this host that die with this process (`child_process`), each
+  in its own session with its output appended to a log: through a `ForkServer` where
+  `enabled()`, else (or once the server fails, with a warning) exec'd.
+
+  Args:
+    python: the interpreter.
+    server_log_path: the fork server's own log.
+  """
+
+  def __init__(self, python: str = sys.executable, server_log_path: str = os.devnull):
+    self._python, self._server_log_path = python, server_log_path
+    self._forks: Optional[ForkServer] = None
+    self._use_forks = enabled()
+
+  def start(self, command: Sequence[str], log_path: str, env: Mapping[str, str]):
+    """Starts `command` (`python [-u] -m module ...`) logging to `log_path`.
+
+    Returns:
+      The program: a `ForkedProcess` or a `subprocess.Popen`.
+    """
+    if self._use_forks:
+      # The first program's environment is the server's: what libraries read at import
+      # (TF_CPP_MIN_LOG_LEVEL) is then as the programs would have it.
+      self._forks = self._forks or ForkServer(self._python, self._server_log_path, env)
+      try:
+        return self._forks.start(command[1:], child_process.child_env(env), log_path)
+      except ForkServerError as e:
+        logging.warning('Starting programs without the fork server: %s', e)
+        self.close()
+    env = child_process.child_env(env)
+    with open(log_path, 'a') as log:  # the program writes its own copy of the fd
+      return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True)
+
+  def close(self) -> None:
+    """Ends the fork server (programs started go on); later starts exec."""
+    self._use_forks = False
+    if self._forks is not None:
+      self._forks.close()
+      self._forks = None
 
 
 # The server process.

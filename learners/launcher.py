@@ -16,7 +16,6 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from absl import logging
 
-from learners import child_process
 from learners import config
 from learners import fork_server
 from learners import heartbeat
@@ -107,11 +106,9 @@ class Launcher:
     self._python = python
     self.processes: Dict[str, Union[subprocess.Popen, fork_server.ForkedProcess,
                                     'ray_backend.RayProcess']] = {}
-    self._logs = {}
     # Local programs start as forks of one process that imported their libraries once
-    # (learners/fork_server.py); None: each is exec'd.
-    self._forks = (fork_server.ForkServer(python, self.log_path('fork_server'))
-                   if backend is None and fork_server.enabled() else None)
+    # (learners/fork_server.py).
+    self._starter = fork_server.ProgramStarter(python, self.log_path('fork_server'))
     self._status = job_status.StatusReader(experiment.layout, experiment.offline)
     self._problems = None  # set by stop()
     self.killed = set()  # what stop() had to kill
@@ -137,24 +134,9 @@ class Launcher:
       logs.progress('Started %s (pid %d on %s, Ray node %s): %s', name, child.pid, child.ip,
                     child.node_id, ' '.join(command))
       return
-    if self._forks is not None:
-      try:
-        self.processes[name] = self._forks.start(
-            command[1:], child_process.child_env(env), self.log_path(name))
-        logs.progress('Started %s (pid %d, forked): %s', name, self.processes[name].pid,
-                      ' '.join(command))
-        return
-      except fork_server.ForkServerError as e:
-        logging.warning('Starting programs without the fork server: %s', e)
-        self._forks.close()
-        self._forks = None
-    log = open(self.log_path(name), 'a')
-    self._logs[name] = log
-    self.processes[name] = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=child_process.child_env(env),
-        start_new_session=True)
+    self.processes[name] = self._starter.start(command, self.log_path(name), env)
     logs.progress('Started %s (pid %d): %s', name, self.processes[name].pid,
-                 ' '.join(command))
+                  ' '.join(command))
 
   def start(self, server_timeout_s: float = 120.0) -> None:
     """Starts the server, waits until it answers, then the other programs.
@@ -198,11 +180,7 @@ class Launcher:
       self._spawn(f'collect_{task}', 'collect', [
           reverb_flag, f'--task_id={task}', f'--num_collectors={self._num_collectors}'])
     self._spawn('eval', 'eval', [reverb_flag])
-    self._close_fork_server()  # every program has started; it holds memory, not them
-
-  def _close_fork_server(self) -> None:
-    if self._forks is not None:
-      self._forks.close()
+    self._starter.close()  # every program has started; the fork server holds memory
 
   def _read_server_port(self, port_file: str) -> None:
     """Takes the port the server wrote once bound (sets port and address); waits a
@@ -343,9 +321,7 @@ class Launcher:
           f' (exit status {code}); see {self.log_path(name)}'
           for name, code in ((n, p.returncode) for n, p in self.processes.items())
           if (code != 0 and name not in self.lost) or name in killed]
-      self._close_fork_server()
-      for log in self._logs.values():
-        log.close()
+      self._starter.close()
       for child in self.processes.values():
         if hasattr(child, 'release'):  # a backend's: free its place on the cluster
           child.release()

@@ -44,8 +44,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from absl import flags
 import numpy as np
 
-from learners import child_process
 from learners import config
+from learners import fork_server
 from learners import population
 from learners import process
 from learners import program
@@ -152,6 +152,10 @@ class Population:
     self.round = 1
     self._writer = None
     self._stopping = False  # once set, members that exit have ended, not failed
+    # Members (and restarts) start as forks of one preloaded process
+    # (learners/fork_server.py), which lives until the run ends.
+    self._starter = fork_server.ProgramStarter(
+        python, os.path.join(self.pbt_dir, 'fork_server.log'))
 
   def run(self, stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
     """Runs the population to its end (or, once `stop_event` is set, stops every
@@ -176,6 +180,7 @@ class Population:
         time.sleep(_POLL_S)
     finally:
       self._stop_all('the runner is ending')
+      self._starter.close()
     return self._best()
 
   def _command(self, member: _Member) -> List[str]:
@@ -209,11 +214,8 @@ class Population:
                     member.process.pid, member.process.ip, member.process.node_id,
                     member.log_path)
       return
-    with open(member.log_path, 'a') as log:  # the member writes its own copy of the fd
-      # Members die with the runner (a killed runner leaves no job behind).
-      member.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True,
-                                        env=child_process.child_env(env))
+    # Members die with the runner (a killed runner leaves no job behind).
+    member.process = self._starter.start(command, member.log_path, env)
     logs.progress('Member %d started (pid %d), log %s.', member.index, member.process.pid,
                   member.log_path)
 

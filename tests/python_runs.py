@@ -17,7 +17,8 @@ from typing import Mapping, Optional, Sequence
 
 from learners import fork_server
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
 
 
 def base_env(**extra: str) -> dict:
@@ -64,8 +65,10 @@ def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = No
   Returns:
     The child, with `subprocess.Popen`'s poll/wait/send_signal/kill/pid/returncode.
   """
-  return _starter().start(list(args), dict(base_env() if env is None else env),
-                          stdout_path, stderr_path, cwd=cwd, append=False)
+  env = dict(base_env() if env is None else env)
+  # A child script that imports a test module (for its helpers) imports this one too.
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH'), TESTS) if p)
+  return _starter().start(list(args), env, stdout_path, stderr_path, cwd=cwd, append=False)
 
 
 def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,

@@ -8,8 +8,6 @@ repeat exactly: see `tfrl/graph_options.py` for the race that once broke that.
 import json
 import os
 
-import python_runs  # tests/python_runs.py
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -21,6 +19,9 @@ def run_result_script(script: str, timeout: int) -> dict:
   """
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
              PYTHONPATH=REPO)
+  # Here, not at the top: the scripts import test modules that import this one, in a
+  # child where tests/ is not on the path.
+  import python_runs  # pylint: disable=g-import-not-at-top  # tests/python_runs.py
   result = python_runs.run(['-c', script], timeout=timeout, env=env)
   assert result.returncode == 0, result.stderr[-5000:]
   return json.loads(result.stdout.split('RESULT ', 1)[1])
