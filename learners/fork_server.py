@@ -36,6 +36,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -158,8 +159,9 @@ class ForkServer:
     """Starts `python <args>` as a fork of the server.
 
     Args:
-      args: the interpreter's arguments: `-m <module> ...` (the module's `__main__` runs)
-        or `-c <code> ...`, optionally after `-u` (output is unbuffered anyway).
+      args: the interpreter's arguments: `-m <module> ...` (the module's `__main__` runs),
+        `-c <code> ...` or `<script.py> ...`, optionally after `-u` (output is
+        unbuffered anyway).
       env: its whole environment. Set `child_process.PARENT_PID_ENV` (through
         `child_process.child_env`) for it to die with this process.
       stdout_path: the file its standard output goes to.
@@ -178,8 +180,11 @@ class ForkServer:
     """
     args = list(args)
     main = args[1:] if args[:1] == ['-u'] else args
-    if len(main) < 2 or main[0] not in ('-m', '-c'):
-      raise ValueError(f'the fork server runs `-m module` or `-c code`, not {args[:2]}')
+    if main[:1] and not main[0].startswith('-'):
+      main = ['script', *main]  # python script.py ...
+    if len(main) < 2 or main[0] not in ('-m', '-c', 'script'):
+      raise ValueError(f'the fork server runs `-m module`, `-c code` or a script, not '
+                       f'{args[:2]}')
     command = [self._python, *args]
     request = dict(kind=main[0], main=main[1], argv=main[2:], env=dict(env), command=command,
                    cwd=cwd or os.getcwd(), stdout=os.path.abspath(stdout_path),
@@ -312,15 +317,17 @@ def _open(path: str, append: bool) -> int:
                  0o644)
 
 
-def _set_path(cwd: str, pythonpath: str) -> None:
-  """`sys.path` as `python -m` in `cwd` with `pythonpath` would start with: the
-  directory first, then PYTHONPATH's entries, then the interpreter's own. (Modules the
-  server preloaded stay as they were loaded.)"""
+def _set_path(request: Dict) -> None:
+  """`sys.path` as the interpreter would start the request with: the working directory
+  (`-m`), '' (`-c`) or the script's directory first, then PYTHONPATH's entries, then the
+  interpreter's own. (Modules the server preloaded stay as they were loaded.)"""
   def entries(value):
     return [os.path.abspath(p) for p in value.split(os.pathsep) if p]
+  first = {'-m': request['cwd'], '-c': '',
+           'script': os.path.dirname(os.path.abspath(request['main']))}[request['kind']]
   server_entries = set(entries(os.environ.get('PYTHONPATH', '')))
   rest = [p for p in sys.path[1:] if os.path.abspath(p) not in server_entries]
-  sys.path[:] = [cwd] + entries(pythonpath) + rest
+  sys.path[:] = [first] + entries(request['env'].get('PYTHONPATH', '')) + rest
 
 
 def _set_command_line(args: Sequence[str]) -> None:
@@ -339,10 +346,13 @@ def _set_command_line(args: Sequence[str]) -> None:
 
 
 def _run_main(request: Dict) -> None:
-  """Runs the request's `-m` module or `-c` code as `__main__`, as the interpreter would."""
+  """Runs the request's module, code or script as `__main__`, as the interpreter would."""
   if request['kind'] == '-m':
     sys.argv = [request['main'], *request['argv']]  # runpy sets [0] to the module's file
     runpy.run_module(request['main'], run_name='__main__', alter_sys=True)
+  elif request['kind'] == 'script':
+    sys.argv = [request['main'], *request['argv']]
+    runpy.run_path(request['main'], run_name='__main__')
   else:
     sys.argv = ['-c', *request['argv']]
     main = sys.modules['__main__'] = types.ModuleType('__main__')
@@ -356,9 +366,11 @@ def _run_program(request: Dict, middle_pid: int) -> None:
     _set_command_line(request['command'])  # first: tests and people look processes up
     os.setsid()
     os.chdir(request['cwd'])
-    _set_path(request['cwd'], request['env'].get('PYTHONPATH', ''))
+    _set_path(request)
     os.environ.clear()
     os.environ.update(request['env'])
+    tempfile.tempdir = None  # read TMPDIR again, from this environment
+    sys.orig_argv = list(request['command'])  # what a program re-executing itself runs
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     out = _open(request['stdout'], request['append'])
     err = _open(request['stderr'], request['append']) if request['stderr'] else out

@@ -60,7 +60,8 @@ def _starter():
 
 def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = None,
           env: Optional[Mapping[str, str]] = None, cwd: str = REPO):
-  """Starts `python <args>` (`-m module ...` or `-c code ...`) with its output in files.
+  """Starts `python <args>` (`-m module ...`, `-c code ...` or `script.py ...`) with its
+  output in files (stderr with stdout if `stderr_path` is None).
 
   Returns:
     The child, with `subprocess.Popen`'s poll/wait/send_signal/kill/pid/returncode.
@@ -72,16 +73,18 @@ def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = No
 
 
 def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
-        cwd: str = REPO) -> subprocess.CompletedProcess:
+        cwd: str = REPO, stderr_to_stdout: bool = False) -> subprocess.CompletedProcess:
   """Runs `python <args>` to its end, as `subprocess.run(..., capture_output=True,
-  text=True, timeout=timeout)` would.
+  text=True, timeout=timeout)` would (with `stderr_to_stdout`, as
+  `stdout=PIPE, stderr=STDOUT`).
 
   Raises:
     subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).
   """
   with tempfile.TemporaryDirectory(prefix='tfrl-test-run-') as tmp:
     out, err = os.path.join(tmp, 'stdout'), os.path.join(tmp, 'stderr')
-    child = start(args, out, err, env=env, cwd=cwd)
+    open(err, 'w').close()
+    child = start(args, out, None if stderr_to_stdout else err, env=env, cwd=cwd)
     try:
       child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -10,12 +10,13 @@ import importlib.util
 import os
 import re
 import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = ['dqn_minimal.py', 'ppo_minimal.py']
@@ -38,8 +39,7 @@ def _load(name: str):
 
 def _run(name: str, *args: str) -> subprocess.CompletedProcess:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run([sys.executable, _path(name), *args], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=600)
+  return python_runs.run([_path(name), *args], timeout=600, env=env)
 
 
 def _play(policy_dir: str, episodes: int = 3, seed: int = 123) -> float:

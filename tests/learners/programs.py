@@ -9,7 +9,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pytest
 
-import python_runs  # tests/python_runs.py
 from tfrl import actors
 from tfrl import checkpoints
 from tfrl import export
@@ -25,6 +24,13 @@ SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
          'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
          'Experiment.num_eval_episodes=2']
 START_TIMEOUT_S = 180  # a TF program's import and set-up, on a loaded 2-core machine
+
+
+def _python_runs():
+  """tests/python_runs.py, imported when first used: benchmarks/reliability.py imports
+  this module's settings from a path without tests/ on it."""
+  import python_runs  # pylint: disable=g-import-not-at-top
+  return python_runs
 
 
 def program_env(**extra: str) -> Dict[str, str]:
@@ -52,7 +58,7 @@ class Programs:
             env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     assert name not in self.processes, name
     self._programs[name] = program
-    self.processes[name] = python_runs.start(
+    self.processes[name] = _python_runs().start(
         ['-u', '-m', f'learners.{program}', *args], os.path.join(self.log_dir, f'{name}.out'),
         self.log_path(name), env=env or program_env())
     return self.processes[name]
@@ -163,7 +169,7 @@ def run_launch(root_dir, gin_file: str, bindings: Sequence[str], num_collectors:
   a loaded 2-core machine a trainer's final exports took over its 12 s share, and these
   jobs test what they train and export, not the stop's timing (test_signals and
   test_watchdogs do, with the default)."""
-  return python_runs.run(
+  return _python_runs().run(
       ['-m', 'learners.launch', f'--root_dir={root_dir}', f'--gin_file={gin_file}',
        f'--num_collectors={num_collectors}', f'--timeout_s={timeout_s}',
        f'--stop_grace_s={stop_grace_s}'] + [f'--gin_bindings={b}' for b in bindings],

@@ -138,6 +138,15 @@ def test_code_runs_as_python_dash_c(server, tmp_path):
   assert out.read_text() == "__main__ ['-c', 'x']\nbad input\n"
 
 
-def test_neither_module_nor_code_is_refused(server, tmp_path):
+def test_a_script_runs_as_python_script_py(server, tmp_path):
+  out = tmp_path / 'out'
+  child = server.start([os.path.join(HERE, 'forked_target.py'), '0'],
+                       dict(os.environ, PYTHONPATH=REPO), str(out), cwd=str(tmp_path))
+  assert child.wait(timeout=60) == 0
+  report = json.loads(out.read_text().splitlines()[0])
+  assert report['main'] == '__main__' and report['path_ok'], report  # its dir on the path
+
+
+def test_other_interpreter_options_are_refused(server, tmp_path):
   with pytest.raises(ValueError, match='-m module'):
-    server.start(['script.py'], _env(), str(tmp_path / 'out'))
+    server.start(['-X', 'dev'], _env(), str(tmp_path / 'out'))
