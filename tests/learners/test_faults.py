@@ -240,8 +240,19 @@ def _job_processes(root_dir: str) -> list:
   return found
 
 
+# `python -m learners.launch` as a terminal's foreground job starts it: with Ctrl-C's
+# default action, whatever this test process inherited (pytest-xdist's workers, and
+# anything started in the background of a non-interactive shell, ignore SIGINT, and the
+# launcher keeps an inherited ignore, as `nohup` asks).
+_AS_FROM_A_TERMINAL = ('import runpy, signal, sys; '
+                       'signal.signal(signal.SIGINT, signal.default_int_handler); '
+                       'sys.argv[0] = "launch"; '
+                       'runpy.run_module("learners.launch", run_name="__main__", '
+                       'alter_sys=True)')
+
+
 def _launch(root: str, *args: str, **popen_kwargs) -> subprocess.Popen:
-  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}', *args]
+  command = [sys.executable, '-c', _AS_FROM_A_TERMINAL, f'--root_dir={root}', *args]
   return subprocess.Popen(command, cwd=REPO, env=program_env(
       PYTHONPATH=os.pathsep.join([REPO, HERE])), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, **popen_kwargs)

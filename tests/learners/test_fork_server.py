@@ -38,8 +38,10 @@ def test_a_forked_program_runs_as_an_exec_would(server, tmp_path):
                        str(out), str(err), cwd=str(tmp_path))
   assert child.wait(timeout=120) == 3
   report = json.loads(out.read_text())
+  # orig_argv: what a program that re-executes itself (the trainer's restart) runs.
   assert report == dict(argv=['3', '0'], cwd=str(tmp_path), value='seen', main='__main__',
-                        path_ok=True)
+                        path_ok=True, orig_argv=[sys.executable, '-m', 'forked_target',
+                                                 '3', '0'])
   assert err.read_text() == 'on stderr\n'
 
 
