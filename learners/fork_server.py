@@ -8,11 +8,11 @@ forks a copy of itself for each program, which runs `python -m learners.<program
 exactly as an exec'd interpreter would (same `sys.argv`, environment, working
 directory, standard streams, and `__main__`).
 
-Forking is safe at that point because nothing has started yet: no TensorFlow op has
-run (the runtime and its thread pools are created by the first op), no gRPC channel or
-Reverb server exists, and the server runs no Python threads (OpenBLAS's worker, the one
-native thread, is made fork-safe by OpenBLAS itself). The program modules themselves
-(which define flags when imported) are imported only in the fork.
+Forking is safe then because nothing has started: no TensorFlow op has run (the
+runtime and its thread pools come with the first op), no gRPC channel or Reverb server
+exists, and no Python thread runs (OpenBLAS's worker, the one native thread, is
+fork-safe by OpenBLAS's design). The program modules (which define flags when imported)
+are imported only in the fork.
 
 Each program is still the caller's child: the server forks twice and the middle
 process exits at once, so Linux re-parents the program to the nearest ancestor marked
@@ -20,9 +20,8 @@ as a child subreaper, which `ForkServer` makes the calling process. `ForkedProce
 then waits for it, reads its exit status and signals it as `subprocess.Popen` would,
 and the program dies with its launcher (`learners.child_process`) once re-parented.
 
-The server is used where Linux offers subreapers; `TFRL_FORK_SERVER=0` turns it off
-(every program is then exec'd, as before). The server ends when its caller closes it or
-dies.
+Used where Linux offers subreapers; with `TFRL_FORK_SERVER=0` every program is exec'd.
+The server ends when its caller closes it or dies.
 """
 import ast
 import atexit
@@ -52,11 +51,9 @@ PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.train', 'learners.coll
                       'learners.eval', 'learners.train_eval', 'learners.launch',
                       'learners.pbt_member')
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-# The server's last argument: room in its argument area for each program's command line
-# (`_set_command_line`), blank in `ps`.
+# The server's last argument: room for each program's command line (blank in `ps`).
 ROOM_ARG = ' ' * 4096
-# The server's first answer waits for its imports: seconds on a quiet machine, minutes
-# on a loaded one.
+# The first answer waits for the server's imports (minutes on a loaded machine).
 ANSWER_TIMEOUT_S = 300.0
 # A forked program waits this long for its middle parent to exit and the re-parenting.
 _ADOPTION_TIMEOUT_S = 30.0
@@ -82,7 +79,7 @@ def _become_subreaper() -> bool:
 
 class ForkedProcess:
   """`subprocess.Popen`'s interface (pid, args, returncode, poll, wait, send_signal,
-  terminate, kill) over a program the fork server started as this process's child."""
+  kill) over a program the fork server started as this process's child."""
 
   def __init__(self, pid: int, args: Sequence[str]):
     self.pid = pid
@@ -116,9 +113,6 @@ class ForkedProcess:
   def send_signal(self, sig: int) -> None:
     if self.poll() is None:
       os.kill(self.pid, sig)
-
-  def terminate(self) -> None:
-    self.send_signal(signal.SIGTERM)
 
   def kill(self) -> None:
     self.send_signal(signal.SIGKILL)
@@ -378,8 +372,8 @@ def _run_program(request: Dict, middle_pid: int) -> None:
     os.dup2(err, 2)
     sys.stdout.reconfigure(line_buffering=True, write_through=True)
     sys.stderr.reconfigure(line_buffering=True, write_through=True)
-    # Once the middle process is gone this process belongs to the requester; only then
-    # can it ask to die with it (a request made earlier would fire at the re-parenting).
+    # Only once adopted by the requester can it ask to die with it (earlier, the
+    # re-parenting itself would fire the request).
     deadline = time.monotonic() + _ADOPTION_TIMEOUT_S
     while os.getppid() == middle_pid and time.monotonic() < deadline:
       time.sleep(0.001)
