@@ -180,10 +180,12 @@ class ForkServer:
       raise ValueError(f'the fork server runs `-m module`, `-c code` or a script, not '
                        f'{args[:2]}')
     command = [self._python, *args]
+    outputs = [os.path.abspath(p) for p in (stdout_path, stderr_path) if p]
+    for path in outputs:  # as with Popen, the files exist once this returns
+      os.close(_open(path, append))
     request = dict(kind=main[0], main=main[1], argv=main[2:], env=dict(env), command=command,
-                   cwd=cwd or os.getcwd(), stdout=os.path.abspath(stdout_path),
-                   stderr=os.path.abspath(stderr_path) if stderr_path else None,
-                   append=append)
+                   cwd=cwd or os.getcwd(), stdout=outputs[0],
+                   stderr=outputs[1] if stderr_path else None)
     server = self._server or self._start_server()
     try:
       server.stdin.write((json.dumps(request) + '\n').encode())
@@ -366,8 +368,8 @@ def _run_program(request: Dict, middle_pid: int) -> None:
     tempfile.tempdir = None  # read TMPDIR again, from this environment
     sys.orig_argv = list(request['command'])  # what a program re-executing itself runs
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    out = _open(request['stdout'], request['append'])
-    err = _open(request['stderr'], request['append']) if request['stderr'] else out
+    out = _open(request['stdout'], append=True)  # the requester created or truncated it
+    err = _open(request['stderr'], append=True) if request['stderr'] else out
     os.dup2(out, 1)
     os.dup2(err, 2)
     sys.stdout.reconfigure(line_buffering=True, write_through=True)

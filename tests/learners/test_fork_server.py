@@ -45,6 +45,24 @@ def test_a_forked_program_runs_as_an_exec_would(server, tmp_path):
   assert err.read_text() == 'on stderr\n'
 
 
+def test_the_output_files_are_ready_when_start_returns(server, tmp_path):
+  """As with Popen: a caller may read the logs at once (they exist, truncated or not)."""
+  fresh, old = tmp_path / 'fresh.log', tmp_path / 'old.log'
+  old.write_text('earlier run\n')
+  child = server.start(['-m', 'forked_target', '0', '60'], _env(), str(fresh), str(old),
+                       append=False)
+  try:
+    assert fresh.exists() and 'earlier run' not in old.read_text()
+  finally:
+    child.kill()
+    child.wait(timeout=60)
+  old.write_text('earlier run\n')
+  child = server.start(['-m', 'forked_target', '0'], _env(), str(fresh), str(old),
+                       append=True)
+  assert child.wait(timeout=60) == 0
+  assert old.read_text() == 'earlier run\non stderr\n'
+
+
 def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server, tmp_path):
   child = server.start(['-m', 'forked_target', '0', '60'], _env(), str(tmp_path / 'out'),
                        cwd=str(tmp_path))
