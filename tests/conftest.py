@@ -6,6 +6,7 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import contextlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import resource  # pylint: disable=g-import-not-at-top,wrong-import-position
 import signal  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -117,21 +118,66 @@ def pytest_collection_modifyitems(config, items):
   items.sort(key=lambda item: _path_of(item) not in JOB_FILES)  # stable: jobs first
 
 
-# Seconds per test file (setup, call and teardown), printed after the run: where the
-# suite's 20-minute budget goes (BUILD_NOTES.md, "The test suite").
+# Seconds and CPU seconds per test file (setup, call and teardown), printed after the
+# run: where the suite's 20-minute budget goes (BUILD_NOTES.md, "The test suite"). CPU
+# counts the test process and the children it has waited for (its programs, servers,
+# notebook kernels), so a file whose tests mostly wait shows it.
 _SECONDS_PER_FILE = {}
+_CPU_SECONDS_PER_FILE = {}
+_CPU_PROPERTY = 'cpu_seconds'
+
+
+def _cpu_seconds() -> float:
+  own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                       resource.RUSAGE_CHILDREN))
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  del call
+  outcome = yield
+  start = item.stash.get(_PHASE_START, None)
+  if start is not None:
+    outcome.get_result().user_properties.append((_CPU_PROPERTY, _cpu_seconds() - start))
+
+
+_PHASE_START = pytest.StashKey[float]()
+
+
+def _measured(item):
+  item.stash[_PHASE_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  _measured(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+  _measured(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+  _measured(item)
 
 
 def pytest_runtest_logreport(report):
   path = report.nodeid.split('::', 1)[0].split('@', 1)[0]
   _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
+  cpu = sum(value for name, value in report.user_properties if name == _CPU_PROPERTY)
+  _CPU_SECONDS_PER_FILE[path] = _CPU_SECONDS_PER_FILE.get(path, 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter):
   if not _SECONDS_PER_FILE:
     return
-  terminalreporter.section('seconds per test file (slowest 20)')
+  terminalreporter.section('seconds per test file (slowest 20): wall, CPU')
   ranked = sorted(_SECONDS_PER_FILE.items(), key=lambda kv: -kv[1])
   for path, seconds in ranked[:20]:
-    terminalreporter.write_line(f'{seconds:8.1f} s  {path}')
-  terminalreporter.write_line(f'{sum(_SECONDS_PER_FILE.values()):8.1f} s  in all')
+    terminalreporter.write_line(
+        f'{seconds:8.1f} s {_CPU_SECONDS_PER_FILE.get(path, 0.0):8.1f} cpu-s  {path}')
+  terminalreporter.write_line(f'{sum(_SECONDS_PER_FILE.values()):8.1f} s '
+                              f'{sum(_CPU_SECONDS_PER_FILE.values()):8.1f} cpu-s  in all')
