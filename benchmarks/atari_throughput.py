@@ -27,7 +27,7 @@ Paths (frames are ALE frames: 4 per env step, AtariPreprocessing's frame skip):
   ceiling        the same agent's `agent.train` in a `tf.while_loop` inside one
                  `tf.function` on one fixed in-memory batch of those unrolls.
 
-Targets (issue 15): collect >= 50% of raw; learner >= 80% of the ceiling. The training
+Targets: collect >= 50% of raw; learner >= 80% of the ceiling. The training
 frames/s against SB3 PPO at the same settings come from benchmarks/solve_time.py's
 budget runs (`--algos=ppo_pong,ppo_breakout`, "frames/s while training"; target 2x).
 

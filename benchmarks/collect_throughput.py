@@ -32,7 +32,7 @@ The raw loop's random policy plays longer episodes than the untrained DQN policy
 spends fewer steps on resets: judging on env steps/s is slightly conservative for tfrl.
 
 Targets (from the issues): tfrl >= 20x the tf-agents Actor, and >= 60% of the raw loop
-(issue 15; it was 25%). `--breakdown` also times each stage of tfrl's vector step
+(it was 25%). `--breakdown` also times each stage of tfrl's vector step
 (policy call, env step, BatchedEnv's bookkeeping, writer, episode statistics) on its own,
 the profile that says where a miss goes.
 The script always exits 0 (it is a measurement) and prints PASS/MISS against them.
@@ -67,7 +67,7 @@ ENV_ID = 'CartPole-v1'
 TABLE = 'replay'
 ALL_PATHS = ('tfrl', 'tf-agents', 'tfrl-nowrite', 'tfrl-workers', 'raw')
 TARGET_VS_PEER = 20.0
-TARGET_VS_RAW = 0.6  # issue 15 (it was 0.25 before)
+TARGET_VS_RAW = 0.6  # it was 0.25 before
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('num_envs', 64, 'Envs stepped together by tfrl and the raw loop.')

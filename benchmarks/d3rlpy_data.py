@@ -1,4 +1,4 @@
-"""An RLDS dataset as the arrays d3rlpy's `MDPDataset` takes (issue 25's offline peer).
+"""An RLDS dataset as the arrays d3rlpy's `MDPDataset` takes (for the offline peer).
 
 d3rlpy (in its own venv, benchmarks/peers/d3rlpy_requirements.txt) reads flat step
 arrays: `observations`, `actions`, `rewards` (what followed each action), and per step a

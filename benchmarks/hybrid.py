@@ -1,4 +1,4 @@
-"""Hybrid SAC on HalfCheetah-v5: online learning that starts from a dataset (issue 25).
+"""Hybrid SAC on HalfCheetah-v5: online learning that starts from a dataset.
 
 RLPD's recipe (Ball et al. 2023) on tfrl's SAC (`sac_halfcheetah.gin`): each batch is
 half rows of a dataset (`TransitionReplay.dataset_fraction = 0.5`, symmetric sampling)

@@ -46,7 +46,7 @@ machine other jobs only ever slow a measurement down, so each path's figure is i
 round, and the spread over rounds is printed next to it.
 
 Targets (from the issues): tfrl >= 5x the tf-agents Learner, and >= 85% of the ceiling with
-batches mixed from several items (issue 15; it was >= 50% with one item per batch).
+batches mixed from several items (it was >= 50% with one item per batch).
 The script always exits 0 (it is a measurement) and prints PASS/MISS against them.
 
 Run (from the repository root):

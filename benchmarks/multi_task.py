@@ -1,5 +1,4 @@
-"""Multi-task IMPALA: three MiniGrid tasks at once, in one process and under tfrl-launch
-(issue 26).
+"""Multi-task IMPALA: three MiniGrid tasks at once, in one process and under tfrl-launch.
 
 Runs `impala_minigrid_multitask.gin` (DoorKey-5x5, LavaGapS5 and SimpleCrossingS9N1 at
 once; every evaluation evaluates all three; the job ends once each task's return reaches

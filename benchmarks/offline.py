@@ -1,4 +1,4 @@
-"""Offline RL on datasets tfrl makes itself, against d3rlpy on the same data (issue 25).
+"""Offline RL on datasets tfrl makes itself, against d3rlpy on the same data.
 
 Three stages (--stages, in this order):
 

@@ -1,4 +1,4 @@
-"""Population-based training against its own starting points (issue 28).
+"""Population-based training against its own starting points.
 
 For each seed:
 

@@ -47,7 +47,7 @@ RL-Zoo's, listed in sb3_solve.py):
                    8 envs x 128 steps, batch 64, 10 epochs, lr 2.5e-4).
   dqn_per, impala, clear, appo   tfrl only (see below).
 
-Tasks judged on budgets (no threshold; issue 14): each side trains for
+Tasks judged on budgets (no threshold): each side trains for
 `--budget_seconds` (tfrl: `Experiment.max_train_seconds`; SB3: its time cap), ends
 with one more evaluation, and the table gives the return at that point, the return at
 each of the task's env-step budgets (interpolated between the evaluations either side
@@ -186,7 +186,7 @@ class Task:
   returns: str = 'eval'                # 'train': the training episodes' (Atari)
   frames_per_step: int = 1             # Atari's frame skip: env frames per env step
   # Seeds run unless --seeds is given: at least 5 where one run (either side) costs
-  # under 3 minutes, at least 3 otherwise (issue 23).
+  # under 3 minutes, at least 3 otherwise.
   seeds: int = 5
 
 

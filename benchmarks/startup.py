@@ -12,7 +12,7 @@ reports three clocks per run:
   process    the whole process, start to exit, as a person waits for it: tfrl's
              includes its confirming evaluation, final checkpoint and exports.
 
-Targets (issue 15): tfrl's start-up <= 3.5 s (median of all its runs), and for each
+Targets: tfrl's start-up <= 3.5 s (median of all its runs), and for each
 algorithm the median whole-process time to solve <= 0.6x SB3's.
 
 Run (from the repository root):

@@ -1,4 +1,4 @@
-"""Forgetting on a task sequence: IMPALA against CLEAR (issue 26).
+"""Forgetting on a task sequence: IMPALA against CLEAR.
 
 Runs `learners.train_eval` with `<algo>_minigrid_sequence.gin` (DoorKey-5x5, then
 LavaGapS5, 600k env steps each, then SimpleCrossingS9N1, 1.5M; every evaluation evaluates all

@@ -1,4 +1,4 @@
-"""d3rlpy's offline agents on a dataset from benchmarks/d3rlpy_data.py (issue 25's peer).
+"""d3rlpy's offline agents on a dataset from benchmarks/d3rlpy_data.py (tfrl's offline peer).
 
 Runs in its own venv (benchmarks/peers/.venv-d3rlpy, from d3rlpy_requirements.txt;
 benchmarks/offline.py creates it and runs this script). Trains one algorithm for

@@ -162,7 +162,7 @@ def linear(initial_value):
 # and Pendulum-v1, "Tuned"), hyperparams/sac.yml (Pendulum-v1) and
 # hyperparams/ppo_lstm.yml (CartPoleNoVel-v1, "Tuned"); LunarLander from dqn.yml and
 # ppo.yml (LunarLander-v2 there; gymnasium 1.x has v3, the same task with fixes),
-# evaluated on 20 episodes (issue 14's "200 over 20 episodes"). `n_envs`, `n_timesteps` and
+# evaluated on 20 episodes ("200 over 20 episodes", the target). `n_envs`, `n_timesteps` and
 # `normalize` (VecNormalize kwargs, or None) are the Zoo's run settings (n_envs defaults
 # to 1 there); the rest are the algorithm's kwargs. `cls` is a callable that returns the
 # algorithm class (so sb3-contrib is imported only when used); `env` is an env id or a

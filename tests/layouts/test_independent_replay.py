@@ -1,4 +1,4 @@
-"""Independent replay samples (issue 23): uniform transition batches draw from many
+"""Independent replay samples: uniform transition batches draw from many
 vector steps and envs with each stored transition equally likely; prioritized replay
 keeps one priority per transition; sequence replay draws unrolls uniformly; the
 transition layouts' datasets under MirroredStrategy on two CPUs.

@@ -1,5 +1,5 @@
-"""Bad input fails at configuration with one 'error:' line and exit status 2 (issue 22
-item 6); the Reverb exposure warning prints once; a mid-episode observation shape change
+"""Bad input fails at configuration with one 'error:' line and exit status 2; the
+Reverb exposure warning prints once; a mid-episode observation shape change
 names its env; a full disk is one line and exit status 6; train_steps_per_sec is written
 for DQN-like runs (item 9)."""
 import dataclasses

@@ -1,6 +1,6 @@
 """One job per root_dir, the run's lineage, and falling back past unreadable checkpoints.
 
-Issue 22 items 3-5: a second job on a root_dir is refused naming the holder; a stale
+A second job on a root_dir is refused naming the holder; a stale
 lock is taken; restore finds checkpoints without the `checkpoint` state file and falls
 back past an unreadable newest one; a from-scratch job never replaces another run's
 exports unless told to (--overwrite); a failed checkpoint write leaves no ckpt-N_temp.

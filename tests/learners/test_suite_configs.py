@@ -1,4 +1,4 @@
-"""The standard-task configs (issue 14: Box2D, MuJoCo, MiniGrid, Atari) run briefly in
+"""The standard-task configs (Box2D, MuJoCo, MiniGrid, Atari) run briefly in
 `train_eval` and under `learners.launch`, a few train steps each, and their exported
 policies load as a user loads them and play an episode of the task. Whether they learn
 is benchmarks/ work (minutes to hours each on this machine: benchmarks/RESULTS.md);

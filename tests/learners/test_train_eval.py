@@ -129,7 +129,7 @@ TINY_CLI = ['--gin_file=ppo_cartpole.gin', '--gin_bindings=Experiment.num_train_
             '--gin_bindings=Experiment.target_return = None',
             '--gin_bindings=Experiment.num_eval_episodes = 1',
             '--gin_bindings=create_ppo_agent.num_epochs = 1']
-# What the default output must not show (issue 16): TensorFlow's CUDA-factory "errors"
+# What the default output must not show: TensorFlow's CUDA-factory "errors"
 # and CPU notices, gym's notice, gin's search misses, TensorFlow's SavedModel INFO
 # pages, Reverb's C++ life-cycle lines.
 NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', 'Path not found',
@@ -140,7 +140,7 @@ NOISE = ('Unable to register', 'cpu_feature_guard', 'unmaintained', 'Path not fo
 def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   env_run = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI)
   assert env_run.returncode == 0, env_run.stderr[-3000:]
-  # The embedded server's exposure warning, once (issue 22), then progress lines only.
+  # The embedded server's exposure warning, once, then progress lines only.
   warning, *lines = env_run.stderr.splitlines()
   assert warning.startswith('WARNING: Reverb server on port '), warning
   # The job's phases log from learners/one_process_job.py, the CLI from train_eval.
