@@ -1,7 +1,7 @@
 """Bad input fails at configuration with one 'error:' line and exit status 2; the
 Reverb exposure warning prints once; a mid-episode observation shape change
 names its env; a full disk is one line and exit status 6; train_steps_per_sec is written
-for DQN-like runs (item 9)."""
+for DQN-like runs."""
 import dataclasses
 import errno
 import os
