@@ -379,6 +379,10 @@ def _run_program(request: Dict, middle_pid: int) -> None:
     deadline = time.monotonic() + _ADOPTION_TIMEOUT_S
     while os.getppid() == middle_pid and time.monotonic() < deadline:
       time.sleep(0.001)
+    if os.getppid() == middle_pid:
+      print(f'fork server: not re-parented within {_ADOPTION_TIMEOUT_S:.0f} s (the '
+            f'middle process {middle_pid} is still alive); starting anyway',
+            file=sys.stderr)
     child_process.die_with_parent_if_asked()
     if 'numpy' in sys.modules:  # an exec'd program draws its own global seed
       sys.modules['numpy'].random.seed()
@@ -416,10 +420,13 @@ def _fork_program(request: Dict) -> Dict:
     answer = {}
     try:
       os.close(read_end)
+      # Taken here: the program's own getppid() may already be its adopter's, if this
+      # process exits before the program asks.
+      middle_pid = os.getpid()
       pid = os.fork()
       if pid == 0:
         os.close(write_end)
-        _run_program(request, os.getppid())
+        _run_program(request, middle_pid)
       answer = {'pid': pid}
     except BaseException as e:  # pylint: disable=broad-except
       answer = {'error': f'{type(e).__name__}: {e}'}

@@ -63,6 +63,27 @@ def test_the_output_files_are_ready_when_start_returns(server, tmp_path):
   assert old.read_text() == 'earlier run\non stderr\n'
 
 
+def test_a_program_slow_to_run_after_its_fork_starts_without_waiting(tmp_path):
+  """A program may first run after its middle parent has exited (here each fork's child
+  handlers sleep, as a library's may take time): it must see that it was adopted, not
+  wait for a re-parenting that already happened."""
+  site = tmp_path / 'site'
+  site.mkdir()
+  (site / 'sitecustomize.py').write_text(
+      'import os, time\nos.register_at_fork(after_in_child=lambda: time.sleep(0.5))\n')
+  path = os.pathsep.join([str(site), REPO, HERE])
+  starter = fork_server.ForkServer(log_path=str(tmp_path / 'server.log'),
+                                   env=dict(os.environ, PYTHONPATH=path))
+  try:
+    err = tmp_path / 'err'
+    child = starter.start(['-m', 'forked_target', '0'], dict(os.environ, PYTHONPATH=path),
+                          str(tmp_path / 'out'), str(err))
+    assert child.wait(timeout=120) == 0
+    assert err.read_text() == 'on stderr\n'  # no "not re-parented within 30 s"
+  finally:
+    starter.close()
+
+
 def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server, tmp_path):
   child = server.start(['-m', 'forked_target', '0', '60'], _env(), str(tmp_path / 'out'),
                        cwd=str(tmp_path))
