@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Mapping, Optional, Sequence
 
 from learners import fork_server
@@ -45,17 +46,20 @@ class _Exec:
 
 
 _STARTER = []
+_STARTER_LOCK = threading.Lock()
 
 
 def _starter():
-  if not _STARTER:
-    if fork_server.enabled():
-      log = os.path.join(tempfile.gettempdir(), f'tfrl-test-fork-server-{os.getpid()}.log')
-      _STARTER.append(fork_server.ForkServer(env=base_env(), log_path=log))
-      atexit.register(_STARTER[0].close)
-    else:
-      _STARTER.append(_Exec())
-  return _STARTER[0]
+  with _STARTER_LOCK:  # test threads may start children at once
+    if not _STARTER:
+      if fork_server.enabled():
+        log = os.path.join(tempfile.gettempdir(),
+                           f'tfrl-test-fork-server-{os.getpid()}.log')
+        _STARTER.append(fork_server.ForkServer(env=base_env(), log_path=log))
+        atexit.register(_STARTER[0].close)
+      else:
+        _STARTER.append(_Exec())
+    return _STARTER[0]
 
 
 def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = None,

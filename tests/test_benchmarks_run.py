@@ -2,11 +2,12 @@
 
 The benchmarks are absl apps with module-level flags that nothing else imports, so a
 function that moved or was renamed under them (as `process.die_with_parent` once did)
-broke them only for the next person to run one. Here each runs as a subprocess, as a
-user starts it, two at a time (the machine's two cores), and must exit 0 and print its
-figure. The helper modules that the scripts import (common, curves, stats, summary) are
-imported together in one more subprocess (task_curves draws in both task scripts' runs); a new script in benchmarks/ must get a smoke
-run here (`test_every_script_has_a_smoke_run`).
+broke them only for the next person to run one. Here each runs as `python script.py
+...` would (a fork of the tests' preloaded process, tests/python_runs.py), two at a
+time (the machine's two cores), and must exit 0 and print its figure. The helper
+modules that the scripts import (common, curves, stats, summary; task_curves draws in
+both task scripts' runs) are imported together in one more run; a new script in
+benchmarks/ must get a smoke run here (`test_every_script_has_a_smoke_run`).
 
 The peers' SB3 venv (benchmarks/peers) is never built: solve_time.py and startup.py
 run with --skip_peer, and scaling.py measures tfrl only.
@@ -15,13 +16,14 @@ import concurrent.futures
 import dataclasses
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
 from typing import Dict, List
 
 import pytest
+
+import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
@@ -169,53 +171,58 @@ class Run:
   seconds: float
 
 
-def _run(argv: List[str], cwd: str, tmp_dir: str) -> Run:
+def _run(commands: List[List[str]], cwd: str, tmp_dir: str) -> Run:
+  """Runs `python <args>` for each of `commands` in turn (the first that fails ends
+  the run), each as a fork of the tests' preloaded process (tests/python_runs.py)."""
   # TMPDIR: what a script leaves in tempfile's directory goes with the test's tmp_path.
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1', TMPDIR=tmp_dir)
   start = time.monotonic()
-  try:
-    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
-    returncode, output = done.returncode, done.stdout
-  except subprocess.TimeoutExpired as e:
-    returncode, output = -1, f'timed out after {TIMEOUT_S} s:\n{e.stdout or ""}'
+  returncode, output = 0, ''
+  for args in commands:
+    try:
+      done = python_runs.run(args, timeout=TIMEOUT_S, env=env, cwd=cwd,
+                             stderr_to_stdout=True)
+      returncode, output = done.returncode, output + done.stdout
+    except subprocess.TimeoutExpired:
+      returncode, output = -1, f'{output}timed out after {TIMEOUT_S} s: {args[:1]}'
+    if returncode:
+      break
   return Run(returncode, output, time.monotonic() - start)
 
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory) -> Dict[str, Run]:
   """Every script's smoke run and the helpers' import, two at a time."""
-  jobs = {name: ([sys.executable, os.path.join(BENCHMARKS, f'{name}.py'), *args], REPO)
+  jobs = {name: ([[os.path.join(BENCHMARKS, f'{name}.py'), *args]], REPO)
           for name, args in SMOKE_ARGS.items()}
   # solve_time.py writes its summary under runs/ by default: into the tmp dir instead.
   summary = tmp_path_factory.mktemp('solve_time') / 'summary.json'
-  jobs['solve_time'][0].append(f'--summary_json={summary}')
+  jobs['solve_time'][0][0].append(f'--summary_json={summary}')
   # task_sequence.py writes its runs and its PNG under benchmarks/ by default: tmp too.
   sequences = tmp_path_factory.mktemp('task_sequence')
-  jobs['task_sequence'][0].extend([f'--runs_dir={sequences}',
+  jobs['task_sequence'][0][0].extend([f'--runs_dir={sequences}',
                                    f'--png={sequences}/curves.png'])
   multi_task = tmp_path_factory.mktemp('multi_task')
-  jobs['multi_task'][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
+  jobs['multi_task'][0][0].extend([f'--runs_dir={multi_task}', f'--png={multi_task}/curves.png'])
   offline = tmp_path_factory.mktemp('offline')
-  jobs['offline'][0].extend([f'--data_dir={offline}/data', f'--runs_dir={offline}/runs',
+  jobs['offline'][0][0].extend([f'--data_dir={offline}/data', f'--runs_dir={offline}/runs',
                              f'--json_out={offline}/runs.jsonl', f'--png_dir={offline}'])
   # hybrid.py trains on offline.py's medium-replay set: first a tiny one (SAC stopped at
   # its first evaluation, once each env has played one 1,000-step episode).
   hybrid = tmp_path_factory.mktemp('hybrid')
-  make_data = [sys.executable, os.path.join(BENCHMARKS, 'offline.py'), '--stages=datasets',
+  make_data = [os.path.join(BENCHMARKS, 'offline.py'), '--stages=datasets',
                '--datasets=halfcheetah_medium_replay', f'--data_dir={hybrid}/data',
                '--medium_return=-100000', '--data_job_bindings=Experiment.num_train_steps=64,'
                'Experiment.initial_collect_steps=4096,Experiment.eval_interval=64,'
                'Experiment.num_eval_episodes=1']
-  jobs['hybrid'] = (['bash', '-c', shlex.join(make_data) + ' && ' + shlex.join(
-      jobs['hybrid'][0] + [f'--data_dir={hybrid}/data', f'--hybrid_out={hybrid}/runs.jsonl',
-                           f'--hybrid_runs_dir={hybrid}/runs', f'--png={hybrid}/curves.png'])],
-                    REPO)
-  jobs['ablation'][0].append(f'--out_dir={tmp_path_factory.mktemp("ablation")}')
+  jobs['hybrid'][0][0].extend([f'--data_dir={hybrid}/data', f'--hybrid_out={hybrid}/runs.jsonl',
+                               f'--hybrid_runs_dir={hybrid}/runs', f'--png={hybrid}/curves.png'])
+  jobs['hybrid'][0].insert(0, make_data)
+  jobs['ablation'][0][0].append(f'--out_dir={tmp_path_factory.mktemp("ablation")}')
   populations = tmp_path_factory.mktemp('pbt')
-  jobs['pbt_lunarlander'][0].extend([f'--runs_dir={populations}',
+  jobs['pbt_lunarlander'][0][0].extend([f'--runs_dir={populations}',
                                      f'--png={populations}/curves.png'])
-  jobs['helpers'] = ([sys.executable, '-c', f'import {", ".join(HELPERS)}'], BENCHMARKS)
+  jobs['helpers'] = ([['-c', f'import {", ".join(HELPERS)}']], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
