@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -50,6 +51,11 @@ ENABLE_ENV = 'TFRL_FORK_SERVER'
 PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.train', 'learners.collect',
                       'learners.eval', 'learners.train_eval', 'learners.launch',
                       'learners.pbt_member')
+# The programs that start programs themselves: each gets a fork server of its own (see
+# `_fork_inherited_server`).
+PROGRAM_STARTERS = ('learners.launch',)
+# Where a program finds the fork server forked for it: "<pid>:<answers fd>:<requests fd>".
+INHERITED_SERVER_ENV = 'TFRL_FORK_SERVER_INHERITED'
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 # The server's last argument: room for each program's command line (blank in `ps`).
 ROOM_ARG = ' ' * 4096
@@ -118,6 +124,20 @@ class ForkedProcess:
     self.send_signal(signal.SIGKILL)
 
 
+class _InheritedServer(ForkedProcess):
+  """A fork server this process's start forked for it (its child): the pipes to it, and
+  Popen's interface to the process."""
+
+  def __init__(self, pid: int, stdin, stdout):
+    super().__init__(pid, ['fork server'])
+    self.stdin, self.stdout = stdin, stdout
+
+  def wait(self, timeout: Optional[float] = None) -> int:
+    returncode = super().wait(timeout)
+    self.stdout.close()
+    return returncode
+
+
 class ForkServer:
   """Starts programs through one fork server process, started at the first request.
 
@@ -135,6 +155,31 @@ class ForkServer:
     self._env = dict(os.environ if env is None else env)
     self._server: Optional[subprocess.Popen] = None
     self._log = None
+    self._lock = threading.Lock()  # one request and its answer at a time
+
+  @classmethod
+  def inherited(cls, log_path: str = os.devnull) -> Optional['ForkServer']:
+    """The fork server this process was started with (`start(...,
+    with_fork_server=True)`), if it was and the server is still its child; else None.
+    Its programs' start costs no imports at all: the server is a fork of this
+    process's own starting point, made before the program began."""
+    spec = os.environ.pop(INHERITED_SERVER_ENV, None)
+    if not spec:
+      return None
+    try:
+      pid, answers, requests = (int(part) for part in spec.split(':'))
+      os.fstat(answers)
+      os.fstat(requests)
+    except (ValueError, OSError):
+      return None
+    server = _InheritedServer(pid, os.fdopen(requests, 'wb'), os.fdopen(answers, 'rb'))
+    if server.poll() is not None or not _become_subreaper():
+      server.stdin.close()
+      server.stdout.close()
+      return None
+    forks = cls(log_path=log_path)
+    forks._server = server
+    return forks
 
   def _start_server(self) -> subprocess.Popen:
     if not _become_subreaper():
@@ -149,7 +194,8 @@ class ForkServer:
 
   def start(self, args: Sequence[str], env: Mapping[str, str], stdout_path: str,
             stderr_path: Optional[str] = None, cwd: Optional[str] = None,
-            append: bool = True, timeout_s: float = ANSWER_TIMEOUT_S) -> ForkedProcess:
+            append: bool = True, timeout_s: float = ANSWER_TIMEOUT_S,
+            with_fork_server: Optional[bool] = None) -> ForkedProcess:
     """Starts `python <args>` as a fork of the server.
 
     Args:
@@ -163,6 +209,8 @@ class ForkServer:
       cwd: its working directory (None: this process's).
       append: append to the files (else truncate them).
       timeout_s: how long to wait for the server's answer.
+      with_fork_server: give the program a fork server of its own, for the programs it
+        starts (`ForkServer.inherited()`); None: if it is one of `PROGRAM_STARTERS`.
 
     Returns:
       The program, a child of this process.
@@ -179,21 +227,25 @@ class ForkServer:
     if len(main) < 2 or main[0] not in ('-m', '-c', 'script'):
       raise ValueError(f'the fork server runs `-m module`, `-c code` or a script, not '
                        f'{args[:2]}')
+    if with_fork_server is None:
+      with_fork_server = main[0] == '-m' and main[1] in PROGRAM_STARTERS
     command = [self._python, *args]
     outputs = [os.path.abspath(p) for p in (stdout_path, stderr_path) if p]
     for path in outputs:  # as with Popen, the files exist once this returns
       os.close(_open(path, append))
     request = dict(kind=main[0], main=main[1], argv=main[2:], env=dict(env), command=command,
                    cwd=cwd or os.getcwd(), stdout=outputs[0],
-                   stderr=outputs[1] if stderr_path else None)
-    server = self._server or self._start_server()
-    try:
-      server.stdin.write((json.dumps(request) + '\n').encode())
-      server.stdin.flush()
-    except (BrokenPipeError, ValueError) as e:
-      raise ForkServerError(f'the fork server ended (exit status {server.poll()}); see '
-                            f'{self._log_path}') from e
-    answer = self._read_answer(server, timeout_s)
+                   stderr=outputs[1] if stderr_path else None,
+                   fork_server=bool(with_fork_server))
+    with self._lock:
+      server = self._server or self._start_server()
+      try:
+        server.stdin.write((json.dumps(request) + '\n').encode())
+        server.stdin.flush()
+      except (BrokenPipeError, ValueError) as e:
+        raise ForkServerError(f'the fork server ended (exit status {server.poll()}); '
+                              f'see {self._log_path}') from e
+      answer = self._read_answer(server, timeout_s)
     if 'pid' not in answer:
       raise ForkServerError(f'the fork server could not start {" ".join(args[:2])}: '
                             f'{answer.get("error")}')
@@ -243,7 +295,8 @@ class ProgramStarter:
     self._use_forks = enabled()
 
   def start(self, command: Sequence[str], log_path: str, env: Mapping[str, str]):
-    """Starts `command` (`python [-u] -m module ...`) logging to `log_path`.
+    """Starts `command` (`python [-u] -m module ...`) logging to `log_path`; one of
+    `PROGRAM_STARTERS` gets a fork server of its own.
 
     Returns:
       The program: a `ForkedProcess` or a `subprocess.Popen`.
@@ -251,7 +304,8 @@ class ProgramStarter:
     if self._use_forks:
       # The first program's environment is the server's: what libraries read at import
       # (TF_CPP_MIN_LOG_LEVEL) is then as the programs would have it.
-      self._forks = self._forks or ForkServer(self._python, self._server_log_path, env)
+      self._forks = (self._forks or ForkServer.inherited(self._server_log_path) or
+                     ForkServer(self._python, self._server_log_path, env))
       try:
         return self._forks.start(command[1:], child_process.child_env(env), log_path)
       except ForkServerError as e:
@@ -359,12 +413,18 @@ def _run_program(request: Dict, middle_pid: int) -> None:
   """In the forked program: becomes `python -u -m <module> <argv>`; never returns."""
   status = 1
   try:
-    _set_command_line(request['command'])  # first: tests and people look processes up
+    # Before anything changes: the server is this process as the fork server left it.
+    inherited = _fork_inherited_server() if request.get('fork_server') else None
+    _detach_from_server()
+    _set_command_line(request['command'])  # tests and people look processes up
     os.setsid()
     os.chdir(request['cwd'])
     _set_path(request)
     os.environ.clear()
     os.environ.update(request['env'])
+    os.environ.pop(INHERITED_SERVER_ENV, None)  # the requester's own, if it had one
+    if inherited:
+      os.environ[INHERITED_SERVER_ENV] = inherited
     tempfile.tempdir = None  # read TMPDIR again, from this environment
     sys.orig_argv = list(request['command'])  # what a program re-executing itself runs
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -408,6 +468,29 @@ def _run_program(request: Dict, middle_pid: int) -> None:
       os._exit(status)  # pylint: disable=protected-access
 
 
+def _fork_inherited_server() -> str:
+  """Forks a fork server for the program about to run (its child, so the programs it
+  asks for are re-parented to it); returns where the program finds it
+  (`INHERITED_SERVER_ENV`). The server dies with the program."""
+  requests_read, requests_write = os.pipe()
+  answers_read, answers_write = os.pipe()
+  program_pid = os.getpid()
+  pid = os.fork()
+  if pid == 0:
+    try:
+      os.close(requests_write)
+      os.close(answers_read)
+      _detach_from_server()
+      os.environ[child_process.PARENT_PID_ENV] = str(program_pid)
+      child_process.die_with_parent_if_asked()
+      _serve(os.fdopen(requests_read, 'rb'), answers_write)
+    finally:
+      os._exit(0)  # pylint: disable=protected-access
+  os.close(requests_read)
+  os.close(answers_write)
+  return f'{pid}:{answers_read}:{requests_write}'
+
+
 def _fork_program(request: Dict) -> Dict:
   """Forks the program through a middle process; returns the answer for the requester.
 
@@ -440,6 +523,32 @@ def _fork_program(request: Dict) -> Dict:
   return json.loads(answer) if answer else {'error': 'the middle process died'}
 
 
+# The serving process's ends of its pipes: a program forked from it must not hold them
+# (its requester would not see the server end while the program lives).
+_SERVER_FDS: List[int] = []
+
+
+def _detach_from_server() -> None:
+  """Points the server's pipe fds at /dev/null in this fork (the fd numbers stay valid
+  for the file objects that still name them)."""
+  null = os.open(os.devnull, os.O_RDWR)
+  for fd in _SERVER_FDS:
+    os.dup2(null, fd)
+  os.close(null)
+  _SERVER_FDS.clear()
+
+
+def _serve(requests, answers: int) -> None:
+  """Answers each JSON request line of `requests` with a line on fd `answers`, until the
+  requester closes its end."""
+  _SERVER_FDS[:] = [requests.fileno(), answers]
+  for line in requests:
+    request = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(answers, (json.dumps(_fork_program(request)) + '\n').encode())
+
+
 def serve() -> None:
   """The server's loop: one JSON request per line on stdin, one answer per line."""
   # Answers go to the real stdout; anything a library prints goes to stderr (the log).
@@ -447,11 +556,7 @@ def serve() -> None:
   os.dup2(2, 1)
   child_process.die_with_parent_if_asked()
   preload()
-  for line in sys.stdin:
-    request = json.loads(line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.write(answers, (json.dumps(_fork_program(request)) + '\n').encode())
+  _serve(sys.stdin.buffer, answers)
 
 
 if __name__ == '__main__':

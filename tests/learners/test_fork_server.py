@@ -84,6 +84,44 @@ def test_a_program_slow_to_run_after_its_fork_starts_without_waiting(tmp_path):
     starter.close()
 
 
+_STARTS_A_PROGRAM = textwrap.dedent("""
+    import json, os, sys
+    import psutil
+    from learners import fork_server
+    forks = fork_server.ForkServer.inherited()
+    assert forks is not None and fork_server.INHERITED_SERVER_ENV not in os.environ
+    child = forks.start(['-m', 'forked_target', '4'], dict(os.environ), sys.argv[1])
+    # (waitpid would fail, and the status read 1, were the program not this one's child)
+    print(json.dumps(dict(status=child.wait(timeout=60),
+                          server_parent=psutil.Process(forks._server.pid).ppid(),
+                          me=os.getpid())))
+    forks.close()
+    """)
+
+
+def test_a_program_that_starts_programs_gets_its_own_fork_server(server, tmp_path):
+  """The launcher's case: its programs fork from a server forked for it (its child),
+  with no imports of their own, and are its children."""
+  out = tmp_path / 'out'
+  child = server.start(['-c', _STARTS_A_PROGRAM, str(tmp_path / 'inner')], _env(),
+                       str(out), with_fork_server=True)
+  assert child.wait(timeout=120) == 0, out.read_text()
+  report = json.loads(out.read_text().splitlines()[-1])
+  assert report['status'] == 4
+  assert report['server_parent'] == report['me'] == child.pid
+  assert json.loads((tmp_path / 'inner').read_text().splitlines()[0])['argv'] == ['4']
+
+
+def test_only_programs_that_start_programs_get_a_fork_server(server, tmp_path):
+  out = tmp_path / 'out'
+  code = ('import os; from learners import fork_server; '
+          'print(fork_server.ForkServer.inherited() is None)')
+  child = server.start(['-c', code], _env(**{fork_server.INHERITED_SERVER_ENV: '1:5:6'}),
+                       str(out))
+  assert child.wait(timeout=60) == 0, out.read_text()
+  assert out.read_text() == 'True\n'  # nor does it take the requester's variable
+
+
 def test_a_forked_program_is_the_callers_child_and_shows_its_own_command(server, tmp_path):
   child = server.start(['-m', 'forked_target', '0', '60'], _env(), str(tmp_path / 'out'),
                        cwd=str(tmp_path))
