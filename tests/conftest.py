@@ -70,18 +70,27 @@ def module_reverb_server_factory():
 # `make test` runs the suite in two lanes (pytest-xdist: `-n 2 --dist loadgroup
 # --no-loadscope-reorder`): one process alone used about one of the machine's two cores
 # (the suite waits on subprocesses, timeouts and servers much of the time). Each file is
-# one unit, so module fixtures run once; the files that run jobs of several TensorFlow
-# programs (launches, kills, hung processes, the learning runs) form one unit, first in
-# line, so that at most one such job runs at a time while the other lane works through
-# the single-process files.
-JOB_FILES = (
+# one unit, so module fixtures run once, and the units go out longest first (LONGEST,
+# seconds measured in clean-clone runs; BUILD_NOTES.md) so that the lanes end together.
+# The learning runs to a return threshold stay one unit: at most one of them runs at a
+# time, whatever else the other lane runs.
+LONGEST = (
     'tests/learners/test_learning.py',
-    'tests/learners/test_suite_configs.py',  # Atari under launch: 2 env processes more
+    'tests/test_benchmarks_run.py',
+    'tests/colabs/test_notebooks.py',
     'tests/learners/test_faults.py',
+    'tests/learners/test_suite_configs.py',
+    'tests/learners/test_train_eval.py',
     'tests/learners/test_programs.py',
-    'tests/learners/test_tasks.py',  # multi-task under launch
-    'tests/learners/test_watchdogs.py',
     'tests/learners/test_ray_launch.py',
+    'tests/datasets/test_offline_job.py',
+    'tests/learners/test_signals.py',
+    'tests/learners/test_pbt.py',
+    'tests/datasets/test_offline_continuous.py',
+    'tests/test_learner.py',
+    'tests/examples/test_examples.py',
+    'tests/learners/test_watchdogs.py',
+    'tests/agents/test_distributed.py',
 )
 
 
@@ -89,7 +98,14 @@ JOB_FILES = (
 # benchmark scripts: marked `integration`, which `make test-fast` leaves out (with the
 # learning runs, marked `slow`). A test elsewhere that does the same carries the mark
 # itself.
-INTEGRATION_FILES = JOB_FILES + (
+INTEGRATION_FILES = (
+    'tests/learners/test_learning.py',
+    'tests/learners/test_suite_configs.py',
+    'tests/learners/test_faults.py',
+    'tests/learners/test_programs.py',
+    'tests/learners/test_tasks.py',
+    'tests/learners/test_watchdogs.py',
+    'tests/learners/test_ray_launch.py',
     'tests/test_benchmarks_run.py',
     'tests/colabs/test_notebooks.py',
     'tests/learners/test_pbt.py',
@@ -108,14 +124,15 @@ def pytest_itemcollected(item):
   # Marked as collected: xdist turns the marks into groups in its own
   # pytest_collection_modifyitems, which may run before this file's.
   path = _path_of(item)
-  item.add_marker(pytest.mark.xdist_group('jobs' if path in JOB_FILES else path))
+  item.add_marker(pytest.mark.xdist_group(path))
   if path in INTEGRATION_FILES:
     item.add_marker(pytest.mark.integration)
 
 
 def pytest_collection_modifyitems(config, items):
   del config
-  items.sort(key=lambda item: _path_of(item) not in JOB_FILES)  # stable: jobs first
+  rank = {path: i for i, path in enumerate(LONGEST)}
+  items.sort(key=lambda item: rank.get(_path_of(item), len(LONGEST)))  # stable
 
 
 # Seconds and CPU seconds per test file (setup, call and teardown), printed after the
