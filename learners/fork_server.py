@@ -186,9 +186,12 @@ class ForkServer:
       raise ForkServerError('this process cannot adopt forked programs (no '
                             'PR_SET_CHILD_SUBREAPER)')
     self._log = open(self._log_path, 'a')
+    # The server ends when its requests pipe closes (this process closed it or died),
+    # not by PR_SET_PDEATHSIG: that follows the thread that started it, and a request
+    # from a short-lived thread (a pool's) would take the server down when it ends.
     self._server = subprocess.Popen(
         [self._python, '-u', '-m', 'learners.fork_server', ROOM_ARG], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=self._log, env=child_process.child_env(self._env),
+        stdout=subprocess.PIPE, stderr=self._log, env=self._without_parent(self._env),
         start_new_session=True)
     return self._server
 
@@ -238,6 +241,11 @@ class ForkServer:
                    stderr=outputs[1] if stderr_path else None,
                    fork_server=bool(with_fork_server))
     with self._lock:
+      if self._server is not None and self._server.poll() is not None:
+        # It holds no state: a server that ended (killed, out of memory) is replaced.
+        logging.warning('The fork server ended (exit status %s; see %s): starting another.',
+                        self._server.poll(), self._log_path)
+        self.close()
       server = self._server or self._start_server()
       try:
         server.stdin.write((json.dumps(request) + '\n').encode())
@@ -250,6 +258,10 @@ class ForkServer:
       raise ForkServerError(f'the fork server could not start {" ".join(args[:2])}: '
                             f'{answer.get("error")}')
     return ForkedProcess(answer['pid'], command)
+
+  @staticmethod
+  def _without_parent(env: Mapping[str, str]) -> Dict[str, str]:
+    return {k: v for k, v in env.items() if k != child_process.PARENT_PID_ENV}
 
   def _read_answer(self, server: subprocess.Popen, timeout_s: float) -> dict:
     ready, _, _ = select.select([server.stdout], [], [], timeout_s)
@@ -554,7 +566,6 @@ def serve() -> None:
   # Answers go to the real stdout; anything a library prints goes to stderr (the log).
   answers = os.dup(1)
   os.dup2(2, 1)
-  child_process.die_with_parent_if_asked()
   preload()
   _serve(sys.stdin.buffer, answers)
 

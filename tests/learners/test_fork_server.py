@@ -1,11 +1,13 @@
 """The fork server (learners/fork_server.py): programs start as forks of one process
 that imported their libraries, and behave as exec'd programs do."""
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -169,6 +171,39 @@ def test_programs_die_with_the_process_that_asked_for_them(tmp_path):
   finally:
     requester.kill()
     requester.stdout.close()
+
+
+def test_a_server_started_from_a_thread_outlives_the_thread(tmp_path):
+  """A first request from a pool's thread starts the server; the server must serve the
+  requests after that thread has ended (PR_SET_PDEATHSIG would end it with the thread)."""
+  starter = fork_server.ForkServer(log_path=str(tmp_path / 'server.log'),
+                                   env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+      first = pool.submit(starter.start, ['-m', 'forked_target', '0'], _env(),
+                          str(tmp_path / 'first')).result()
+    assert first.wait(timeout=120) == 0
+    time.sleep(1)  # (a SIGTERM on the thread's end arrives at once)
+    second = starter.start(['-m', 'forked_target', '0'], _env(), str(tmp_path / 'second'))
+    assert second.wait(timeout=60) == 0
+  finally:
+    starter.close()
+
+
+def test_a_server_that_ended_is_replaced_at_the_next_request(tmp_path):
+  starter = fork_server.ForkServer(log_path=str(tmp_path / 'server.log'),
+                                   env=dict(os.environ, PYTHONPATH=REPO))
+  try:
+    assert starter.start(['-m', 'forked_target', '0'], _env(),
+                         str(tmp_path / 'first')).wait(timeout=120) == 0
+    server_pid = starter._server.pid  # pylint: disable=protected-access
+    os.kill(server_pid, signal.SIGKILL)
+    starter._server.wait(timeout=60)  # pylint: disable=protected-access
+    assert starter.start(['-m', 'forked_target', '0'], _env(),
+                         str(tmp_path / 'second')).wait(timeout=120) == 0
+    assert starter._server.pid != server_pid  # pylint: disable=protected-access
+  finally:
+    starter.close()
 
 
 def test_the_server_preloads_what_the_programs_import(tmp_path):
