@@ -103,8 +103,10 @@ def test_killed_trainer_resumes_from_latest_checkpoint(programs):
   assert f'from train step {step} to' in log
   logged = _train_steps_logged(log)
   assert logged and min(logged) > step, logged
+  # The newest complete checkpoint, by its files as the trainer restores it (the state
+  # file may still name the one before: it is written after the checkpoint's files).
   later = checkpoint_step(checkpoint_dir)
-  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
+  reader = tf.train.load_checkpoint(os.path.join(checkpoint_dir, f'ckpt-{later}'))
   assert reader.get_tensor('train_step/.ATTRIBUTES/VARIABLE_VALUE') == later > step
   programs.processes['train_restarted'].kill()  # (a SIGTERM would export policies first)
 
