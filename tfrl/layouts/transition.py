@@ -65,7 +65,7 @@ class TransitionReplay(base.Layout):
     importance_sampling_exponent: beta at the first train step.
     beta_anneal_steps: train steps over which beta reaches 1 (None: it stays).
     shuffle_buffer_batches: uniform replay's shuffle buffer, in batches (0: batches
-      of whole items, as before).
+      of whole items).
     dataset_fraction: hybrid training: the share of each batch sampled from the
       dataset's own table, in (0, 1); None: a dataset, if the job has one, is the whole
       replay (offline training).
