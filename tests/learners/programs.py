@@ -16,10 +16,10 @@ from tfrl import replay
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIN = '--gin_file=dqn_cartpole.gin'
-# Small job: 16 envs in one item, 4 items per batch of 64, no rate limiter (so no side
-# blocks the other when a process is stopped or killed).
+# Small job: 16 envs in one item, 4 items per batch of 64, paced by the replay table's
+# rate limiter (8 samples per transition: 8 vector steps per 16 train steps).
 SMALL = ['Experiment.num_envs=16', 'Experiment.batch_size=64',
-         'Experiment.initial_collect_steps=64', 'Experiment.samples_per_insert=None',
+         'Experiment.initial_collect_steps=64', 'Experiment.samples_per_insert=8.0',
          'Experiment.train_steps_per_iteration=16', 'Experiment.checkpoint_interval=32',
          'Experiment.policy_checkpoint_interval=100000', 'Experiment.eval_interval=64',
          'Experiment.num_eval_episodes=2']

@@ -141,7 +141,9 @@ def _reverb_checkpoints(root: str) -> List[str]:
 
 def test_collector_survives_server_restart_and_data_is_restored(programs):
   root = programs.root_dir
-  bindings = SMALL + ['Experiment.num_train_steps=32', 'TransitionReplay.capacity=16000']
+  # No rate limiter: the collector must insert again once the trainer is done.
+  bindings = SMALL + ['Experiment.num_train_steps=32', 'TransitionReplay.capacity=16000',
+                      'Experiment.samples_per_insert=None']
   port = portpicker.pick_unused_port()
   address = programs.start_server('reverb_server', port, bindings,
                                   '--checkpoint_interval_s=2')
