@@ -66,6 +66,15 @@ class TaskSequence:
     return [(int(start), phase % len(self.names)) for phase, start in enumerate(starts)]
 
 
+# Relative tolerance of a target comparison: a few float32 roundings (eps ~1.2e-7).
+TARGET_RTOL = 1e-6
+
+
+def at_least(value: float, threshold: float) -> bool:
+  """value >= threshold, up to float32 rounding of either (`TARGET_RTOL`)."""
+  return value >= threshold - TARGET_RTOL * max(1.0, abs(threshold))
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
   """The return that ends a job once a confirmation repeats it: `mean_return` on the
@@ -84,11 +93,13 @@ class Target:
     return self.mean_return is not None or self.per_task is not None
 
   def reached(self, result: Mapping[str, Any]) -> bool:
-    """Whether an evaluation (`TaskEvaluators.run`'s result) reaches the target."""
+    """Whether an evaluation (`TaskEvaluators.run`'s result) reaches the target, within
+    float32 rounding: an optimum of exactly 0.6 summed in float32 reads 0.59999999."""
     if self.per_task is not None:
-      return all(result['task_returns'][name] >= threshold
+      return all(at_least(result['task_returns'][name], threshold)
                  for name, threshold in self.per_task.items())
-    return self.mean_return is not None and result['AverageReturn'] >= self.mean_return
+    return self.mean_return is not None and at_least(result['AverageReturn'],
+                                                     self.mean_return)
 
   def __str__(self) -> str:
     if self.per_task is not None:

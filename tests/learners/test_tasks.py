@@ -5,6 +5,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 import python_runs  # tests/python_runs.py
@@ -112,6 +113,19 @@ def test_a_per_task_target_needs_every_task_at_its_threshold():
   mean = Experiment(tasks=('CartPole-v1', SECOND), task_env_steps=10,
                     target_return=60.0).target
   assert mean.reached(result(100.0, 20.0)) and not mean.reached(result(90.0, 20.0))
+
+
+def test_a_target_at_the_optimum_is_reached_by_its_float32_sum():
+  """Six rewards of 0.1 summed in float32 read 0.6000000238... or 0.59999996: both
+  reach a target of exactly 0.6; a return a rounding step lower than that does not."""
+  target = tasks.Target(mean_return=0.6)
+  just_below = float(np.float32(0.6) - np.float32(0.6) * np.float32(1e-7))
+  for value in (float(np.sum(np.full(6, 0.1, np.float32))), just_below, 0.6):
+    assert target.reached({'AverageReturn': value}), value
+  assert not target.reached({'AverageReturn': 0.5999})
+  assert tasks.Target(mean_return=475.0).reached({'AverageReturn': 474.9999})
+  assert not tasks.Target(mean_return=475.0).reached({'AverageReturn': 474.99})
+  assert tasks.Target(per_task={'a': 0.6}).reached({'task_returns': {'a': just_below}})
 
 
 def test_an_unknown_task_id_is_refused_naming_the_field():
