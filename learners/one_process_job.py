@@ -335,13 +335,19 @@ class OneProcessJob:
     self.hooks.progress(row)
     if self.bar is not None:
       self.bar.update(row)
-    evaluated = ('' if eval_return is None else
-                 f'eval return {metrics.format_return(eval_return):>7} | ')
-    logs.progress(
-        'train step %7d | env steps %9d | %strain return %7s | %8.0f env steps/s | '
-        '%6.0f train steps/s | %5.1f s', step, row['env_steps'], evaluated,
-        metrics.format_return(row['train_return']), row['env_steps_per_s'],
-        row['train_steps_per_s'], row['seconds'])
+    # A figure that does not apply (no episode finished yet, no collection in an offline
+    # job) is left out rather than printed as nan.
+    fields = [f'train step {step:7d}', f'env steps {row["env_steps"]:9d}']
+    if eval_return is not None:
+      fields.append(f'eval return {metrics.format_return(eval_return):>7}')
+    if math.isfinite(row['train_return']):
+      fields.append(f'train return {metrics.format_return(row["train_return"]):>7}')
+    if math.isfinite(row['env_steps_per_s']):
+      fields.append(f'{row["env_steps_per_s"]:8.0f} env steps/s')
+    if math.isfinite(row['train_steps_per_s']):
+      fields.append(f'{row["train_steps_per_s"]:6.0f} train steps/s')
+    fields.append(f'{row["seconds"]:5.1f} s')
+    logs.progress('%s', ' | '.join(fields))
 
   def confirm(self) -> bool:
     """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""

@@ -5,6 +5,7 @@ wall-clock budget) and shows the ETA, env steps per second and the last evaluati
 return. While it is open, tfrl's progress lines are printed above it (`tqdm.write`)
 instead of through it.
 """
+import math
 import sys
 from typing import Any, Dict, Optional
 
@@ -47,9 +48,12 @@ class ProgressBar:
     if row.get('eval_return') is not None:
       self._last_eval = row['eval_return']
     self.advance(row['train_step'], row['seconds'])
-    self._bar.set_postfix_str(
-        f"env steps {row['env_steps']:,} ({row['env_steps_per_s']:,.0f}/s) | eval return "
-        f'{metrics.format_return(self._last_eval)}', refresh=True)
+    rate = row['env_steps_per_s']
+    parts = [f"env steps {row['env_steps']:,}" +
+             (f' ({rate:,.0f}/s)' if math.isfinite(rate) else '')]
+    if math.isfinite(self._last_eval):  # none before the first evaluation
+      parts.append(f'eval return {metrics.format_return(self._last_eval)}')
+    self._bar.set_postfix_str(' | '.join(parts), refresh=True)
 
   def close(self) -> None:
     logs.set_line_writer(None)
