@@ -6,6 +6,7 @@ from absl import flags
 
 from learners import process
 from tfrl import logs
+from tfrl.envs import worker_env
 
 
 def run_main(main: Callable[[], None], root_dir_required: bool = True,
@@ -30,6 +31,9 @@ def run_main(main: Callable[[], None], root_dir_required: bool = True,
     if not extra_arguments_ok and len(argv) > 1:
       raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
     logs.quiet_absl_unless_asked()
+    # Env workers need nothing of a program's main module but would import TensorFlow
+    # with it.
+    worker_env.main_module_defines_no_envs()
     main()
     process.exit_now(0)
 

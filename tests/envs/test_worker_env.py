@@ -1,12 +1,15 @@
 """Sub-environments in worker processes (tfrl.envs.make(num_workers=...)): the same
 TimeSteps and the same written experience as in-process envs, errors that name the
 env, workers that end with the env."""
+import json
 import os
 import sys
 
 import numpy as np
 import pytest
 from tf_agents.trajectories import policy_step as policy_step_lib
+
+import python_runs  # tests/python_runs.py
 
 from tfrl import actors
 import tfrl.envs
@@ -118,3 +121,56 @@ def test_a_close_with_a_timeout_kills_workers_that_are_still_busy():
 def test_worker_count_is_checked():
   with pytest.raises(ValueError, match='num_workers must be between 1 and num_envs'):
     tfrl.envs.make('CartPole-v1', num_envs=2, num_workers=3)
+
+
+_PROBE_ENV = '''
+import json, os, sys
+import gymnasium as gym
+from gymnasium.envs.classic_control import cartpole
+
+
+class Probe(cartpole.CartPoleEnv):
+  """CartPole that writes, as a worker builds it, whether TensorFlow is loaded there."""
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    with open(os.environ['PROBE_OUT'], 'w') as f:
+      json.dump({'tensorflow': 'tensorflow' in sys.modules,
+                 'main_imported': hasattr(sys.modules.get('__mp_main__'), 'MARKER')}, f)
+
+
+gym.register('tfrl_test/Probe-v0', entry_point=Probe)
+'''
+
+_PROGRAM = '''
+import sys
+import tensorflow  # as every tfrl program's main module does
+from tfrl.envs import worker_env
+import tfrl.envs
+
+MARKER = 'the main script ran here'
+
+if __name__ == '__main__':
+  if sys.argv[1] == 'program':
+    worker_env.main_module_defines_no_envs()
+  env = tfrl.envs.make('probe_env:tfrl_test/Probe-v0', num_envs=1, num_workers=1)
+  env.close()
+'''
+
+
+@pytest.mark.parametrize('declared', [True, False])
+def test_workers_of_a_program_skip_its_main_module_and_tensorflow(tmp_path, declared):
+  """A tfrl program (`learners/program.py` declares it) spawns env workers that load no
+  TensorFlow; a user's script, whose main module may define envs, still has it imported
+  in its workers (and, importing TensorFlow, TensorFlow with it)."""
+  (tmp_path / 'probe_env.py').write_text(_PROBE_ENV)
+  script = tmp_path / 'main_script.py'
+  script.write_text(_PROGRAM)
+  out = tmp_path / 'probe.json'
+  env = python_runs.base_env(PROBE_OUT=str(out),
+                             PYTHONPATH=os.pathsep.join([python_runs.REPO, str(tmp_path)]))
+  done = python_runs.run([str(script), 'program' if declared else 'script'], timeout=300,
+                         env=env, cwd=str(tmp_path))
+  assert done.returncode == 0, done.stderr[-3000:]
+  probe = json.loads(out.read_text())
+  assert probe == {'tensorflow': not declared, 'main_imported': not declared}, probe

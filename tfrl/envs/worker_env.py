@@ -17,6 +17,7 @@ traceback; every wait for a worker has a timeout that names it.
 import contextlib
 import multiprocessing
 import os
+import sys
 import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -104,17 +105,53 @@ def _split(actions: Any, sizes: Sequence[int]) -> List[Any]:
   return [actions[bounds[w]:bounds[w + 1]] for w in range(len(sizes))]
 
 
+_main_module_needed_by_workers = True
+
+
+def main_module_defines_no_envs() -> None:
+  """Declares that this process's `__main__` defines nothing an env worker needs.
+
+  A spawned process imports its parent's main module first (a user's script may define
+  the env class its workers build). tfrl's programs (`learners/program.py`) define no env
+  and import TensorFlow and the agents: seconds and hundreds of MB per worker. After this
+  call, workers started here skip the main module.
+  """
+  global _main_module_needed_by_workers
+  _main_module_needed_by_workers = False
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+  """Within: multiprocessing's spawn finds no main module to import in the child (it
+  reads `__main__.__spec__` and `__file__` as it starts each process)."""
+  main = sys.modules.get('__main__')
+  if _main_module_needed_by_workers or main is None:
+    yield
+    return
+  saved = {name: main.__dict__[name] for name in ('__spec__', '__file__')
+           if name in main.__dict__}
+  main.__spec__ = None
+  main.__dict__.pop('__file__', None)
+  try:
+    yield
+  finally:
+    main.__dict__.update(saved)
+
+
 @contextlib.contextmanager
 def spawned_without_tensorflow():
   """Within: processes started here (spawned) do not load TensorFlow.
 
   A spawned process inherits the environment: this tells its `import tfrl` to skip
-  TensorFlow (seconds and hundreds of MB per process, for nothing an env uses).
+  TensorFlow (seconds and hundreds of MB per process, for nothing an env uses); and a
+  tfrl program's main module, which imports it, is not imported there
+  (`main_module_defines_no_envs`).
   """
   previous = os.environ.get(NO_TENSORFLOW_VARIABLE)
   os.environ[NO_TENSORFLOW_VARIABLE] = '1'
   try:
-    yield
+    with _main_module_hidden():
+      yield
   finally:
     if previous is None:
       del os.environ[NO_TENSORFLOW_VARIABLE]
