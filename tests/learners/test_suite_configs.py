@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # replay configs train whole iterations before they check the end: one of TRAIN_STEPS
 # (their own iterations, 32-256 train steps behind a samples-per-insert limiter, made
 # these runs collect thousands of env steps for nothing the test reads).
-_ONE_ITERATION = 'Experiment.train_steps_per_iteration = 4'
+_ONE_ITERATION = 'Experiment.train_steps_per_iteration = 2'
 BRIEF = {
     'dqn_lunarlander.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
     'ppo_lunarlander.gin': ['SequenceQueue.unroll_length = 64',  # 1,024-step batches
@@ -40,7 +40,7 @@ BRIEF = {
 }
 # (The MiniGrid task-sequence configs run through all three tasks, export and evaluate in
 # benchmarks/task_sequence.py's smoke run, tests/test_benchmarks_run.py.)
-TRAIN_STEPS = 4  # (_ONE_ITERATION's too)
+TRAIN_STEPS = 2  # (_ONE_ITERATION's too)
 # Under launch, one config per env suite, each through the replay layout: Box2D
 # (dqn_lunarlander), MuJoCo (sac_halfcheetah), Atari (dqn_atari: stacked uint8 frames in
 # transitions, the path no other launched test takes). The suites' PPO/IMPALA configs
