@@ -61,8 +61,9 @@ class Callback:
     return ()
 
   def on_train_start(self, context: JobContext) -> None:
-    """Before the first train step of this run (after a resume too); keeps `context`."""
-    self.context = context
+    """Before the first train step of this run (after a resume too). `self.context` is
+    set before this is called, so an override need not call `super()`."""
+    del context
 
   def on_progress(self, row: Row) -> Optional[bool]:
     """Each progress line's row (train_step, env_steps, train_return, eval_return, env
@@ -134,6 +135,7 @@ class Hooks:
 
   def train_start(self, context: JobContext) -> None:
     for callback in self.callbacks:
+      callback.context = context  # here, not in on_train_start, which may be overridden
       callback.on_train_start(context)
 
   def _dispatch(self, method: str, function, row: Row) -> None:

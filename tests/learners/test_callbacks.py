@@ -27,8 +27,7 @@ class _Recorder(callbacks.Callback):
   def triggers(self):
     return [self.trigger_steps.append]
 
-  def on_train_start(self, context):
-    super().on_train_start(context)
+  def on_train_start(self, context):  # no super(): self.context is set all the same
     self.started_at = context.learner.train_step_numpy
 
   def on_progress(self, row):
@@ -68,6 +67,17 @@ def test_a_callback_stops_saves_and_triggers_through_the_jobs_own_paths(tmp_path
   assert step == next(r['train_step'] for r in recorder.progress if r['train_step'] > 30)
   assert set(paths) >= {'greedy_policy', 'collect_policy'}
   assert os.path.exists(os.path.join(root, 'train', 'checkpoints', f'ckpt-{step}.index'))
+
+
+def test_a_callback_has_its_context_whatever_it_overrides():
+  class NoSuper(callbacks.Callback):
+    def on_train_start(self, context):
+      self.seen = context
+
+  callback = NoSuper()
+  context = callbacks.JobContext('root', None, None, None, save=dict)
+  callbacks.Hooks([callback], None, None).train_start(context)
+  assert callback.context is context and callback.seen is context
 
 
 def test_stop_on_no_improvement_counts_evaluations_without_a_better_return():
