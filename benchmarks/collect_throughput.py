@@ -31,7 +31,7 @@ Two step counts are reported per path:
 The raw loop's random policy plays longer episodes than the untrained DQN policy, so it
 spends fewer steps on resets: judging on env steps/s is slightly conservative for tfrl.
 
-Targets (from the issues): tfrl >= 20x the tf-agents Actor, and >= 60% of the raw loop
+Targets: tfrl >= 20x the tf-agents Actor, and >= 60% of the raw loop
 (it was 25%). `--breakdown` also times each stage of tfrl's vector step
 (policy call, env step, BatchedEnv's bookkeeping, writer, episode statistics) on its own,
 the profile that says where a miss goes.

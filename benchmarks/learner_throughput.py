@@ -45,7 +45,7 @@ for --seconds, in a fixed order (ceiling first, tfrl right after it). On a share
 machine other jobs only ever slow a measurement down, so each path's figure is its best
 round, and the spread over rounds is printed next to it.
 
-Targets (from the issues): tfrl >= 5x the tf-agents Learner, and >= 85% of the ceiling with
+Targets: tfrl >= 5x the tf-agents Learner, and >= 85% of the ceiling with
 batches mixed from several items (it was >= 50% with one item per batch).
 The script always exits 0 (it is a measurement) and prints PASS/MISS against them.
 

@@ -13,7 +13,7 @@ For each seed:
 
 and prints, per seed, B, whether and where the population's best member reached the
 target (its own env steps), and how many of the starting points reached it alone. The
-issue's criterion: the population reaches the target within B where at least half of its
+criterion: the population reaches the target within B where at least half of its
 starting points alone do not.
 
     .venv/bin/python benchmarks/pbt_lunarlander.py --seeds=0,1,2

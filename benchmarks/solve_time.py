@@ -98,8 +98,8 @@ default, or the median) are over all seeds, an unsolved seed counting as never s
 trim solved (with 3 seeds nothing is trimmed), a median when more than half did.
 Intervals: 95% percentile bootstrap over seeds (`--confidence`,
 `--bootstrap_resamples`, `--bootstrap_seed`); the comparison is tfrl / peer for times,
-env steps and rates and tfrl - peer for returns, each side resampled on its own. Target
-(from the issue): tfrl reaches the threshold on every seed, and its central wall clock
+env steps and rates and tfrl - peer for returns, each side resampled on its own. Target:
+tfrl reaches the threshold on every seed, and its central wall clock
 and env steps are at or below SB3's; its returns at or above. The verdict says too
 whether the comparison's interval clears parity. IMPALA, CLEAR, APPO and prioritized
 DQN have no SB3 peer: tfrl's figures only. Each run is capped (`--max_seconds` of
@@ -217,7 +217,7 @@ ALGOS = {
     'ppo_minigrid': Task('ppo_minigrid_doorkey', 'MiniGrid-DoorKey-5x5-v0', 0.9,
                          'ppo_minigrid', seeds=3),
     # The budget tasks train --budget_seconds per run: 3 seeds. Env-step budgets: the
-    # issue's points of comparison (SB3 SAC needs ~1,350 s to reach 150k here).
+    # points of comparison (SB3 SAC needs ~1,350 s to reach 150k here).
     'sac_halfcheetah': Task('sac_halfcheetah', 'HalfCheetah-v5', None, 'sac_halfcheetah',
                             env_step_budgets=(50_000, 150_000), seeds=3),
     # SB3's PPO (1 env, 20 epochs) runs at ~510-570 env steps/s here, so RL-Zoo's 1M

@@ -67,7 +67,7 @@ def test_uniform_batches_draw_from_many_vector_steps_and_envs(reverb_server_fact
   distinct_steps = []
   for env, step, _ in batches(exp, agent, server, 30):
     distinct_steps.append(len(set(step)))
-    if buffer_batches:  # the bar for independent samples
+    if buffer_batches:  # the bar for independent samples
       assert distinct_steps[-1] >= 32 and len(set(env)) >= 12
     else:  # whole items: all 16 envs of 4 items (the same item may be drawn twice)
       assert distinct_steps[-1] <= 4 and len(set(env)) == 16
