@@ -1,4 +1,5 @@
 """The launcher's status line: a job's progress read from its Reverb server."""
+import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 import reverb
@@ -85,9 +86,14 @@ class StatusReader:
 def format_status(status: dict) -> str:
   """One status line from `StatusReader.read`'s dict."""
   alive = ' '.join(f'{name}:{state}' for name, state in status['processes'].items())
-  return (f'[{alive}] env steps {status["env_steps"]} '
-          f'({status["env_steps_per_s"]:.0f}/s) | train step {status["train_step"]} '
-          f'({status["train_steps_per_s"]:.0f}/s) | last eval return '
-          f'{metrics.format_return(status["last_eval_return"])}' + ''.join(
-              f' | {name} {metrics.format_return(value)}'
-              for name, value in status.get('last_task_returns', {}).items()))
+  rate = lambda value: f' ({value:.0f}/s)' if math.isfinite(value) else ''
+  # What is not known yet (no rate before two readings, no train step before the first
+  # push, no evaluation) is left out, not printed as nan or None.
+  fields = [f'env steps {status["env_steps"]}{rate(status["env_steps_per_s"])}']
+  if status['train_step'] is not None:
+    fields.append(f'train step {status["train_step"]}{rate(status["train_steps_per_s"])}')
+  if math.isfinite(status['last_eval_return']):
+    fields.append(f'last eval return {metrics.format_return(status["last_eval_return"])}')
+    fields.extend(f'{name} {metrics.format_return(value)}'
+                  for name, value in status.get('last_task_returns', {}).items())
+  return f'[{alive}] ' + ' | '.join(fields)

@@ -26,6 +26,7 @@ import tensorflow as tf
 from tfrl import actors
 from tfrl import distribute
 from tfrl import envs
+from tfrl import logs
 from tfrl import metrics
 from tfrl import run_dir
 from tfrl import triggers
@@ -33,6 +34,7 @@ from tfrl.datasets import rlds
 from learners import config
 from learners import callbacks as callbacks_lib
 from learners import disk_full
+from learners import finished_job
 from learners import one_process_job
 from learners import process
 from learners import program
@@ -78,7 +80,10 @@ def train_eval(root_dir: str, strategy: str = 'default',
     stopped_by (the name of the callback that stopped training, or None),
     confirmation_seed (the seed that replays the confirming evaluation's episodes, see
     `tfrl.actors.Evaluator`; None without one), greedy_policy_dir, train_seconds (from
-    the first train step), history (evals), progress (the rows of every progress line).
+    the first train step), history (evals), progress (the rows of every progress line);
+    for a job that had already ended where these settings end it (its target reached or
+    its train steps spent, `learners.finished_job`), that end, with already_finished
+    True, and nothing is trained.
 
   Raises:
     tfrl.run_dir.RootDirBusy: another job holds root_dir.
@@ -94,6 +99,14 @@ def train_eval(root_dir: str, strategy: str = 'default',
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
+    finished = None if overwrite else finished_job.finished_result(root_dir, exp)
+    if finished is not None:
+      logs.progress('%s already ended at train step %d (%s); nothing to train. For more, '
+                    'raise Experiment.num_train_steps (with no target) or the target; to '
+                    'start over, --overwrite.', root_dir, finished['train_step'],
+                    'target %s reached' % exp.target if finished['reached_target']
+                    else 'all its train steps')
+      return finished
     job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy),
                                         cleanup, hooks, stop_event)
     job.warm_up()
@@ -108,6 +121,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     if job.bar is not None:
       job.bar.close()  # before the export's lines
     result = job.export(reached)
+    finished_job.record(root_dir, exp, result)
   hooks.train_end(result)
   return result
 
@@ -131,8 +145,13 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     What `train_eval` returns.
 
   Raises:
-    learners.config.ConfigError: a missing gin file or a bad binding.
+    learners.config.ConfigError: a missing gin file, a bad binding, or a root_dir that
+      is a file.
   """
+  try:
+    validation.check_root_dir(root_dir, 'root_dir')
+  except validation.ValidationError as e:
+    raise config.ConfigError(e.message) from e
   parsed = config.parse(gin_files, gin_bindings)
   try:
     experiment = dataclasses.replace(parsed, **overrides)
@@ -186,9 +205,13 @@ def main(callbacks: Sequence[callbacks_lib.Callback] = ()) -> None:
     disk_full.exit_if_disk_full(e)
     raise
   target = experiment.target
-  print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
-        f'{result["train_seconds"]:.1f} s; last eval return '
-        f'{metrics.format_return(result["eval_return"])}.')
+  if result.get('already_finished'):
+    print(f'Already finished at step {result["train_step"]} ({result["env_steps"]} env '
+          f'steps); last eval return {metrics.format_return(result["eval_return"])}.')
+  else:
+    print(f'Trained to step {result["train_step"]} ({result["env_steps"]} env steps) in '
+          f'{result["train_seconds"]:.1f} s; last eval return '
+          f'{metrics.format_return(result["eval_return"])}.')
   print(f'Greedy policy exported to: {os.path.abspath(result["greedy_policy_dir"])}')
   if stopped.is_set():
     print(f'Stopped by a signal at train step {result["train_step"]}; final checkpoint '

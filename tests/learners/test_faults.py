@@ -23,6 +23,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from learners import config
+from learners import job_status
 from learners import stop_plan
 from learners.experiment import Experiment
 from programs import (GIN, REPO, SMALL, answers, checkpoint_step, evaluate_export,
@@ -430,9 +431,15 @@ def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
     status = launcher.status()
     assert time.monotonic() - start < 10
     assert status['train_step'] is None and status['env_steps'] == 0
+    # What is not known yet is left out of the status line, not printed as nan or None.
+    line = job_status.format_status(status)
+    assert line.endswith('] env steps 0') and 'nan' not in line, line
     replay.VariableContainer(launcher.address,
                              experiment.pushed_variables(agent, train_step)).push()
-    assert launcher.status()['train_step'] == 0
+    status = launcher.status()
+    assert status['train_step'] == 0
+    line = job_status.format_status(status)
+    assert re.search(r' \| train step 0( \(\d+/s\))?$', line), line
   finally:
     server.stop()
 

@@ -120,6 +120,14 @@ def test_missing_gin_file_names_it():
     config.parse(['no_such.gin'])
 
 
+def test_a_root_dir_that_is_a_file_is_one_config_error(tmp_path):
+  path = tmp_path / 'notes.txt'
+  path.write_text('not a job directory')
+  with pytest.raises(config.ConfigError, match=r'root_dir = .*notes.txt: is a file; it '
+                     'must be a directory'):
+    train_eval.run(str(path), ['dqn_cartpole.gin'], **TINY)
+
+
 def test_unknown_binding_names_it():
   with pytest.raises(config.ConfigError, match='no_such_param'):
     config.parse(['dqn_cartpole.gin'], ['Experiment.no_such_param = 3'])
@@ -156,6 +164,38 @@ def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   assert env_run.stdout.splitlines()[0].startswith('Trained to step 8 ')
   assert 'Greedy policy exported to: ' in env_run.stdout
   assert not [l for l in lines if any(n in l for n in NOISE)]
+  # Run again, the job has nothing more to do: it says so, trains nothing, exits 0.
+  again = _run_cli(f'--root_dir={tmp_path}', *TINY_CLI)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.startswith('Already finished at step 8 '), again.stdout
+  assert 'already ended at train step 8 (all its train steps)' in again.stderr
+  assert 'Training PpoAg' not in again.stderr
+
+
+@pytest.mark.integration
+def test_a_finished_job_run_again_trains_nothing_unless_asked_for_more(tmp_path, capsys):
+  root = str(tmp_path / 'run')
+  # Every CartPole episode returns at least 8: the first evaluation reaches 5.
+  done = dict(TINY, num_train_steps=1000, target_return=5.0)
+  first = train_eval.run(root, ['dqn_cartpole.gin'], **done)
+  assert first['reached_target'] and first['train_step'] == 25, first['history']
+  checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
+  saved = sorted(os.listdir(checkpoint_dir))
+  capsys.readouterr()
+
+  again = train_eval.run(root, ['dqn_cartpole.gin'], **done)
+  assert again['already_finished'] and again['reached_target']
+  assert (again['train_step'], again['env_steps']) == (first['train_step'],
+                                                       first['env_steps'])
+  assert again['greedy_policy_dir'] == first['greedy_policy_dir']
+  assert 'already ended at train step 25 (target 5 reached); nothing to train' in (
+      capsys.readouterr().err)
+  assert sorted(os.listdir(checkpoint_dir)) == saved  # nothing built, nothing written
+
+  # A higher target than the recorded return, or more steps with none, trains on.
+  more = train_eval.run(root, ['dqn_cartpole.gin'], **dict(TINY, num_train_steps=50))
+  assert not more.get('already_finished') and more['train_step'] == 50
+  assert more['history'][0]['train_step'] == 50  # resumed from the end at 25
 
 
 @pytest.mark.integration
