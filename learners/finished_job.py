@@ -10,8 +10,8 @@ return does not reach) trains on from the checkpoint as before.
 import os
 from typing import Any, Dict, Optional
 
-from learners.experiment import Experiment
 from learners import tasks as tasks_lib
+from learners.experiment import Experiment
 from tfrl import checkpoints
 from tfrl import files
 from tfrl import learner as learner_lib
