@@ -2,6 +2,7 @@
 `train_eval` job trains from them (no collection) and exports a policy that plays."""
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -138,6 +139,11 @@ def test_a_hybrid_job_collects_and_trains_on_both_halves(recording, tmp_path):
   assert result['reached_target'] and result['env_steps'] > 0, result['history']
 
 
+def _status_env_steps(stdout: str) -> list:
+  """The env steps of each of the launcher's status lines."""
+  return [int(m.group(1)) for m in re.finditer(r'^\[.*\] env steps (\d+)', stdout, re.M)]
+
+
 def launch_offline(root: str, dataset_dir: str) -> subprocess.CompletedProcess:
   """`tfrl-launch` of bc_cartpole.gin on `dataset_dir`, which must end with status 0."""
   result = run(['learners.launch', f'--root_dir={root}', '--gin_file=bc_cartpole.gin',
@@ -159,8 +165,8 @@ def test_offline_job_as_separate_programs_has_no_collectors(recording, tmp_path)
   assert sorted(programs) == ['eval.log', 'reverb_server.log', 'train.log']
   with open(os.path.join(root, 'logs', 'reverb_server.log')) as f:
     assert 'training offline' in f.read()
-  statuses = [l for l in result.stdout.splitlines() if '] env steps ' in l]
-  assert statuses and all('] env steps 0 ' in l for l in statuses), statuses
+  statuses = _status_env_steps(result.stdout)
+  assert statuses and set(statuses) == {0}, result.stdout[-3000:]
   env = envs.make('CartPole-v1', num_envs=10, seed=778)
   policy = export.load_policy(os.path.join(root, 'policies', 'greedy_policy'))
   assert actors.Evaluator(env, policy, 10).run()['AverageReturn'] >= 475.0
@@ -180,8 +186,8 @@ def test_a_hybrid_job_as_separate_programs_reaches_its_target(recording, tmp_pat
   assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
   with open(os.path.join(root, 'logs', 'reverb_server.log')) as f:
     assert "32 of each batch's 64 rows come from it" in f.read()
-  statuses = [l for l in result.stdout.splitlines() if '] env steps ' in l]
-  assert statuses and not statuses[-1].split('] env steps ')[1].startswith('0 '), statuses
+  statuses = _status_env_steps(result.stdout)
+  assert statuses and statuses[-1] > 0, result.stdout[-3000:]
   with open(os.path.join(root, 'eval', 'results.json')) as f:
     assert json.load(f)[-1]['reached_target']
 
