@@ -16,7 +16,7 @@ import sys
 import time
 
 import numpy as np
-import portpicker
+import ports  # tests/ports.py
 import psutil
 import pytest
 import tensorflow as tf
@@ -74,7 +74,7 @@ def test_trainer_killed_at_random_points_resumes_and_exports_only_move_forward(p
                       'Experiment.max_checkpoints_to_keep=1000',
                       'Experiment.policy_checkpoint_interval=64']
   config.parse([GIN.split('=', 1)[1]], bindings)
-  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), bindings)
+  address = programs.start_server('reverb_server', ports.free_port(), bindings)
   common = _common(root, address, bindings)
   programs.start('collect', 'collect', *common)
   checkpoint_dir = os.path.join(root, 'train', 'checkpoints')
@@ -170,7 +170,7 @@ def _reverb_checkpoints(root: str) -> list:
 @pytest.mark.timeout(1200)
 def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   root = programs.root_dir
-  port = portpicker.pick_unused_port()
+  port = ports.free_port()
   server_flags = ('--checkpoint_interval_s=1',)
   bindings = ['Experiment.checkpoint_interval = 1000',
               'Experiment.num_train_steps = 500000']
@@ -349,7 +349,7 @@ def test_trainer_stopped_without_collectors_still_saves_at_its_final_step(progra
   # A rate limiter: without collectors, sampling blocks once the error buffer is used up.
   bindings = SMALL + ['Experiment.num_train_steps=1000000',
                       'Experiment.samples_per_insert=8.0']
-  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), bindings)
+  address = programs.start_server('reverb_server', ports.free_port(), bindings)
   common = _common(root, address, bindings)
   programs.start('collect', 'collect', *common)
   programs.start('train', 'train', *common, '--log_interval_s=0', '--sample_timeout_s=2')
@@ -378,7 +378,7 @@ def test_env_error_ends_the_collector_with_that_error_and_no_retry(programs):
   root = programs.root_dir
   bindings = SMALL + BROKEN_ENV
   env = program_env(PYTHONPATH=os.pathsep.join([REPO, HERE]))
-  port = portpicker.pick_unused_port()
+  port = ports.free_port()
   programs.start('reverb_server', 'reverb_server', f'--root_dir={root}', f'--port={port}',
                  *gin_args(bindings), env=env)
   address = f'127.0.0.1:{port}'
@@ -407,7 +407,7 @@ def test_launcher_reports_a_collector_that_fails_and_exits_1(tmp_path):
 
 def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_difference(programs):
   root = programs.root_dir
-  port = portpicker.pick_unused_port()
+  port = ports.free_port()
   programs.start_server('reverb_server', port, SMALL)
   assert programs.stop('reverb_server') == 0  # a final checkpoint at the first capacity
   programs.start('reverb_server_2', 'reverb_server', f'--root_dir={root}',
@@ -422,7 +422,7 @@ def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_differenc
 def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
   from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
   launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'],
-                             port=portpicker.pick_unused_port())
+                             port=ports.free_port())
   experiment = Experiment()
   train_step, agent = experiment.build_agent()
   server = replay.ReplayServer(experiment.tables(agent, train_step), port=launcher.port)
@@ -448,7 +448,7 @@ def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
 
 def test_trainer_whose_server_never_returns_exits_naming_it(programs):
   root = programs.root_dir
-  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), SMALL)
+  address = programs.start_server('reverb_server', ports.free_port(), SMALL)
   common = _common(root, address, SMALL + ['Experiment.num_train_steps=1000000'])
   # The collector's own stop grace (12 s) ends inside the 20 s this test gives it, so a
   # collector that cannot stop exits with status 3 and its threads' stacks in its log.

@@ -12,7 +12,7 @@ import signal
 from typing import List
 
 import numpy as np
-import portpicker
+import ports  # tests/ports.py
 import tensorflow as tf
 
 from programs import (GIN, SMALL, START_TIMEOUT_S, answers, checkpoint_step, gin_args,
@@ -38,7 +38,7 @@ def _train_steps_logged(log: str) -> List[int]:
 def test_multi_worker_trainers_stay_in_sync(programs):
   root = programs.root_dir
   bindings = SMALL + ['Experiment.num_train_steps=48']
-  server_port, port_0, port_1 = (portpicker.pick_unused_port() for _ in range(3))
+  server_port, port_0, port_1 = (ports.free_port() for _ in range(3))
   address = programs.start_server('reverb_server', server_port, bindings)
   common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   programs.start('collect', 'collect', *common)
@@ -81,7 +81,7 @@ def test_multi_worker_trainers_stay_in_sync(programs):
 def test_killed_trainer_resumes_from_latest_checkpoint(programs):
   root = programs.root_dir
   bindings = SMALL + ['Experiment.num_train_steps=1000000']
-  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), bindings)
+  address = programs.start_server('reverb_server', ports.free_port(), bindings)
   common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
   programs.start('collect', 'collect', *common)
   programs.start('train', 'train', *common, '--log_interval_s=0')
@@ -117,7 +117,7 @@ def test_a_starved_ppo_trainer_pushes_again_so_paced_collectors_get_a_turn(progr
   an evaluator's hold; benchmarks/RESULTS.md, "launched members") left trainer and
   collector waiting on each other for good. A paced trainer now pushes at each sample
   timeout, which gives the collectors a turn; here none runs, so the pushes pile up."""
-  root, port = programs.root_dir, portpicker.pick_unused_port()
+  root, port = programs.root_dir, ports.free_port()
   ppo = ['--gin_file=ppo_cartpole.gin', '--gin_bindings=Experiment.num_train_steps=100']
   programs.start('reverb_server', 'reverb_server', f'--root_dir={root}', f'--port={port}',
                  *ppo)
@@ -144,7 +144,7 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
   # No rate limiter: the collector must insert again once the trainer is done.
   bindings = SMALL + ['Experiment.num_train_steps=32', 'TransitionReplay.capacity=16000',
                       'Experiment.samples_per_insert=None']
-  port = portpicker.pick_unused_port()
+  port = ports.free_port()
   address = programs.start_server('reverb_server', port, bindings,
                                   '--checkpoint_interval_s=2')
   common = [f'--root_dir={root}', f'--reverb_address={address}', *gin_args(bindings)]
@@ -205,7 +205,7 @@ def test_collector_survives_server_restart_and_data_is_restored(programs):
 
 def test_unreachable_server_fails_within_seconds(programs):
   root = programs.root_dir
-  address = f'127.0.0.1:{portpicker.pick_unused_port()}'
+  address = f'127.0.0.1:{ports.free_port()}'
   for program in ('collect', 'train', 'eval'):
     programs.start(program, program, f'--root_dir={root}', f'--reverb_address={address}',
                    *gin_args(SMALL))
@@ -221,7 +221,7 @@ def test_unreachable_server_fails_within_seconds(programs):
 
 def test_spec_mismatch_between_server_and_programs_fails_fast(programs):
   root = programs.root_dir
-  address = programs.start_server('reverb_server', portpicker.pick_unused_port(), SMALL)
+  address = programs.start_server('reverb_server', ports.free_port(), SMALL)
   common = [f'--root_dir={root}', f'--reverb_address={address}']
   # 8 envs: items of 8 envs instead of the server's 16.
   programs.start('collect', 'collect', *common,

@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
-import portpicker
+import ports  # tests/ports.py
 import pytest
 import tensorflow as tf
 
@@ -79,7 +79,7 @@ def _get_json(url: str):
 def test_tensorboard_serves_the_readmes_scalars_of_a_finished_job(launched_job):
   """`tensorboard --logdir ROOT_DIR`, as the README says, starts and serves every
   scalar the README's table lists over its HTTP API, with values."""
-  port = portpicker.pick_unused_port()
+  port = ports.free_port()
   command = [os.path.join(os.path.dirname(sys.executable), 'tensorboard'),
              f'--logdir={launched_job}', '--host=127.0.0.1', f'--port={port}']
   server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -10,7 +10,7 @@ import types
 
 import gymnasium
 import numpy as np
-import portpicker
+import ports  # tests/ports.py
 import pytest
 import reverb
 import tensorflow as tf
@@ -23,7 +23,7 @@ from tfrl.replay import variables as variables_lib
 
 
 def unused_address():
-  return f'127.0.0.1:{portpicker.pick_unused_port()}'
+  return f'127.0.0.1:{ports.free_port()}'
 
 
 def raised_within(seconds, fn):

@@ -1,9 +1,11 @@
 """Tests for Reverb tables, the server handle, datasets, priorities and variables."""
+import errno
 import os
+import socket
 import time
 
 import numpy as np
-import portpicker
+import ports  # tests/ports.py
 import pytest
 import reverb
 import tensorflow as tf
@@ -193,8 +195,36 @@ def test_connect_to_embedded_server_shares_its_tables(reverb_server_factory):
   assert remote.table_info(timeout_s=5)['queue'].current_size == 1
 
 
+def test_a_picked_port_stays_held_until_the_server_listens(monkeypatch):
+  # Another process binding the port between the pick and the server's listen would
+  # share it (gRPC's SO_REUSEPORT): the pick must stay bound until then.
+  real_server = reverb.Server
+  binds_while_starting = []
+
+  def server_after_another_bind(tables, port, **kwargs):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+      try:
+        other.bind(('127.0.0.1', port))
+        binds_while_starting.append('bound')
+      except OSError as e:
+        binds_while_starting.append(errno.errorcode[e.errno])
+    return real_server(tables=tables, port=port, **kwargs)
+
+  monkeypatch.setattr(reverb, 'Server', server_after_another_bind)
+  server = replay.ReplayServer([replay.queue_table('queue', 5, None)])
+  try:
+    server.client.insert(np.int64(7), priorities={'queue': 1.0})
+    assert binds_while_starting == ['EADDRINUSE']
+    assert server.table_info()['queue'].current_size == 1
+    with pytest.raises(replay.PortInUseError, match=str(server.port)):
+      with replay.network.reserved_port(server.port):
+        pass
+  finally:
+    server.stop()
+
+
 def test_connect_to_unused_port_fails_fast_naming_the_address():
-  address = f'127.0.0.1:{portpicker.pick_unused_port()}'
+  address = f'127.0.0.1:{ports.free_port()}'
   start = time.monotonic()
 
   with pytest.raises(replay.ReplayServerUnreachableError) as error:

@@ -11,9 +11,11 @@ checks a port is free before a server is started on it (gRPC sets SO_REUSEPORT o
 listening socket, so a second Reverb server on a busy port may start and silently
 share it instead of failing).
 """
+import contextlib
 import errno
 import socket
 import sys
+from typing import Iterator
 
 from absl import logging
 
@@ -98,3 +100,41 @@ def check_port_free(port: int, flag: str = '--port') -> None:
       raise PortInUseError(
           f'port {port} is already in use ({name} *:{port} is taken, e.g. by another '
           f'Reverb server; pass another {flag} or {flag}=0 for a free one)')
+
+
+@contextlib.contextmanager
+def reserved_port(port: int = 0) -> Iterator[int]:
+  """Holds `port` (0: a free one the kernel picks) until the block's server listens.
+
+  A port picked and released before the server binds it can be picked by another
+  process in between, and since gRPC listens with SO_REUSEPORT both servers then start
+  and share it (clients reach either). The held socket is bound with SO_REUSEADDR and
+  never listens: Linux lets gRPC's listener (SO_REUSEADDR too) bind beside it, while
+  another process asking the kernel for a free port never gets one a socket holds.
+
+  Args:
+    port: the port to hold; 0 picks one (IPv4 and IPv6, dual-stack where the host has
+      IPv6).
+
+  Yields:
+    The held port.
+
+  Raises:
+    PortInUseError: something listens on `port` already.
+  """
+  try:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    host = '::'
+  except OSError:  # no IPv6 on this host
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    host = '0.0.0.0'
+  with sock:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      sock.bind((host, port))
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        raise PortInUseError(f'port {port} is already in use') from e
+      raise
+    yield sock.getsockname()[1]

@@ -3,7 +3,6 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
-import portpicker
 import reverb
 from reverb.cc.checkpointing import checkpoint_pb2
 import tensorflow as tf
@@ -90,7 +89,6 @@ class ReplayServer:
     """
     if port:
       network.check_port_free(int(port))
-    self._port = int(port) if port else portpicker.pick_unused_port()
     self._checkpoint_dir = checkpoint_dir
     tables = list(tables)
 
@@ -102,12 +100,14 @@ class ReplayServer:
       with logs.native_stderr_filtered():  # Reverb's own INFO lines on starting
         return reverb.Server(tables=tables, port=self._port, checkpointer=checkpointer)
 
-    if checkpoint_dir:
-      os.makedirs(checkpoint_dir, exist_ok=True)
-      self._server = fallback.start_with_fallback(start, checkpoint_dir,
-                                                  latest_checkpoint)
-    else:
-      self._server = start()
+    # Held from the pick to the listen: see `network.reserved_port`.
+    with network.reserved_port(int(port or 0)) as self._port:
+      if checkpoint_dir:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        self._server = fallback.start_with_fallback(start, checkpoint_dir,
+                                                    latest_checkpoint)
+      else:
+        self._server = start()
     self._address = f'127.0.0.1:{self._port}'
     self._client = reverb.Client(self._address)
     if warn_exposed:
