@@ -3,9 +3,10 @@ the problem, and options declared once as dataclass fields that are also its fla
 import dataclasses
 import json
 import os
+import re
 import sys
 import typing
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 
 from absl import flags
 import gin
@@ -68,11 +69,55 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()
     # configurable's code): all of them are this configuration's fault.
     raise ConfigError(f'Bad gin configuration ({where}): {_one_line(e)}') from e
   try:
-    return experiment.Experiment()
+    exp = experiment.Experiment()
   except validation.ValidationError as e:  # already one line naming the field
     raise ConfigError(e.message) from e
   except (ValueError, TypeError) as e:
     raise ConfigError(f'Invalid Experiment settings ({where}): {_one_line(e)}') from e
+  check_agent_fits_env(exp)
+  return exp
+
+
+def check_agent_fits_env(exp: 'experiment.Experiment') -> None:
+  """`learners.experiment_checks.check_agent_fits_env`, naming the bundled configs.
+
+  Raises:
+    ConfigError: the agent cannot act in the env's action space.
+  """
+  from learners import experiment_checks  # pylint: disable=g-import-not-at-top (TF)
+  try:
+    experiment_checks.check_agent_fits_env(exp, bundled_configs())
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+
+
+_SETTING = re.compile(r"^\s*Experiment\.(env_name|agent_fn)\s*=\s*['\"@]?([\w/:.-]+)")
+_INCLUDE = re.compile(r"^\s*include\s+['\"]([^'\"]+)['\"]")
+
+
+def _config_settings(path: str) -> dict:
+  """Experiment.env_name and agent_fn as the gin file at `path` and its includes set
+  them (read as text: no gin parse)."""
+  settings = {}
+  with open(path) as f:
+    for line in f:
+      include = _INCLUDE.match(line)
+      if include:
+        settings.update(_config_settings(resolve_gin_file(include.group(1))))
+      setting = _SETTING.match(line)
+      if setting:
+        settings[setting.group(1)] = setting.group(2)
+  return settings
+
+
+def bundled_configs() -> List[Tuple[str, Optional[str], Optional[str]]]:
+  """(file name, env_name, agent builder name) of every bundled config."""
+  summaries = []
+  for name in sorted(os.listdir(CONFIG_DIR)):
+    if name.endswith('.gin'):
+      settings = _config_settings(os.path.join(CONFIG_DIR, name))
+      summaries.append((name, settings.get('env_name'), settings.get('agent_fn')))
+  return summaries
 
 
 def _one_line(error: BaseException) -> str:

@@ -34,14 +34,9 @@ from tfrl import layouts
 from tfrl import learner as learner_lib
 from tfrl import replay
 from tfrl import triggers as triggers_lib
-from tfrl.agents import bc  # pylint: disable=unused-import (registers gin names)
-from tfrl.agents import cql_sac  # pylint: disable=unused-import
+from tfrl.agents import builders  # the built-in builders, registered with gin
 from tfrl.agents import dqn
 from tfrl.agents import interface
-from tfrl.agents import impala  # pylint: disable=unused-import (registers gin names)
-from tfrl.agents import iql  # pylint: disable=unused-import
-from tfrl.agents import ppo  # pylint: disable=unused-import
-from tfrl.agents import sac  # pylint: disable=unused-import
 from tfrl.datasets import schedule
 from tfrl.envs import sources
 
@@ -205,11 +200,13 @@ class Experiment:
   def __post_init__(self):
     """Raises:
       learners.validation.ValidationError: a field outside what it accepts (one line
-        naming the field, its value and what is allowed), or an unknown env id.
+        naming the field, its value and what is allowed), an agent builder's setting
+        outside its range (`validation.AGENT_RULES`), or an unknown env id.
       ValueError: settings that do not fit together (`learners.experiment_checks`,
         and the layout's).
     """
     validation.validate_experiment(self)
+    validation.validate_agent_settings(self.agent_fn, builders.AGENT_CLASSES)
     experiment_checks.check_settings_fit(self)
 
   @functools.cached_property

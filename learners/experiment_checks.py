@@ -5,7 +5,17 @@ Each field's own range is `learners.validation`'s; these are the rules between f
 their per-task counts), each one line that says what to change. The data layout's own
 rules (a batch its items cannot fill) run last, by building it.
 """
+from typing import Optional, Sequence, Tuple
+
+import gymnasium as gym
+
+from tfrl import envs
 from tfrl import layouts
+from tfrl.agents import builders
+from tfrl.agents import interface
+
+# (gin file, env_name, agent builder name) of a config; see `learners.config`.
+ConfigSummary = Tuple[str, Optional[str], Optional[str]]
 
 
 def check_settings_fit(experiment) -> None:
@@ -71,3 +81,50 @@ def check_settings_fit(experiment) -> None:
   # Build the layout now: settings it cannot serve (a batch that items cannot fill, a
   # replay share that rounds to nothing) fail at configuration time.
   experiment.layout.items_per_train_step  # pylint: disable=pointless-statement
+
+
+def _action_kind(space: gym.Space) -> Optional[str]:
+  if isinstance(space, gym.spaces.Discrete):
+    return 'discrete'
+  if isinstance(space, gym.spaces.Box):
+    return 'continuous'
+  return None  # MultiDiscrete, Tuple, ...: left to the agent to accept or refuse
+
+
+def check_agent_fits_env(experiment, configs: Sequence[ConfigSummary] = ()) -> None:
+  """Refuses an agent builder that declares action kinds (`interface.acts_in`) the
+  job's env (each task's) does not have, before anything is built.
+
+  Args:
+    experiment: a `learners.experiment.Experiment`.
+    configs: the bundled configs, to name those that fit the env.
+
+  Raises:
+    ValueError: one line naming the builder, the env, both kinds, and the configs for
+      this env (or the builders) that act in its kind.
+  """
+  kinds = interface.action_kinds_of(experiment.agent_fn)
+  if kinds is None:
+    return
+  for env in experiment.tasks or (experiment.env_name,):
+    try:
+      space = envs.action_space(env)
+    except Exception:  # pylint: disable=broad-except (the job reports it where it makes the env)
+      continue
+    kind = _action_kind(space)
+    if kind is None or kind in kinds:
+      continue
+    builder = getattr(experiment.agent_fn, '__name__', None) or getattr(
+        getattr(experiment.agent_fn, 'func', None), '__name__', repr(experiment.agent_fn))
+    env_name = envs.sources.display_name(env)
+    fitting = sorted(name for name, env_of, agent in configs
+                     if env_of == env_name and agent in builders.BUILDERS and
+                     kind in (interface.action_kinds_of(builders.BUILDERS[agent]) or ()))
+    if fitting:
+      way_out = f'configs for {env_name}: {", ".join(fitting)}'
+    else:
+      way_out = 'agents that can: ' + ', '.join(
+          name for name, fn in builders.BUILDERS.items()
+          if kind in (interface.action_kinds_of(fn) or ()))
+    raise ValueError(f'{builder} acts in {" or ".join(kinds)} action spaces; {env_name} '
+                     f'has {kind} actions ({space}). Use another agent ({way_out}).')

@@ -86,6 +86,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     True, and nothing is trained.
 
   Raises:
+    learners.config.ConfigError: the agent cannot act in the env's action space.
     tfrl.run_dir.RootDirBusy: another job holds root_dir.
     tfrl.run_dir.RootDirNotResumable: exports but no checkpoint, without `overwrite`.
     tfrl.checkpoints.NoReadableCheckpoint (a RootDirNotResumable): checkpoints, none
@@ -95,6 +96,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     TypeError: a callback that is not a `learners.callbacks.Callback`.
   """
   exp = experiment or Experiment()
+  config.check_agent_fits_env(exp)
   hooks = callbacks_lib.Hooks(callbacks, on_evaluation, on_progress)
   tf.random.set_seed(exp.seed)
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included

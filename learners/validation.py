@@ -9,9 +9,10 @@ Cross-field rules that the data layouts own (batch_size against num_envs and ite
 stay there and fail at the same time, from `Experiment.__post_init__`.
 """
 import dataclasses
+import functools
 import numbers
 import os
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 
 class ValidationError(ValueError):
@@ -168,6 +169,59 @@ LAYOUT_RULES: Dict[str, Rule] = {
 # Layout fields the job sets (Experiment's num_envs, batch_size, gamma, num_train_steps).
 JOB_LAYOUT_FIELDS = ('num_envs', 'batch_size', 'gamma', 'beta_anneal_steps')
 
+_RATE = number(0.0, 1.0, low_open=True)
+_COST = number(0.0)
+_POSITIVE = number(0.0, low_open=True)
+_LAYERS = Rule(lambda v: isinstance(v, (tuple, list)) and all(_is_int(i) and i >= 1
+                                                              for i in v),
+               'must be a tuple of layer sizes (integers >= 1)')
+# The agent builders' settings (tfrl.agents: bound in gin on the builder, or a
+# functools.partial's keywords), by parameter name; the same name means the same thing
+# in every builder that has it. A builder's setting not named here is not checked.
+AGENT_RULES: Dict[str, Rule] = {
+    'learning_rate': _RATE,
+    'actor_learning_rate': _RATE,
+    'critic_learning_rate': _RATE,
+    'alpha_learning_rate': _RATE,
+    'value_learning_rate': _RATE,
+    'cql_alpha_learning_rate': _RATE,
+    'adam_epsilon': _POSITIVE,
+    'gamma': number(0.0, 1.0),
+    'lambda_': number(0.0, 1.0),
+    'clip_ratio': number(0.0, 1.0, low_open=True),
+    'ppo_clip_ratio': optional(number(0.0, 1.0, low_open=True)),
+    'value_clip': optional(_POSITIVE),
+    'entropy_cost': _COST,
+    'value_cost': _COST,
+    'baseline_cost': _COST,
+    'policy_cloning_cost': _COST,
+    'value_cloning_cost': _COST,
+    'cql_alpha': _COST,
+    'num_epochs': integer(1),
+    'num_minibatches': integer(1),
+    'num_cql_samples': integer(1),
+    'target_update_period': integer(1),
+    'target_update_tau': number(0.0, 1.0, low_open=True),
+    'epsilon_start': number(0.0, 1.0),
+    'epsilon_end': number(0.0, 1.0),
+    'epsilon_decay_steps': integer(0),
+    'gradient_clipping': optional(_POSITIVE),
+    'global_gradient_clipping': optional(_POSITIVE),
+    'expectile': number(0.0, 1.0, low_open=True, high_open=True),
+    'temperature': _POSITIVE,
+    'max_weight': _POSITIVE,
+    'reward_scale': _POSITIVE,
+    'reward_scale_factor': optional(_POSITIVE),
+    'max_policy_lag': optional(integer(0)),
+    'replay_burn_in_steps': integer(0),
+    'lstm_size': optional(integer(1)),
+    'fc_layer_params': _LAYERS,
+    'actor_fc_layer_params': _LAYERS,
+    'critic_joint_fc_layer_params': _LAYERS,
+    'value_fc_layer_params': _LAYERS,
+}
+
+
 PORT = Rule(lambda v: _is_int(v) and 0 <= v <= 65535,
             'must be a port number in [0, 65535] (0: pick a free one)')
 # The programs' own flags that take a range, by flag name.
@@ -232,6 +286,46 @@ def validate_experiment(experiment) -> None:
   check_env_id(experiment.env_name)
   for task in getattr(experiment, 'tasks', None) or ():
     check_env_id(task, field='tasks')
+
+
+def _unwrapped(agent_fn) -> Tuple[Callable, Dict[str, Any]]:
+  """(the builder inside any functools.partials, their keywords, outer ones last)."""
+  keywords: Dict[str, Any] = {}
+  while isinstance(agent_fn, functools.partial):
+    keywords = {**agent_fn.keywords, **keywords}
+    agent_fn = agent_fn.func
+  return agent_fn, keywords
+
+
+def _gin_bindings(configurable) -> Dict[str, Any]:
+  import gin  # pylint: disable=g-import-not-at-top (gin: only where agents are configured)
+  try:
+    return dict(gin.get_bindings(configurable))
+  except ValueError:  # not a gin configurable: nothing bound on it
+    return {}
+
+
+def validate_agent_settings(agent_fn, agent_classes: Sequence[type] = ()) -> None:
+  """Checks the agent's settings against AGENT_RULES: what gin binds on the builder and
+  on `agent_classes`, and a functools.partial's keywords.
+
+  Args:
+    agent_fn: `Experiment.agent_fn` (a builder, maybe inside functools.partial).
+    agent_classes: gin-configurable agent classes a config may bind settings on
+      (`tfrl.agents.builders.AGENT_CLASSES`).
+
+  Raises:
+    ValidationError: '<owner>.<name> = <value>: <allowed>' for the first bad one.
+  """
+  builder, keywords = _unwrapped(agent_fn)
+  owners = [(getattr(builder, '__name__', type(builder).__name__),
+             {**_gin_bindings(builder), **keywords})]
+  owners += [(cls.__name__, _gin_bindings(cls)) for cls in agent_classes]
+  for owner, settings in owners:
+    for name, value in sorted(settings.items()):
+      rule = AGENT_RULES.get(name)
+      if rule is not None:
+        check_value(owner, name, value, rule)
 
 
 def validate_layout_settings(layout_class: type, settings: Dict[str, Any]) -> None:

@@ -4,6 +4,8 @@ names its env; a full disk is one line and exit status 6; train_steps_per_sec is
 for DQN-like runs."""
 import dataclasses
 import errno
+import functools
+import glob
 import os
 import socket
 import subprocess
@@ -85,6 +87,79 @@ def test_a_bad_field_is_one_line_naming_field_value_and_what_is_allowed(field, v
   with pytest.raises(config.ConfigError) as raised:
     train_eval.run('unused', ['dqn_cartpole.gin'], **{field: value})
   assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize('gin_file, binding, message', [
+    ('dqn_cartpole.gin', 'create_dqn_agent.learning_rate = -1e-3',
+     'create_dqn_agent.learning_rate = -0.001: must be a number in (0, 1]'),
+    ('dqn_cartpole.gin', 'create_dqn_agent.epsilon_end = 1.5',
+     'create_dqn_agent.epsilon_end = 1.5: must be a number in [0, 1]'),
+    ('ppo_cartpole.gin', 'create_ppo_agent.entropy_cost = -0.01',
+     'create_ppo_agent.entropy_cost = -0.01: must be a number >= 0'),
+    ('ppo_cartpole.gin', 'create_ppo_agent.clip_ratio = 0',
+     'create_ppo_agent.clip_ratio = 0: must be a number in (0, 1]'),
+    ('ppo_cartpole.gin', 'create_ppo_agent.lambda_ = 2.0',
+     'create_ppo_agent.lambda_ = 2.0: must be a number in [0, 1]'),
+    ('ppo_cartpole.gin', 'create_ppo_agent.num_minibatches = 0',
+     'create_ppo_agent.num_minibatches = 0: must be an integer >= 1'),
+    ('sac_pendulum.gin', 'create_sac_agent.target_update_tau = 0.0',
+     'create_sac_agent.target_update_tau = 0.0: must be a number in (0, 1]'),
+    ('impala_cartpole.gin', 'create_impala_agent.fc_layer_params = (64, 0)',
+     'create_impala_agent.fc_layer_params = (64, 0): must be a tuple of layer sizes'),
+])
+def test_an_agent_setting_out_of_range_fails_at_configuration(gin_file, binding, message):
+  with pytest.raises(config.ConfigError) as raised:
+    config.parse([gin_file], [binding])
+  assert str(raised.value).startswith(message) and '\n' not in str(raised.value)
+
+
+def test_a_partials_agent_settings_are_checked_too():
+  from tfrl.agents import iql  # pylint: disable=g-import-not-at-top
+  with pytest.raises(validation.ValidationError) as raised:
+    Experiment(env_name='Pendulum-v1',
+               agent_fn=functools.partial(iql.create_iql_agent, expectile=1.0))
+  assert raised.value.message == ('create_iql_agent.expectile = 1.0: must be a number in '
+                                  '(0, 1)')
+
+
+def test_every_bundled_configs_agent_settings_pass_the_rules():
+  for path in sorted(glob.glob(os.path.join(config.CONFIG_DIR, '*.gin'))):
+    config.parse([path])  # raises ConfigError naming the setting
+
+
+def test_a_negative_learning_rate_from_the_command_line_is_one_error_line(tmp_path):
+  result = _cli('train_eval', f'--root_dir={tmp_path / "run"}', '--gin_file=dqn_cartpole.gin',
+                '--gin_bindings=create_dqn_agent.learning_rate = -1e-3')
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert _error_lines(result.stderr) == [
+      'error: create_dqn_agent.learning_rate = -0.001: must be a number in (0, 1]']
+  assert not (tmp_path / 'run').exists()
+
+
+def test_an_agent_that_cannot_act_in_the_envs_action_space_names_both_and_the_way_out(
+    tmp_path):
+  with pytest.raises(config.ConfigError) as raised:
+    config.parse(['dqn_cartpole.gin'], ["Experiment.env_name = 'Pendulum-v1'"])
+  message = str(raised.value)
+  assert message.startswith('create_dqn_agent acts in discrete action spaces; Pendulum-v1 '
+                            'has continuous actions (Box(-2.0, 2.0, (1,), float32)). Use '
+                            'another agent (configs for Pendulum-v1: '), message
+  # Every bundled Pendulum config whose agent acts in a Box, and only those.
+  assert message.endswith('cql_pendulum.gin, impala_pendulum.gin, iql_pendulum.gin, '
+                          'ppo_pendulum.gin, sac_pendulum.gin).'), message
+  # An env no config trains: the builders that can act there.
+  with pytest.raises(config.ConfigError,
+                     match=r'create_sac_agent acts in continuous action spaces; Acrobot-v1 '
+                           r'has discrete actions \(Discrete\(3\)\)\. Use another agent '
+                           r'\(agents that can: create_dqn_agent, create_bc_agent, '
+                           r'create_ppo_agent, create_impala_agent, create_clear_agent\)'):
+    config.parse(['sac_pendulum.gin'], ["Experiment.env_name = 'Acrobot-v1'"])
+  # From Python with an Experiment object: refused before the job claims root_dir.
+  from tfrl.agents import sac  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config.ConfigError, match='^create_sac_agent acts in continuous'):
+    train_eval.train_eval(str(tmp_path / 'run'), experiment=Experiment(
+        env_name='CartPole-v1', agent_fn=sac.create_sac_agent))
+  assert not (tmp_path / 'run').exists()
 
 
 def test_env_workers_beyond_num_envs():

@@ -75,6 +75,7 @@ class BehaviorCloningAgent(tf_agent.TFAgent):
 
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
+@interface.acts_in('discrete', 'continuous')
 def create_bc_agent(time_step_spec, action_spec, train_step: tf.Variable,
                     fc_layer_params: Sequence[int] = (256, 256),
                     learning_rate: float = 1e-3, gamma: float = 0.99,

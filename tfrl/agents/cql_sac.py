@@ -160,6 +160,7 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
 
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
+@interface.acts_in('continuous')
 def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                          gamma: float = 0.99,
                          actor_fc_layer_params: Sequence[int] = (256, 256),

@@ -212,6 +212,7 @@ def q_network_for(observation_spec, action_spec, fc_layer_params: Sequence[int],
 
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
+@interface.acts_in('discrete')
 def create_dqn_agent(time_step_spec,
                      action_spec,
                      train_step: tf.Variable,

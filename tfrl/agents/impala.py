@@ -406,6 +406,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
+@interface.acts_in('discrete', 'continuous')
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, learning_rate: float = 1e-3,
                         **kwargs) -> ImpalaAgent:
@@ -431,6 +432,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
 
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueueAndReplay)
+@interface.acts_in('discrete', 'continuous')
 def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
                        **kwargs) -> ImpalaAgent:
   """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the

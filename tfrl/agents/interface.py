@@ -17,6 +17,9 @@ An agent may declare (each optional; any tf-agents agent trains without them):
 - `hyperparameters`: a `tfrl.agents.hyperparameters.Hyperparameters`, the settings its
   train step reads from variables (what population-based training may change).
 
+A builder may also declare the action spaces its agents act in (`acts_in`), so that a
+config pairing it with an env of another kind fails at configuration, naming both.
+
 A builder takes (time_step_spec, action_spec, train_step, gamma=) and may also declare
 `dataset_dir=` (the job's offline dataset, `Experiment.dataset_dir`, None without one)
 and `num_train_steps=` (the job's length), for settings that come from the data or the
@@ -50,6 +53,9 @@ KNOWN_INPUTS = ('policy_version', 'policy_state', 'replay_mask')
 _MISSPELLING_RATIO = 0.85
 # Where a builder's layout is recorded.
 _LAYOUT_ATTRIBUTE = 'tfrl_data_layout'
+# Where a builder's action spaces are recorded, and the kinds there are.
+_ACTIONS_ATTRIBUTE = 'tfrl_action_kinds'
+ACTION_KINDS = ('discrete', 'continuous')
 
 
 class AgentProtocolError(ValueError):
@@ -95,6 +101,42 @@ def layout_of(builder: Callable) -> type:
         '@tfrl.agents.interface.trains_from(<layout>), e.g. tfrl.layouts.TransitionReplay '
         '(DQN, SAC), SequenceQueue (PPO, IMPALA) or SequenceQueueAndReplay (CLEAR).')
   return layout_class
+
+
+def acts_in(*kinds: str) -> Callable[[Callable], Callable]:
+  """Marks an agent builder with the action spaces its agents act in, so a job that
+  pairs it with an env of another kind is refused at configuration
+  (`learners.experiment_checks`). Put it under `@gin.configurable`.
+
+  Args:
+    *kinds: from ACTION_KINDS: 'discrete' (a gymnasium Discrete space) and/or
+      'continuous' (a Box).
+
+  Returns:
+    A decorator that returns the builder itself, marked.
+
+  Raises:
+    ValueError: a kind not in ACTION_KINDS.
+  """
+  unknown = [k for k in kinds if k not in ACTION_KINDS]
+  if unknown or not kinds:
+    raise ValueError(f'acts_in{kinds}: kinds are {", ".join(ACTION_KINDS)}.')
+
+  def mark(builder: Callable) -> Callable:
+    setattr(builder, _ACTIONS_ATTRIBUTE, tuple(kinds))
+    return builder
+  return mark
+
+
+def action_kinds_of(builder: Callable) -> Optional[Tuple[str, ...]]:
+  """The action kinds `builder` (or the builder a `functools.partial` wraps) declares
+  with `acts_in`; None for a builder that declares none (not checked)."""
+  target = builder
+  while True:
+    kinds = getattr(target, _ACTIONS_ATTRIBUTE, None)
+    if kinds is not None or not isinstance(target, functools.partial):
+      return kinds
+    target = target.func
 
 
 def offered_kwargs(builder: Callable, **offered: Any) -> dict:

@@ -234,6 +234,7 @@ def _loss_info(value_loss, actor_loss, critic_loss) -> tf_agent.LossInfo:
 
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
+@interface.acts_in('continuous')
 def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99,
                      actor_fc_layer_params: Sequence[int] = (256, 256),

@@ -51,6 +51,7 @@ def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[
 
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
+@interface.acts_in('continuous')
 def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99,
                      actor_fc_layer_params: Sequence[int] = (256, 256),

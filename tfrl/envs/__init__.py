@@ -134,6 +134,33 @@ def check_registered(env_id: str) -> None:
       'import first, e.g. `import ale_py`.)')
 
 
+def action_space(env: 'sources.EnvLike') -> gym.Space:
+  """The action space of the env `env` names (one env made and closed; tfrl's env
+  options change observations and rewards, never the actions).
+
+  Args:
+    env: what `make` takes: an id, 'module:function', a factory or an env object.
+
+  Returns:
+    The gymnasium space.
+
+  Raises:
+    Whatever making the env raises (an unknown id, a missing extra, the factory's own).
+  """
+  if isinstance(env, gym.Env):
+    return env.action_space
+  source = sources.resolve(env)
+  if source.env_id is not None:
+    _import_registering_package(source.env_id)
+    made = gym.make(_split_module(source.env_id)[1])
+  else:
+    made = source.factory()
+  try:
+    return made.action_space
+  finally:
+    made.close()
+
+
 def make(env_id: 'sources.EnvLike',
          num_envs: int = 1,
          seed: Optional[int] = None,
