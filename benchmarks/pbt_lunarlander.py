@@ -35,6 +35,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
+import pbt_criterion  # benchmarks/pbt_criterion.py
+
 REPO = common.REPO
 
 flags.DEFINE_string('gin_file', 'ppo_lunarlander.gin', 'The tuned config.')
@@ -218,14 +220,7 @@ def _report(result: Dict[str, Any]) -> str:
     return (f"seed {result['seed']}: " + ('the population not run (--report_only)'
             if tuned['reached'] else f'the tuned config did not reach its target ({tuned})'))
   pbt, alone = result['population'], result['alone']
-  done = [run for run in alone.values() if run is not None]
-  solo = sum(run['reached'] for run in done)
-  if not pbt['reached'] or solo > len(alone) / 2:
-    criterion = 'NOT MET'
-  elif len(done) - solo >= len(alone) / 2:
-    criterion = 'MET'
-  else:
-    criterion = f'undecided ({len(alone) - len(done)} starting points not run)'
+  solo = sum(run['reached'] for run in alone.values() if run is not None)
   where = (f"member {pbt['member']} at {pbt['env_steps']:,} env steps" if pbt['reached']
            else 'not reached')
   each = ', '.join('not run' if run is None else str(run['env_steps']) if run['reached']
@@ -233,7 +228,8 @@ def _report(result: Dict[str, Any]) -> str:
   return (f"seed {result['seed']}: budget B = {tuned['env_steps']:,} env steps per run "
           f"({tuned['train_step']} train steps, the tuned config's) | population: {where}, "
           f"{pbt['copies']} copies, {pbt['seconds']:.0f} s | starting points alone: "
-          f"{solo} of {len(alone)} reached within B ({each}) | criterion {criterion}")
+          f"{solo} of {len(alone)} reached within B ({each}) | criterion "
+          f"{pbt_criterion.criterion(pbt, alone)}")
 
 
 def main(argv):

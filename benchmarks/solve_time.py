@@ -160,103 +160,12 @@ import common  # benchmarks/common.py
 import curves  # benchmarks/curves.py
 import stats  # benchmarks/stats.py
 import summary  # benchmarks/summary.py
+from tasks import ALGOS, CONTRIB_PEERS, Run, Task, peer_name  # benchmarks/tasks.py
 
 REPO = common.REPO
 PEERS = os.path.join(REPO, 'benchmarks', 'peers')
 PEER_SCRIPT = os.path.join(PEERS, 'sb3_solve.py')
 PEER_REQUIREMENTS = os.path.join(PEERS, 'requirements.txt')
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-  """One comparison: a tfrl config against an SB3 peer on one environment.
-
-  A task with a threshold is judged on the time to reach it; one without, on budgets:
-  the return reached after `--budget_seconds` of training, and at each of
-  `env_step_budgets` env steps.
-  """
-  config: str                          # learners/configs/<config>.gin
-  env: str
-  threshold: Optional[float]           # None: judged on budgets
-  peer: Optional[str]                  # sb3_solve.py --algo, or None (tfrl only)
-  bindings: Tuple[str, ...] = ()       # tfrl's extra gin bindings
-  peer_args: Tuple[str, ...] = ()      # sb3_solve.py's extra arguments
-  env_step_budgets: Tuple[int, ...] = ()
-  returns: str = 'eval'                # 'train': the training episodes' (Atari)
-  frames_per_step: int = 1             # Atari's frame skip: env frames per env step
-  # Seeds run unless --seeds is given: at least 5 where one run (either side) costs
-  # under 3 minutes, at least 3 otherwise.
-  seeds: int = 5
-
-
-def _atari(config: str, game: str, peer: Optional[str], log_interval: int,
-           env_step_budgets: Tuple[int, ...] = ()) -> Task:
-  """An Atari budget task: progress lines every `log_interval` train steps carry the
-  training games' mean score, and only the end of the budget is evaluated."""
-  return Task(config, f'ALE/{game}-v5', None, peer,
-              bindings=(f"Experiment.env_name = 'ALE/{game}-v5'",
-                        f'Experiment.log_interval = {log_interval}',
-                        'Experiment.eval_interval = 100000000'),
-              peer_args=(f'--env_id=ALE/{game}-v5',), returns='train', frames_per_step=4,
-              env_step_budgets=env_step_budgets, seeds=3)
-
-
-ALGOS = {
-    'dqn': Task('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
-    'ppo': Task('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
-    'sac': Task('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
-    'ppo_pendulum': Task('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
-    'ppo_lstm_masked': Task('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
-                            475.0, 'ppo_lstm_masked'),
-    # SB3's runs take 5-12 minutes here (LunarLander), or its cap (MiniGrid): 3 seeds.
-    'dqn_lunarlander': Task('dqn_lunarlander', 'LunarLander-v3', 200.0, 'dqn_lunarlander',
-                            seeds=3),
-    'ppo_lunarlander': Task('ppo_lunarlander', 'LunarLander-v3', 200.0, 'ppo_lunarlander',
-                            seeds=3),
-    'ppo_minigrid': Task('ppo_minigrid_doorkey', 'MiniGrid-DoorKey-5x5-v0', 0.9,
-                         'ppo_minigrid', seeds=3),
-    # The budget tasks train --budget_seconds per run: 3 seeds. Env-step budgets: the
-    # points of comparison (SB3 SAC needs ~1,350 s to reach 150k here).
-    'sac_halfcheetah': Task('sac_halfcheetah', 'HalfCheetah-v5', None, 'sac_halfcheetah',
-                            env_step_budgets=(50_000, 150_000), seeds=3),
-    # SB3's PPO (1 env, 20 epochs) runs at ~510-570 env steps/s here, so RL-Zoo's 1M
-    # needs --budget_seconds=1900; tfrl gets there in ~700-1,000 s. Both sides train to
-    # the budget's end: tfrl may go on to 2M steps (RL-Zoo's PPO has no schedule over
-    # them).
-    'ppo_halfcheetah': Task('ppo_halfcheetah', 'HalfCheetah-v5', None, 'ppo_halfcheetah',
-                            bindings=('Experiment.num_train_steps = 4000',),
-                            env_step_budgets=(200_000, 1_000_000), seeds=3),
-    'ppo_pong': _atari('ppo_atari', 'Pong', 'ppo_atari', log_interval=10),
-    # 2M frames: 500k env steps of 4 frames.
-    'ppo_breakout': _atari('ppo_atari', 'Breakout', 'ppo_atari', log_interval=10,
-                           env_step_budgets=(500_000,)),
-    'dqn_pong': _atari('dqn_atari', 'Pong', 'dqn_atari', log_interval=2560),
-    'dqn_breakout': _atari('dqn_atari', 'Breakout', 'dqn_atari', log_interval=2560),
-    'impala_pong': _atari('impala_atari', 'Pong', None, log_interval=16),
-    'impala_breakout': _atari('impala_atari', 'Breakout', None, log_interval=16,
-                              env_step_budgets=(500_000,)),
-    'appo_breakout': _atari('appo_atari', 'Breakout', None, log_interval=16,
-                            env_step_budgets=(500_000,)),
-    'dqn_per': Task('dqn_per_cartpole', 'CartPole-v1', 475.0, None),
-    'impala': Task('impala_cartpole', 'CartPole-v1', 475.0, None),
-    'clear': Task('clear_cartpole', 'CartPole-v1', 475.0, None),
-    'appo': Task('appo_cartpole', 'CartPole-v1', 475.0, None),
-}
-# The peer's name in the tables, where it is not 'SB3 <ALGO> (RL-Zoo)'.
-PEER_NAMES = {
-    'ppo_pendulum': 'SB3 PPO + gSDE (RL-Zoo)',
-    'ppo_lstm_masked': 'sb3-contrib RecurrentPPO (RL-Zoo CartPoleNoVel-v1)',
-    'dqn_lunarlander': 'SB3 DQN (RL-Zoo LunarLander)',
-    'ppo_lunarlander': 'SB3 PPO (RL-Zoo LunarLander)',
-    'ppo_minigrid': 'SB3 PPO (RL-Zoo MiniGrid, FlatObsWrapper)',
-    'sac_halfcheetah': 'SB3 SAC (RL-Zoo MuJoCo)',
-    'ppo_halfcheetah': 'SB3 PPO (RL-Zoo HalfCheetah)',
-    'ppo_atari': 'SB3 PPO (RL-Zoo Atari)',
-    'dqn_atari': 'SB3 DQN (RL-Zoo Atari)',
-}
-# Peer algorithms that come from sb3-contrib (their version goes in the header).
-CONTRIB_PEERS = ('ppo_lstm_masked',)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('algos', list(ALGOS), f'Subset of {",".join(ALGOS)}.')
@@ -321,24 +230,6 @@ flags.DEFINE_string('summary_json',
 flags.DEFINE_multi_string('tfrl_gin_bindings', [],
                           "Extra gin bindings for tfrl's runs (to try a setting against "
                           'the peer without editing the .gin file).')
-
-
-@dataclasses.dataclass
-class Run:
-  """One side's run on one seed."""
-  side: str
-  algo: str
-  seed: int
-  solved: bool = False
-  seconds: Optional[float] = None      # training clock (see module docstring)
-  env_steps: Optional[int] = None
-  eval_return: Optional[float] = None
-  evals: Optional[int] = None
-  process_seconds: float = 0.0
-  load_start: float = 0.0
-  load_end: float = 0.0
-  note: str = ''
-  extra: dict = dataclasses.field(default_factory=dict)
 
 
 def _run_process(cmd: List[str], timeout: float, env=None, cpu: Optional[int] = None):
@@ -544,14 +435,10 @@ def _row(run: Optional[Run]) -> str:
           f'{run.process_seconds:7.1f} {run.load_start:5.2f}->{run.load_end:<5.2f}')
 
 
-def _peer_name(task: Task) -> str:
-  return PEER_NAMES.get(task.peer, f'SB3 {str(task.peer).upper()} (RL-Zoo)')
-
-
 def _title(algo: str, judged_on: str) -> str:
   task = ALGOS[algo]
   return (f'{algo} on {task.env} ({judged_on}): tfrl learners/configs/{task.config}.gin' +
-          (f' vs {_peer_name(task)}' if task.peer else ' (no SB3 peer)'))
+          (f' vs {peer_name(task)}' if task.peer else ' (no SB3 peer)'))
 
 
 def _notes(runs: List[Run]) -> List[str]:
@@ -669,7 +556,7 @@ def plot_curves(algo: str, tfrl_runs: List[Run], peer_runs: List[Run]) -> None:
   png = curves.plot(
       os.path.join(FLAGS.curves_dir, f'solve_time_{algo}.png'),
       f'{algo} on {task.env}: tfrl {task.config}.gin' + (
-          f' vs {_peer_name(task)}' if peer_runs else ''),
+          f' vs {peer_name(task)}' if peer_runs else ''),
       {'tfrl': [r.extra.get('curve', []) for r in tfrl_runs],
        **({'SB3': [r.extra.get('curve', []) for r in peer_runs]} if peer_runs else {})},
       task.threshold,
@@ -702,7 +589,7 @@ def finish(results: List[Tuple[str, List[Run], List[Run]]], header: dict) -> Non
     print()
     print('\n'.join(report(algo, tfrl_runs, peer_runs)))
     summaries.append(summary.summarize(
-        algo, task, _peer_name(task) if peer_runs else None, tfrl_runs, peer_runs,
+        algo, task, peer_name(task) if peer_runs else None, tfrl_runs, peer_runs,
         FLAGS.budget_seconds, settings))
   print()
   print(f'Summary: {stats.NAMES[settings.statistic]} over seeds, '

@@ -183,10 +183,18 @@ def summarize(algo: str, task, peer_name: Optional[str], tfrl_runs, peer_runs,
           'threshold': task.threshold, 'measures': rows}
 
 
-def _number(x: float, unit: str) -> str:
-  """A value as the table writes it: env steps and rates with thousands separators,
-  seconds to one decimal, returns to 3 significant figures or one decimal, ratios as
-  '0.45x', differences signed; an infinite time or count to a target as 'never'."""
+def number(x: float, unit: str) -> str:
+  """A value as the tables write it.
+
+  Args:
+    x: the value.
+    unit: 'steps' and 'rate' (thousands separators), 's' (one decimal), 'ratio'
+      ('0.45x'), 'difference' (signed), anything else a return (two decimals below
+      10, else one).
+
+  Returns:
+    The text; an infinite time or count to a target is 'never', NaN 'n/a'.
+  """
   if math.isnan(x):
     return 'n/a'
   if math.isinf(x):
@@ -201,16 +209,24 @@ def _number(x: float, unit: str) -> str:
   return f'+{text}' if unit == 'difference' and x >= 0 else text
 
 
-def _cell(interval: Optional[dict], unit: str) -> str:
-  """'point [low, high]'."""
-  return (f'{_number(interval["point"], unit)} '
-          f'[{_number(interval["low"], unit)}, {_number(interval["high"], unit)}]')
+def cell(interval: dict, unit: str) -> str:
+  """A central value and its interval as the tables write them.
+
+  Args:
+    interval: {'point', 'low', 'high'} (stats.Interval.as_dict, or a side's summary).
+    unit: as `number`.
+
+  Returns:
+    'point [low, high]'.
+  """
+  return (f'{number(interval["point"], unit)} '
+          f'[{number(interval["low"], unit)}, {number(interval["high"], unit)}]')
 
 
 def _side_cell(side: Optional[dict], unit: str) -> str:
   if side is None:
     return 'no peer'
-  return _cell(side, unit) if 'point' in side else 'none reached'
+  return cell(side, unit) if 'point' in side else 'none reached'
 
 
 def markdown(summaries: List[dict], settings: Settings) -> List[str]:
@@ -236,7 +252,7 @@ def markdown(summaries: List[dict], settings: Settings) -> List[str]:
       reached = f'{ours["reached"]}/{ours["of"]}' + (
           f'; {theirs["reached"]}/{theirs["of"]}' if theirs else '')
       comparison = row.get('comparison')
-      comparison = _cell(comparison, comparison['how']) if comparison else '-'
+      comparison = cell(comparison, comparison['how']) if comparison else '-'
       cells = [title, row['measure'], reached, _side_cell(ours, unit),
                _side_cell(theirs, unit), comparison, row.get('verdict', '-')]
       lines.append('| ' + ' | '.join(cells) + ' |')

@@ -1,5 +1,6 @@
-"""Per-task learning curves, one panel per task: what task_sequence.py and multi_task.py
-draw from their runs' evaluations (each row's 'env_steps' and 'task_returns')."""
+"""Per-task learning curves: what task_sequence.py and multi_task.py draw from their runs'
+evaluations (each row's 'env_steps' and 'task_returns'), one panel per task, and what a
+task sequence's curves say each task reached while it was the one trained."""
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -44,3 +45,24 @@ def plot(runs: Mapping[str, List[List[Dict[str, Any]]]], names: Sequence[str], p
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   figure.savefig(path, dpi=90)
   print(f'Curves: {path}')
+
+
+def learned_returns(run: Mapping[str, Any]) -> Dict[str, float]:
+  """Each task's best return at the evaluations inside its own first phase.
+
+  Args:
+    run: a task sequence's tasks.json: 'switches' ([env steps, task name] where each
+      phase starts) and 'history' (evaluation rows).
+
+  Returns:
+    Task name -> its best return while it was trained; NaN where no evaluation fell
+    inside its phase.
+  """
+  switches = [(int(step), name) for step, name in run['switches']]
+  ends = [step for step, _ in switches[1:]] + [float('inf')]
+  learned = {}
+  for (start, name), end in zip(switches, ends):
+    inside = [row['task_returns'][name] for row in run['history']
+              if start < row['env_steps'] <= end]
+    learned.setdefault(name, max(inside) if inside else float('nan'))
+  return learned

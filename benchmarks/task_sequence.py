@@ -66,18 +66,6 @@ def run_job(algo: str, seed: str) -> Dict[str, Any]:
     return json.load(f)
 
 
-def learned_returns(run: Dict[str, Any]) -> Dict[str, float]:
-  """Each task's best return at the evaluations inside its own first phase."""
-  switches = [(int(step), name) for step, name in run['switches']]
-  ends = [step for step, _ in switches[1:]] + [float('inf')]
-  learned = {}
-  for (start, name), end in zip(switches, ends):
-    inside = [row['task_returns'][name] for row in run['history']
-              if start < row['env_steps'] <= end]
-    learned.setdefault(name, max(inside) if inside else float('nan'))
-  return learned
-
-
 def _median_interval(values: List[float]) -> str:
   """The median over the seeds that have a value, [its 95% bootstrap interval]."""
   present = [v for v in values if not np.isnan(v)]
@@ -92,7 +80,7 @@ def summarize(runs: Dict[str, List[Dict[str, Any]]]) -> None:
   names = [name for _, name in runs[FLAGS.algos[0]][0]['switches']]
   for algo, algo_runs in runs.items():
     for seed, run in zip(FLAGS.seeds, algo_runs):
-      learned = learned_returns(run)
+      learned = task_curves.learned_returns(run)
       print(f'{algo:<7} seed {seed}: {len(run["history"])} evaluations, mean forgetting '
             f'{run["mean_forgetting"]:.3f} | ' +
             ' | '.join(f'{n}: learned {learned[n]:.3f}, final '
@@ -104,7 +92,7 @@ def summarize(runs: Dict[str, List[Dict[str, Any]]]) -> None:
   for algo in runs:
     print(f'{algo:<7} mean forgetting, median: {_median_interval(forgetting[algo])}')
     for name in names:
-      learned = [learned_returns(run)[name] for run in runs[algo]]
+      learned = [task_curves.learned_returns(run)[name] for run in runs[algo]]
       print(f'{algo:<7}   {name}: learned {_median_interval(learned)}')
   if {'impala', 'clear'} <= set(runs):
     ratio = stats.compare(forgetting['clear'], forgetting['impala'], 'ratio',

@@ -5,8 +5,9 @@ function that moved or was renamed under them (as `process.die_with_parent` once
 broke them only for the next person to run one. Here each runs as `python script.py
 ...` would (a fork of the tests' preloaded process, tests/python_runs.py), two at a
 time (the machine's two cores), and must exit 0 and print its figure. The helper
-modules that the scripts import (common, curves, stats, summary; task_curves draws in
-both task scripts' runs) are imported together in one more run; a new script in
+modules that the scripts import (common, curves, stats, summary, tasks; task_curves
+draws in both task scripts' runs, pbt_criterion judges pbt_lunarlander's) are imported
+together in one more run; a new script in
 benchmarks/ must get a smoke run here (`test_every_script_has_a_smoke_run`).
 
 The peers' SB3 venv (benchmarks/peers) is never built: solve_time.py and startup.py
@@ -27,7 +28,8 @@ import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
-HELPERS = ('common', 'curves', 'd3rlpy_data', 'stats', 'summary', 'task_curves')
+HELPERS = ('common', 'curves', 'd3rlpy_data', 'pbt_criterion', 'stats', 'summary', 'task_curves',
+           'tasks')
 TIMEOUT_S = 300  # one script, on a loaded 2-core machine
 # train_eval runs of a few train steps, for solve_time.py and startup.py.
 TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
