@@ -39,6 +39,7 @@ from learners import one_process_job
 from learners import process
 from learners import program
 from learners import progress_bar as progress_bar_lib
+from learners import training_result
 from learners import validation
 from learners.experiment import Experiment
 
@@ -52,7 +53,8 @@ def train_eval(root_dir: str, strategy: str = 'default',
                on_progress: Optional[OnProgress] = None,
                progress_bar: bool = False, overwrite: bool = False,
                stop_event: Optional[threading.Event] = None,
-               callbacks: Sequence[callbacks_lib.Callback] = ()) -> Dict[str, Any]:
+               callbacks: Sequence[callbacks_lib.Callback] = ()
+               ) -> training_result.TrainingResult:
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -76,9 +78,10 @@ def train_eval(root_dir: str, strategy: str = 'default',
       and may stop training (which then ends as at its budget), save, or add triggers.
 
   Returns:
-    dict with train_step, env_steps, eval_return (last evaluation), reached_target,
-    stopped_by (the name of the callback that stopped training, or None),
-    confirmation_seed (the seed that replays the confirming evaluation's episodes, see
+    A `learners.training_result.TrainingResult`: `predict` acts with the trained
+    policy, `policy_dir` is its export; as a dict, train_step, env_steps, eval_return
+    (last evaluation), reached_target, stopped_by (the name of the callback that
+    stopped training, or None), confirmation_seed (the seed that replays the confirming evaluation's episodes, see
     `tfrl.actors.Evaluator`; None without one), greedy_policy_dir, train_seconds (from
     the first train step), history (evals), progress (the rows of every progress line);
     for a job that had already ended where these settings end it (its target reached or
@@ -108,7 +111,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
                     'start over, --overwrite.', root_dir, finished['train_step'],
                     'target %s reached' % exp.target if finished['reached_target']
                     else 'all its train steps')
-      return finished
+      return training_result.TrainingResult(finished)
     job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy),
                                         cleanup, hooks, stop_event)
     job.warm_up()
@@ -122,7 +125,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     reached = job.collect_and_train()
     if job.bar is not None:
       job.bar.close()  # before the export's lines
-    result = job.export(reached)
+    result = training_result.TrainingResult(job.export(reached))
     finished_job.record(root_dir, exp, result)
   hooks.train_end(result)
   return result
@@ -132,7 +135,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
         overwrite: bool = False, stop_event: Optional[threading.Event] = None,
-        callbacks: Sequence[callbacks_lib.Callback] = (), **overrides) -> Dict[str, Any]:
+        callbacks: Sequence[callbacks_lib.Callback] = (), **overrides
+        ) -> training_result.TrainingResult:
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
@@ -144,7 +148,7 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     **overrides: `Experiment` fields, applied over gin.
 
   Returns:
-    What `train_eval` returns.
+    What `train_eval` returns: the figures, and `predict` with the trained policy.
 
   Raises:
     learners.config.ConfigError: a missing gin file, a bad binding, or a root_dir that

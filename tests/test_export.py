@@ -279,6 +279,17 @@ def test_dict_observations_become_named_signature_inputs(tmp_path):
   actions = outputs['action'].numpy()
   assert actions.shape == (5,) and actions.min() >= 0 and actions.max() < NUM_ACTIONS
   assert model.get_train_step().numpy() == 0
+  # predict takes a Dict observation as the env gives it, lists included, one or a batch.
+  loaded = export.load_policy(path)
+  action, state = loaded.predict({'a': [0.5, -0.5], 'b': [1, 2, 3]})
+  assert np.shape(action) == () and 0 <= int(action) < NUM_ACTIONS and state is None
+  actions, _ = loaded.predict({'a': np.zeros([4, 2]), 'b': np.ones([4, 3], np.int64)})
+  assert actions.shape == (4,)
+  with pytest.raises(ValueError, match='structure of the policy'):
+    loaded.predict({'a': [0.5, -0.5]})
+  # A lone export (not a job's greedy/collect pair) cannot be asked to sample.
+  with pytest.raises(ValueError, match='lone export'):
+    loaded.predict({'a': [0.5, -0.5], 'b': [1, 2, 3]}, deterministic=False)
 
 
 # Loading in other processes (started by the `exported` fixture).

@@ -18,21 +18,21 @@ from tfrl import graph_options
 from tfrl import learner_input
 from tfrl import logs
 from tfrl import metrics
+from tfrl import root_dir_layout
 from tfrl import triggers as triggers_lib
 from tfrl.agents import hyperparameters as hyperparameters_lib
 
 # Directory names of tf-agents' `tf_agents.train.learner` (its examples build paths from
-# them), so code that switches its import finds the same layout. Where the policy
-# triggers name the same directories, they are the one source of the value.
-TRAIN_DIR = 'train'
-POLICY_SAVED_MODEL_DIR = triggers_lib.POLICY_DIR
-COLLECT_POLICY_SAVED_MODEL_DIR = triggers_lib.COLLECT_POLICY
-GREEDY_POLICY_SAVED_MODEL_DIR = triggers_lib.GREEDY_POLICY
-RAW_POLICY_SAVED_MODEL_DIR = triggers_lib.RAW_POLICY
-POLICY_CHECKPOINT_DIR = triggers_lib.POLICY_CHECKPOINTS
-REPLAY_BUFFER_CHECKPOINT_DIR = 'replay_buffer_checkpoints'
+# them), so code that switches its import finds the same layout (tfrl.root_dir_layout).
+TRAIN_DIR = root_dir_layout.TRAIN_DIR
+POLICY_SAVED_MODEL_DIR = root_dir_layout.POLICY_DIR
+COLLECT_POLICY_SAVED_MODEL_DIR = root_dir_layout.COLLECT_POLICY
+GREEDY_POLICY_SAVED_MODEL_DIR = root_dir_layout.GREEDY_POLICY
+RAW_POLICY_SAVED_MODEL_DIR = root_dir_layout.RAW_POLICY
+POLICY_CHECKPOINT_DIR = root_dir_layout.POLICY_CHECKPOINTS
+REPLAY_BUFFER_CHECKPOINT_DIR = root_dir_layout.REPLAY_BUFFER_CHECKPOINT_DIR
 # The Learner's own checkpoints: root_dir/train/checkpoints, as in tf-agents.
-CHECKPOINT_DIR = POLICY_CHECKPOINT_DIR
+CHECKPOINT_DIR = root_dir_layout.CHECKPOINT_DIR
 
 
 def new_train_step() -> tf.Variable:

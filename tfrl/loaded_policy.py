@@ -1,12 +1,16 @@
 """Loading an exported policy (`tfrl.export`'s writing side makes them): the tf-agents
-policy API over `tf.saved_model.load`, and `predict` on numpy observations."""
+policy API over `tf.saved_model.load`, and `predict` on numpy observations, greedy or
+sampled (a job exports both, side by side: `tfrl.root_dir_layout`)."""
 import os
 from typing import Any, Dict, Tuple
 
 import numpy as np
 import tensorflow as tf
+import tree
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
+
+from tfrl import root_dir_layout
 
 POLICY_SPECS_PBTXT = 'policy_specs.pbtxt'  # the name tf-agents' loader looks for
 
@@ -49,6 +53,7 @@ class ExportedPolicy:
                                       collect.observation)
     self.action_spec = collect.action
     self.policy_state_spec = specs['policy_state_spec']
+    self._siblings: Dict[str, 'ExportedPolicy'] = {}
 
   def action(self, time_step: ts.TimeStep, policy_state: Any = ()):
     """Returns the PolicyStep for a batched `time_step`."""
@@ -58,21 +63,22 @@ class ExportedPolicy:
     return self._module.get_initial_state(tf.constant(batch_size, tf.int32))
 
   def predict(self, observation: Any, state: Any = None,
-              episode_start: Any = None) -> Tuple[np.ndarray, Any]:
+              episode_start: Any = None, deterministic: bool = True
+              ) -> Tuple[np.ndarray, Any]:
     """Acts on numpy observations, as Stable-Baselines3's `model.predict` does.
 
-    Which policy acts is the export's: `greedy_policy` acts greedily, `collect_policy`
-    samples (with its exploration).
-
     Args:
-      observation: one observation as the env returns it (an array, or a dict of arrays
-        for Dict observations), or a batch of them (every entry with a leading batch
-        dimension); cast to the export's dtypes.
+      observation: one observation as the env returns it (an array or a list, or a
+        dict of them for Dict observations), or a batch of them (every entry with a
+        leading batch dimension); cast to the export's dtypes.
       state: what the previous `predict` of the same episodes returned; None at their
         start (the initial state).
       episode_start: which entries start an episode (a bool, or one per batch entry);
         a recurrent policy's state is reset for them. Default: every entry where
         `state` is None, none otherwise.
+      deterministic: True acts greedily (the job's greedy_policy export), False samples
+        as the job collected (its collect_policy export, exploration included). Either
+        is the export loaded or the one beside it in the same policies directory.
 
     Returns:
       (action, state): the action as numpy (without a batch dimension for a single
@@ -81,8 +87,11 @@ class ExportedPolicy:
 
     Raises:
       ValueError: an observation whose structure or shape is not the export's,
-        naming both.
+        naming both; `deterministic` asking for an export that is not beside this one.
     """
+    acting = self._sibling(deterministic)
+    if acting is not self:
+      return acting.predict(observation, state, episode_start, deterministic)
     spec = self.time_step_spec.observation
     observation, batch_size, single = _batched_observation(observation, spec)
     if state is None:
@@ -101,6 +110,29 @@ class ExportedPolicy:
     has_state = bool(tf.nest.flatten(self.policy_state_spec))
     return action, (tf.nest.map_structure(lambda s: s.numpy(), step.state)
                     if has_state else None)
+
+  def _sibling(self, deterministic: bool) -> 'ExportedPolicy':
+    """The export that acts as `deterministic` asks: this one, or the other of the
+    greedy/collect pair beside it (loaded once)."""
+    greedy, collect = root_dir_layout.GREEDY_POLICY, root_dir_layout.COLLECT_POLICY
+    name = os.path.basename(os.path.normpath(self.path))
+    wanted = greedy if deterministic else collect
+    if name == wanted:
+      return self
+    if name not in (greedy, collect):  # a lone export acts as it was exported
+      if deterministic:
+        return self
+      raise ValueError(f'predict(deterministic=False) samples with a job\'s {collect} '
+                       f'export; {self.path!r} is a lone export: load a {collect} '
+                       'export, or predict with deterministic=True.')
+    if wanted not in self._siblings:
+      path = os.path.join(os.path.dirname(os.path.normpath(self.path)), wanted)
+      if not tf.saved_model.contains_saved_model(path):
+        raise ValueError(f'predict(deterministic={deterministic}) acts with the {wanted} '
+                         f'export, and there is none beside {self.path!r} (a job exports '
+                         f'{greedy} and {collect} side by side).')
+      self._siblings[wanted] = ExportedPolicy(path)
+    return self._siblings[wanted]
 
   def get_train_step(self) -> int:
     return int(self._module.get_train_step().numpy())
@@ -141,7 +173,13 @@ def _batched_observation(observation: Any, spec: Any) -> Tuple[Any, int, bool]:
     ValueError: a structure or shape that is neither one observation nor a batch.
   """
   try:
-    tf.nest.assert_same_structure(observation, spec)
+    # Lists become arrays where the spec has a tensor (gymnasium's spaces sample them);
+    # anything else there (a dict for a flat spec) becomes an object array: refused.
+    arrays = tree.map_structure_up_to(spec, np.asarray, observation)
+    if any(a.dtype == object for a in tf.nest.flatten(arrays)):
+      raise ValueError('an entry is not an array of numbers')
+    tf.nest.assert_same_structure(arrays, spec)
+    observation = arrays
   except (ValueError, TypeError) as e:
     raise ValueError(f'The observation must have the structure of the policy\'s '
                      f'observation spec {spec}, got {observation!r}: {e}') from None
@@ -163,5 +201,24 @@ def _batched_observation(observation: Any, spec: Any) -> Tuple[Any, int, bool]:
 
 
 def load_policy(path: str) -> ExportedPolicy:
-  """Loads an export made by `export_policy` (see `ExportedPolicy`)."""
+  """Loads an export made by `export_policy` (see `ExportedPolicy`).
+
+  Args:
+    path: the export's directory; or a job's root_dir or its policies directory, for
+      the job's greedy policy (`predict(..., deterministic=False)` then samples from
+      its collect policy).
+
+  Returns:
+    The loaded policy.
+
+  Raises:
+    FileNotFoundError: `path` holds no SavedModel (nor a job's greedy export).
+    NotAPolicyError: it holds a SavedModel that is not an exported policy.
+  """
+  for candidate in (os.path.join(path, root_dir_layout.POLICY_DIR,
+                                 root_dir_layout.GREEDY_POLICY),
+                    os.path.join(path, root_dir_layout.GREEDY_POLICY)):
+    if (not tf.saved_model.contains_saved_model(path) and
+        tf.saved_model.contains_saved_model(candidate)):
+      return ExportedPolicy(candidate)
   return ExportedPolicy(path)

@@ -25,6 +25,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfrl import files
+from tfrl import root_dir_layout
 
 LOCK_FILE = 'job.lock'
 RUN_FILE = 'run.json'
@@ -166,16 +167,15 @@ def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
     RootDirBusy: another live job holds the lock.
     RootDirNotResumable: exports but no checkpoint, and not `overwrite`.
   """
-  # Late imports: the lock alone needs no TensorFlow, and these import this module.
+  # A late import: checkpoints imports this module.
   from tfrl import checkpoints  # pylint: disable=g-import-not-at-top
-  from tfrl import learner  # pylint: disable=g-import-not-at-top
-  from tfrl import triggers  # pylint: disable=g-import-not-at-top
   lock = RootDirLock(root_dir)
   try:
-    checkpoint_dir = os.path.join(root_dir, learner.TRAIN_DIR, learner.CHECKPOINT_DIR)
-    policy_dir = os.path.join(root_dir, triggers.POLICY_DIR)
+    checkpoint_dir = os.path.join(root_dir, root_dir_layout.TRAIN_DIR,
+                                  root_dir_layout.CHECKPOINT_DIR)
+    policy_dir = os.path.join(root_dir, root_dir_layout.POLICY_DIR)
     has_checkpoints = bool(checkpoints.checkpoint_prefixes(checkpoint_dir))
-    has_exports = tf.io.gfile.isdir(os.path.join(policy_dir, triggers.GREEDY_POLICY))
+    has_exports = tf.io.gfile.isdir(os.path.join(policy_dir, root_dir_layout.GREEDY_POLICY))
     if overwrite and (has_checkpoints or has_exports):
       for path in (checkpoint_dir, policy_dir):
         files.remove_tree(path)

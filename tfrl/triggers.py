@@ -12,12 +12,10 @@ from tfrl import export
 from tfrl import metrics
 from tfrl import run_dir
 
-POLICY_DIR = 'policies'
-GREEDY_POLICY = 'greedy_policy'
-COLLECT_POLICY = 'collect_policy'
-RAW_POLICY = 'policy'
-POLICY_CHECKPOINTS = 'checkpoints'
-SERVING_DIR = 'serving'  # policies/serving/<name>/<train step>/: TF Serving's versions
+# The export directories' names (tfrl.root_dir_layout), where callers of the triggers
+# look for them.
+from tfrl.root_dir_layout import (  # pylint: disable=unused-import,g-bad-import-order
+    COLLECT_POLICY, GREEDY_POLICY, POLICY_CHECKPOINTS, POLICY_DIR, RAW_POLICY, SERVING_DIR)
 
 
 class IntervalTrigger:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import python_runs  # tests/python_runs.py
@@ -31,13 +32,35 @@ def _run_cli(*args, timeout=600):
   return python_runs.run(['-m', 'learners.train_eval', *args], timeout=timeout, env=env)
 
 
+def _check_the_result_acts_as_its_exports(result, root):
+  """The returned result predicts as the exported greedy policy does, on a list or an
+  array, one observation or a batch; deterministic=False samples as the collect policy
+  (DQN's epsilon is still near 1 after 50 train steps: both actions appear)."""
+  assert result.policy_dir == result['greedy_policy_dir']
+  observation = [0.01, -0.02, 0.03, 0.0]
+  action, state = result.predict(observation)
+  assert state is None and np.shape(action) == () and int(action) in (0, 1)
+  greedy = export.load_policy(root)  # a job's root_dir: its greedy export
+  assert greedy.path == result.policy_dir
+  batch = np.tile(np.asarray(observation, np.float32), [200, 1])
+  greedy_actions, _ = greedy.predict(batch)
+  assert greedy_actions.tolist() == [int(action)] * 200
+  sampled, _ = result.predict(batch, deterministic=False)
+  assert set(sampled.tolist()) == {0, 1}
+  collect = export.load_policy(os.path.join(root, 'policies', 'collect_policy'))
+  assert collect.predict(batch)[0].tolist() == greedy_actions.tolist()
+  with pytest.raises(ValueError, match='structure of the policy'):
+    result.predict({'observation': observation})
+
+
 @pytest.mark.integration
-def test_tiny_run_exports_and_resumes(tmp_path):
+def test_tiny_run_exports_predicts_and_resumes(tmp_path):
   root = str(tmp_path / 'run')
   first = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=50, **TINY)
   assert first['train_step'] == 50
   assert os.path.isfile(os.path.join(first['greedy_policy_dir'], 'saved_model.pb'))
   assert [h['train_step'] for h in first['history']] == [25, 50]
+  _check_the_result_acts_as_its_exports(first, root)
 
   second = train_eval.run(root, ['dqn_cartpole.gin'], num_train_steps=100, **TINY)
   assert second['train_step'] == 100
