@@ -1,4 +1,4 @@
-"""The env case table (docs/ARCHITECTURE.md, Environments), run on both backends of
+"""The env case table (docs/architecture.md, Environments), run on both backends of
 tfrl.envs.make.
 
 Each case states what learners rely on from a batched env (step types, discounts,

@@ -2,7 +2,7 @@
 
 EnvPool steps a batch of C++ environments in its own thread pool. `EnvPoolVectorEnv`
 shows such a pool as a gymnasium vector env with the semantics tfrl's `BatchedEnv`
-reads from gymnasium's own (the env case table in docs/ARCHITECTURE.md, tested on both
+reads from gymnasium's own (the env case table in docs/architecture.md, tested on both
 backends in tests/envs/test_env_backends.py):
 
 - next-step autoreset: the step after an episode's end ignores its action and returns
