@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 DEMO_DIR ?= runs/demo
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench docs docs-install clean
 
 venv: $(STAMP)
 
@@ -49,5 +49,22 @@ bench: $(STAMP)
 	$(VPY) benchmarks/collect_throughput.py
 	$(VPY) benchmarks/learner_throughput.py
 
+# The documentation site (mkdocs.yml) into site/: MkDocs with the Material theme, the API
+# pages from the docstrings by mkdocstrings, which reads the source without importing it.
+# --strict: any warning (a broken link, a missing page or include) fails the build.
+# The packages are setup.py's dev extras' docs packages, installed alone here (the same
+# ranges: tests/test_docs.py checks they agree).
+DOCS_STAMP := $(VENV)/.installed-docs
+DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10' 'mkdocstrings[python]>=0.30,<2' 'mkdocstrings-python>=2.0,<3'
+
+docs-install: $(DOCS_STAMP)
+
+$(DOCS_STAMP): $(BASE_STAMP)
+	$(VPY) -m pip install --quiet $(DOCS_PACKAGES)
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

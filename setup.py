@@ -51,6 +51,12 @@ VIDEO = ['moviepy>=2.1,<3', 'imageio>=2.14.1', 'imageio-ffmpeg>=0.4']
 OFFLINE = ['tensorflow-datasets>=4.9.4,<4.10', 'tensorflow-metadata>=1.14,<1.17',
            'protobuf>=4.25,<5', 'pyarrow>=14,<18']
 
+# The documentation site: MkDocs, its Material theme, and mkdocstrings' Python handler for
+# the API pages (griffe 2, which reads the source without importing TensorFlow). The
+# Makefile's docs-install target installs the same ranges alone.
+DOCS = ['mkdocs>=1.6,<2', 'mkdocs-material>=9.5,<10', 'mkdocstrings[python]>=0.30,<2',
+        'mkdocstrings-python>=2.0,<3']
+
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
     'ray': RAY,
@@ -60,7 +66,8 @@ EXTRAS_REQUIRE = {
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
     # pytest < 9: pytest-xdist 3.8 groups tests (make test's two lanes, --dist loadgroup)
     # by rewriting a private node id that pytest 9 no longer reads.
-    'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
+    # The documentation site (mkdocs.yml, `make docs`); tests/test_docs.py builds it.
+    'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + DOCS + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.
