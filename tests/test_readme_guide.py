@@ -1,5 +1,6 @@
-"""The README's "Your own agent" guide runs as written: its builder trains under
-train_eval from the layout it names, and the policy it exports plays."""
+"""The "Your own agent" guide (docs/guides/own-agent.md, linked from the README) runs as
+written: its builder trains under train_eval from the layout it names, and the policy it
+exports plays."""
 import os
 import re
 
@@ -9,15 +10,16 @@ import tensorflow as tf
 import tfrl.envs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUIDE = os.path.join('docs', 'guides', 'own-agent.md')
 MARKER = '# guide: your own agent'
 
 
 def guide_code() -> str:
-  with open(os.path.join(REPO, 'README.md')) as f:
-    readme = f.read()
-  blocks = re.findall(r'```python\n(.*?)```', readme, flags=re.S)
+  with open(os.path.join(REPO, GUIDE)) as f:
+    page = f.read()
+  blocks = re.findall(r'```python\n(.*?)```', page, flags=re.S)
   guides = [block for block in blocks if block.startswith(MARKER)]
-  assert len(guides) == 1, 'the README has one guide block'
+  assert len(guides) == 1, f'{GUIDE} has one guide block'
   return guides[0]
 
 
@@ -30,7 +32,7 @@ def test_the_guides_agent_trains_and_its_export_plays(tmp_path):
     code = code.replace(line, small)
   code += '\nresult_for_test = result\n'
   namespace = {'__name__': 'readme_guide'}
-  exec(compile(code, 'README.md (guide)', 'exec'), namespace)  # pylint: disable=exec-used
+  exec(compile(code, f'{GUIDE} (guide)', 'exec'), namespace)  # pylint: disable=exec-used
 
   result = namespace['result_for_test']
   assert result['train_step'] >= 200  # whole iterations of the config's train steps

@@ -66,15 +66,14 @@ def test_every_notebook_opens_with_its_badge_and_the_shared_setup_cell():
 
 
 def test_one_place_holds_the_repository_url_and_it_says_placeholder():
-  """TFRL_REPO_URL of colabs/setup_cell.py is the only repository URL the README, the
-  notebooks and deploy/ give, and each says it is a placeholder."""
+  """TFRL_REPO_URL of colabs/setup_cell.py is the only repository URL the notebooks and
+  deploy/ give, and each says it is a placeholder; the README and the documentation
+  pages give none (tfrl installs from a clone)."""
   with open(os.path.join(COLABS, 'setup_cell.py')) as f:
     setup_cell = f.read()
   url = re.search(r"^TFRL_REPO_URL = '([^']+)'", setup_cell, re.M).group(1)
-  places = [os.path.join(REPO, 'README.md'),
-            os.path.join(REPO, 'deploy', 'kuberay', 'raycluster.yaml')] + [
-                os.path.join(COLABS, f) for f in sorted(os.listdir(COLABS))
-                if f.endswith('.ipynb')]
+  places = [os.path.join(REPO, 'deploy', 'kuberay', 'raycluster.yaml')] + [
+      os.path.join(COLABS, f) for f in sorted(os.listdir(COLABS)) if f.endswith('.ipynb')]
   for path in places:
     with open(path) as f:
       text = f.read()
@@ -82,6 +81,13 @@ def test_one_place_holds_the_repository_url_and_it_says_placeholder():
     assert found == {url}, (path, found)
     assert 'placeholder' in text.lower() or 'PLACEHOLDER' in text, path
   assert 'PLACEHOLDER' in setup_cell
+  pages = [os.path.join(REPO, 'README.md')] + [
+      os.path.join(folder, f) for folder, _, files in os.walk(os.path.join(REPO, 'docs'))
+      for f in files if f.endswith('.md')]
+  for path in pages:
+    with open(path) as f:
+      text = f.read()
+    assert url not in text and not re.search(r'github\.com/[\w.-]+/tfrl\b', text), path
 
 
 def test_the_setup_cell_stops_on_a_python_tfrl_cannot_serve():
