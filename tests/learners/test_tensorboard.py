@@ -1,6 +1,6 @@
-"""Every program writes the TensorBoard summaries README.md lists, where it lists them:
-one launched job (reverb_server, collect, train, eval) and one train_eval run; and
-`tensorboard`, installed with tfrl, starts on a finished job and serves them."""
+"""Every program writes the TensorBoard summaries docs/guides/tensorboard.md lists, where
+it lists them: one launched job (reverb_server, collect, train, eval) and one train_eval
+run; and `tensorboard`, installed with tfrl, starts on a finished job and serves them."""
 import collections
 import glob
 import json
@@ -24,7 +24,7 @@ BINDINGS = ['Experiment.num_train_steps = 512', 'Experiment.target_return = None
             'Experiment.summary_interval = 64', 'Experiment.eval_interval = 256',
             'Experiment.num_eval_episodes = 2']
 
-# directory under root_dir -> tags (README.md, "TensorBoard").
+# directory under root_dir -> tags (docs/guides/tensorboard.md).
 LAUNCHED = {
     'train': {'Losses/td_loss', 'Losses/total_loss', 'train_steps_per_sec'},
     'collect/task_0': {'collect/AverageReturn', 'collect/EnvironmentSteps',
@@ -77,8 +77,8 @@ def _get_json(url: str):
 
 
 def test_tensorboard_serves_the_readmes_scalars_of_a_finished_job(launched_job):
-  """`tensorboard --logdir ROOT_DIR`, as the README says, starts and serves every
-  scalar the README's table lists over its HTTP API, with values."""
+  """`tensorboard --logdir ROOT_DIR`, as the TensorBoard guide says, starts and serves
+  every scalar the guide's table lists over its HTTP API, with values."""
   port = ports.free_port()
   command = [os.path.join(os.path.dirname(sys.executable), 'tensorboard'),
              f'--logdir={launched_job}', '--host=127.0.0.1', f'--port={port}']
