@@ -56,6 +56,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+    # Compares the committed pages with what the recorded runs make; writes nothing.
+    'results_pages': ['--check'],
     # Both ways of running three tasks at once, one train step each: 3 envs (one per task)
     # in the one-process job and in each of the launched run's 3 collectors (these bindings
     # come after --launch_num_envs'), a batch of 3 unrolls (96 env steps), and a queue of
@@ -160,6 +162,7 @@ EXPECTED = {
     'ablation': rf'(?m)^config seed 0 \(({NUMBER}) s\): ppo_halfcheetah seed 0 tfrl: .*'
                 rf'env_steps=({NUMBER})(?:.*\n)*?^\| config \| (1) \| -?{NUMBER} \['
                 rf'(?:.*\n)*?^\| normalized \| (1) \| -?{NUMBER} \[',
+    'results_pages': r'results pages: ([1-9]\d*) pages up to date',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
@@ -230,7 +233,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
            'layer_norm', 'atari_throughput', 'ppo_compile', 'task_sequence', 'solve_time',
            'replay_independence', 'startup', 'learner_throughput', 'reliability',
-           'pixel_bytes', 'collect_throughput', 'helpers']
+           'pixel_bytes', 'collect_throughput', 'results_pages', 'helpers']
   assert sorted(order) == sorted(jobs)
   start = time.monotonic()
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
