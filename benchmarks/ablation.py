@@ -20,7 +20,8 @@ run again (a series resumes). --report_only re-reports what OUT_DIR holds. The t
 use benchmarks/stats.py (IQM with a 95% percentile bootstrap by default; the two
 sides of a comparison resampled independently), as solve_time's do.
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import concurrent.futures
 import dataclasses

@@ -39,7 +39,8 @@ Run (from the repository root; needs the 'atari' extra):
     .venv/bin/python benchmarks/atari_throughput.py
     .venv/bin/python benchmarks/atari_throughput.py --game=ALE/Breakout-v5 --seconds=20
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import contextlib
 import shutil

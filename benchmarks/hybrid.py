@@ -9,8 +9,8 @@ warm-up (--warmup_steps), and with --critic_layer_norm RLPD's layer-normalized c
 reached about a third of its final return.
 
 The bar: online SAC's return at 150,000 env steps (the tfrl runs of --online_runs, the
-same config on this machine: RESULTS "SAC HalfCheetah-v5 at 50k and 150k env steps"),
-reached in at most a third of those env steps. Reported: each seed's env steps to that
+same config on this machine, docs/results/sac.md), reached in at most a third of those
+env steps. Reported: each seed's env steps to that
 return (interpolated between evaluations; a seed that never got there counts as
 infinite), how many seeds got there within the bar, and each seed's return at 50,000
 env steps; IQM (the interquartile mean, `stats.STATISTIC`) and 95% bootstrap interval
@@ -20,11 +20,12 @@ over seeds.
         --datasets=halfcheetah_medium_replay     # once: the dataset
     .venv/bin/python benchmarks/hybrid.py --seeds=0,1,2 --jobs=2
 
-The defaults are the best measured recipe (RESULTS, "Hybrid SAC on HalfCheetah:
-dataset-only steps first"); the pilots ran --nocritic_layer_norm --warmup_steps=5000
+The defaults are the best measured recipe, the one of both records on
+docs/results/hybrid.md; the pilots ran --nocritic_layer_norm --warmup_steps=5000
 --dataset_only_steps=0.
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import json
 import math

@@ -23,7 +23,8 @@ tfrl's against a numpy reference).
     .venv/bin/python benchmarks/layer_norm.py
     .venv/bin/python benchmarks/layer_norm.py --paths=layer --seconds=2
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 # First: benchmarks/common.py puts the repository on sys.path and quiets TF's C++ logs.
 import common  # pylint: disable=g-bad-import-order

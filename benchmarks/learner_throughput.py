@@ -54,7 +54,8 @@ Run (from the repository root):
     .venv/bin/python benchmarks/learner_throughput.py
     .venv/bin/python benchmarks/learner_throughput.py --seconds=5 --paths=tfrl,ceiling
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import contextlib
 import shutil

@@ -17,7 +17,10 @@ Run (from the repository root; ~15-20 min per run on 2 cores, one at a time):
     .venv/bin/python benchmarks/multi_task.py --seeds=0
 
 A run whose summary (<runs_dir>/<mode>_s<seed>.summary.json) exists is read, not run again
-(--rerun runs it again). Results are recorded in benchmarks/RESULTS.md.
+(--rerun runs it again).
+
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import json
 import os

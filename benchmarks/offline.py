@@ -29,7 +29,8 @@ one torch thread, like tfrl's side pinned to one CPU where --jobs=2 runs two at 
 
     .venv/bin/python benchmarks/offline.py --seeds=0,1,2 --jobs=2
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import dataclasses
 import json

@@ -18,8 +18,10 @@ starting points alone do not.
 
     .venv/bin/python benchmarks/pbt_lunarlander.py --seeds=0,1,2
 
-A run whose summary exists in --runs_dir is read, not run again. Record the output in
-benchmarks/RESULTS.md.
+A run whose summary exists in --runs_dir is read, not run again.
+
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import glob
 import json

@@ -24,7 +24,8 @@ many game frames).
     .venv/bin/python benchmarks/pixel_bytes.py
     .venv/bin/python benchmarks/pixel_bytes.py --env=catch --frame_stack=4 --n_step=3
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import collections
 import functools

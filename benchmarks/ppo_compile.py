@@ -14,7 +14,8 @@ and one `Learner.run(10)` after it, to show that the steady state is unaffected.
     .venv/bin/python benchmarks/ppo_compile.py
     .venv/bin/python benchmarks/ppo_compile.py --epochs=5,20
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import os
 import tempfile

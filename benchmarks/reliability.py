@@ -5,8 +5,8 @@ how long it took and what it left behind.
     python benchmarks/reliability.py --trials=3
     python benchmarks/reliability.py --only='kill -9' --trials=10
 
-Prints one line per trial and a summary per scenario (the figures in
-benchmarks/RESULTS.md § Reliability). The job is DQN on CartPole with the test suite's
+Prints one line per trial and a summary per scenario (its figures: docs/results/index.md,
+"Reliability"). The job is DQN on CartPole with the test suite's
 small settings (tests/learners/programs.py: SMALL), one collector.
 
 `--only` picks bad-input rows too, by their name after 'bad input ':

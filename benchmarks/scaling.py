@@ -68,7 +68,8 @@ Run (from the repository root):
     .venv/bin/python benchmarks/scaling.py
     .venv/bin/python benchmarks/scaling.py --seconds=15 --configs=1c+trainer,2c+trainer
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import dataclasses
 import os

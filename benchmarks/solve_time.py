@@ -10,7 +10,7 @@ and, for DQN, PPO, SAC, PPO on Pendulum and the LSTM PPO on masked CartPole, the
 (benchmarks/peers/.venv, created here from benchmarks/peers/requirements.txt when
 missing: stable-baselines3 2.9.2, sb3-contrib 2.9.2, torch 2.13.0 CPU). It then prints,
 per algorithm, each seed's seconds / env steps / solved on both sides, and a markdown
-table (for RESULTS.md) of each measure's median or IQM over seeds with its 95% bootstrap
+table (docs/results/ shows it) of each measure's median or IQM over seeds with its 95% bootstrap
 interval on both sides and their comparison (benchmarks/summary.py, stats.py), also
 written as JSON (--summary_json).
 
@@ -134,7 +134,8 @@ Run (from the repository root):
     .venv/bin/python benchmarks/solve_time.py --algos=dqn --report_from=runs.jsonl \\
         --statistic=median --curves_dir=benchmarks/curves   # re-report recorded runs
 
-Results are recorded in benchmarks/RESULTS.md.
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import concurrent.futures
 import dataclasses
@@ -574,7 +575,7 @@ def seeds_for(algo: str) -> List[int]:
 
 def finish(results: List[Tuple[str, List[Run], List[Run]]], header: dict) -> None:
   """Prints each task's per-seed table, then one markdown table of every task's
-  central values with their intervals (for RESULTS.md); writes --summary_json and,
+  central values with their intervals (docs/results/ shows it); writes --summary_json and,
   with --curves_dir, the curves.
 
   Args:

@@ -23,7 +23,10 @@ Run (from the repository root):
 It takes solve_time.py's flags (seeds, caps, venvs). With `--skip_peer` it runs tfrl
 only: no peer venv is built, and the SB3 columns and the whole-process verdicts are
 left empty ('-', 'n/a'). The test suite's smoke run uses that with a few train steps
-(tests/test_benchmarks_run.py). Results: benchmarks/RESULTS.md.
+(tests/test_benchmarks_run.py).
+
+Results: docs/results/, written by benchmarks/results_pages.py from the outputs kept in
+benchmarks/runs/ (a run's output as printed, <name>.txt, beside its <name>.meta.json).
 """
 import datetime
 import math

@@ -1,6 +1,6 @@
 """solve_time.py's summary: per task, each measure's central value over seeds with its
 bootstrap interval for tfrl and its peer side by side, the comparison of the two, as a
-markdown table (for RESULTS.md) and as JSON.
+markdown table (solve_time.py prints it, docs/results/ shows it) and as JSON.
 
 The measures, by how a task is judged:
   threshold tasks   env steps to the target and seconds of training to it (lower is

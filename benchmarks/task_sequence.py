@@ -18,7 +18,10 @@ Run (from the repository root; ~14 min per run alone on 2 cores, --jobs at a tim
     .venv/bin/python benchmarks/task_sequence.py --seeds=0,1,2 --jobs=2
 
 A run whose directory already holds tasks.json is read, not run again (--rerun runs
-it again). Results are recorded in benchmarks/RESULTS.md.
+it again).
+
+Results: docs/results/, written by benchmarks/results_pages.py from the runs kept in
+benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 """
 import concurrent.futures
 import json

@@ -4,7 +4,7 @@ nothing may hang.
 
 Each test states the fault it injects and what must hold afterwards. The long ones are
 marked slow; `make test` runs them all. Trials print a line each (see -s), recorded in
-benchmarks/RESULTS.md's Reliability section.
+docs/results/index.md ("Fault injection").
 """
 import glob
 import json

@@ -1,7 +1,7 @@
 """The standard-task configs (Box2D, MuJoCo, MiniGrid, Atari) run briefly in
 `train_eval` and under `learners.launch`, a few train steps each, and their exported
 policies load as a user loads them and play an episode of the task. Whether they learn
-is benchmarks/ work (minutes to hours each on this machine: benchmarks/RESULTS.md);
+is benchmarks/ work (minutes to hours each on this machine: docs/results/);
 this proves each config builds, trains and exports both ways.
 
 The `train_eval` runs share one subprocess, TensorFlow loaded once, one after another;
