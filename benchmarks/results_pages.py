@@ -56,8 +56,9 @@ files:
                  ratios, start-up times, ...): <name>.txt beside the meta file, shown as
                  printed, and/or <name>.md, a table as it was recorded.
 An output or pbt record may name 'figures' (PNGs under benchmarks/curves/ to show), a
-solve_time, arms or offline record a 'headline' (a row of the README's table). A record with 'superseded' (why it is not shown) is not
-rendered: the changelog names it and its 'files', as it does changelog.json's entries.
+solve_time, arms or offline record a 'headline' (a row of the README's table). A record
+with 'superseded' (why it is not shown) is not rendered: the changelog names it and its
+'files', as it does changelog.json's entries.
 
 Statistics come from benchmarks/stats.py through summary.py (the IQM over seeds with a
 95% percentile bootstrap interval, generator seed 0), so the output is the same on every
@@ -109,8 +110,9 @@ FIRST_RUN = {
     'appo': 'benchmarks/solve_time.py --algos=appo,appo_breakout --skip_peer',
     'clear': 'benchmarks/solve_time.py --algos=clear --skip_peer',
     'offline': 'benchmarks/offline.py', 'hybrid': 'benchmarks/hybrid.py',
-    'task_sequence': 'benchmarks/task_sequence.py', 'multi_task': 'benchmarks/multi_task.py',
-    'pbt': 'benchmarks/pbt_lunarlander.py', 'throughput': 'benchmarks/collect_throughput.py'}
+    'task_sequence': 'benchmarks/task_sequence.py',
+    'multi_task': 'benchmarks/multi_task.py', 'pbt': 'benchmarks/pbt_lunarlander.py',
+    'throughput': 'benchmarks/collect_throughput.py'}
 
 RUNS_DIR = os.path.join(BENCHMARKS, 'runs')
 OUT_DIR = os.path.join(REPO, 'docs', 'results')
@@ -188,7 +190,8 @@ class Record:
     if kind == 'solve_time':
       return list(self['runs'])
     if kind == 'arms':
-      return [file for _, file, _ in self['arms']] + list((get('peer') or {}).get('runs', []))
+      peer_runs = (get('peer') or {}).get('runs', [])
+      return [file for _, file, _ in self['arms']] + list(peer_runs)
     if kind == 'runs':
       return [file for _, file in self['rows']]
     if kind == 'hybrid':
@@ -594,7 +597,8 @@ def _datasets(path: str) -> Dict[str, Dict[str, float]]:
   """offline.py's printed description of its datasets: name -> size and returns."""
   with open(path) as f:
     found = _DATASET.findall(f.read())
-  return {name: {'episodes': int(episodes), 'transitions': int(transitions.replace(',', '')),
+  return {name: {'episodes': int(episodes),
+                 'transitions': int(transitions.replace(',', '')),
                  'mean': float(mean), 'min': float(low), 'max': float(high)}
           for name, episodes, transitions, mean, low, high in found}
 
@@ -936,7 +940,8 @@ def index_text(records: Sequence[Record], rendered: Dict[str, Rendered],
            f'are the {CENTRAL} over seeds with a {SETTINGS.confidence:.0%} percentile '
            f'bootstrap interval ({SETTINGS.resamples:,} resamples, generator seed '
            f'{SETTINGS.seed}; `benchmarks/stats.py`).', '', '## Algorithms', '']
-  lines += [f'- [{title}](../algorithms/{page}.md)' for page, title in ALGORITHM_PAGES.items()]
+  lines += [f'- [{title}](../algorithms/{page}.md)'
+            for page, title in ALGORITHM_PAGES.items()]
   lines += ['', '## Other pages', '']
   lines += [f'- [{title}]({page}.md)' for page, title in OTHER_PAGES.items()]
   lines += ['', '## Other results', '']

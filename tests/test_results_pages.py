@@ -56,8 +56,8 @@ def test_a_changed_run_changes_its_page_and_no_other(tmp_path):
   old = open(os.path.join(PAGES, 'dqn.md')).read()
   seed_row = f'| 0 | 118,526 | {before + 10_000:,} |'
   assert seed_row in new and seed_row not in old
-  assert new.count('SB3 DQN (RL-Zoo LunarLander)') == old.count('SB3 DQN (RL-Zoo LunarLander)')
-  others = sorted(name for name in os.listdir(PAGES) if name.endswith('.md') and name != 'dqn.md')
+  others = sorted(name for name in os.listdir(PAGES)
+                  if name.endswith('.md') and name != 'dqn.md')
   match, mismatch, errors = filecmp.cmpfiles(PAGES, pages, others, shallow=False)
   assert (mismatch, errors) == ([], []), (mismatch, errors)
   assert match == others
