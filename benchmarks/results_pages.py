@@ -163,27 +163,65 @@ class Record:
     self.stem = os.path.basename(meta_path)[:-len('.meta.json')]
 
   def __getitem__(self, key: str) -> Any:
+    """A field the record must have.
+
+    Args:
+      key: the field's name.
+
+    Returns:
+      Its value.
+
+    Raises:
+      RecordError: the record lacks it (naming the meta file).
+    """
     if key not in self.meta:
       raise RecordError(f'{self.meta_path}: no {key!r}')
     return self.meta[key]
 
   def get(self, key: str, default: Any = None) -> Any:
+    """A field the record may have.
+
+    Args:
+      key: the field's name.
+      default: the value without it.
+
+    Returns:
+      Its value, or `default`.
+    """
     return self.meta.get(key, default)
 
   @property
   def pages(self) -> List[str]:
+    """The pages that show the record ('page': one name or a list of them)."""
     page = self['page']
     return [page] if isinstance(page, str) else list(page)
 
   def path(self, name: str) -> str:
-    """A file the record names, relative to the runs directory; it must exist."""
+    """Where a file the record names is.
+
+    Args:
+      name: the file's path relative to the runs directory.
+
+    Returns:
+      Its full path.
+
+    Raises:
+      RecordError: it does not exist.
+    """
     full = os.path.join(self.runs_dir, name)
     if not os.path.exists(full):
       raise RecordError(f'{self.meta_path}: {name} is not in {self.runs_dir}')
     return full
 
   def files(self) -> List[str]:
-    """The files and directories under the runs directory that the record shows."""
+    """The files and directories of the runs directory that the record shows.
+
+    Returns:
+      Their paths relative to it, each once, a directory's with a trailing '/'.
+    """
+    return list(dict.fromkeys(self._files()))
+
+  def _files(self) -> List[str]:
     kind, get = self['kind'], self.get
     if get('superseded'):
       return list(get('files', []))
@@ -1130,7 +1168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv: the arguments (default: sys.argv[1:]).
 
   Returns:
-    The exit status: 0, or 1 where --check found a file that differs.
+    The exit status: 0; 1 where --check found a file that differs; 2 where a meta file
+    cannot be rendered (the error names it).
   """
   parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
   parser.add_argument('--check', action='store_true',
@@ -1148,8 +1187,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if pages and set(pages) - set(PAGES):
     parser.error(f'unknown --pages {sorted(set(pages) - set(PAGES))}; choose from '
                  f'{list(PAGES)}')
-  changed = run(args.out_dir, args.runs_dir, args.readme or None, args.check, pages,
-                figures=not args.no_figures)
+  try:
+    changed = run(args.out_dir, args.runs_dir, args.readme or None, args.check, pages,
+                  figures=not args.no_figures)
+  except RecordError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   named = [os.path.relpath(p) for p in changed]
   if args.check:
     if changed:
