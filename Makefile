@@ -55,7 +55,7 @@ bench: $(STAMP)
 # The packages are setup.py's dev extras' docs packages, installed alone here (the same
 # ranges: tests/test_docs.py checks they agree).
 DOCS_STAMP := $(VENV)/.installed-docs
-DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10' 'mkdocstrings[python]>=0.30,<2' 'mkdocstrings-python>=2.0,<3'
+DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10' 'mkdocstrings[python]>=0.30,<2' 'mkdocstrings-python>=2.0,<3' 'ruff>=0.5,<1'
 
 docs-install: $(DOCS_STAMP)
 

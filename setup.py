@@ -52,10 +52,11 @@ OFFLINE = ['tensorflow-datasets>=4.9.4,<4.10', 'tensorflow-metadata>=1.14,<1.17'
            'protobuf>=4.25,<5', 'pyarrow>=14,<18']
 
 # The documentation site: MkDocs, its Material theme, and mkdocstrings' Python handler for
-# the API pages (griffe 2, which reads the source without importing TensorFlow). The
-# Makefile's docs-install target installs the same ranges alone.
+# the API pages (griffe 2, which reads the source without importing TensorFlow; ruff
+# wraps the signatures it shows). The Makefile's docs-install target installs the same
+# ranges alone.
 DOCS = ['mkdocs>=1.6,<2', 'mkdocs-material>=9.5,<10', 'mkdocstrings[python]>=0.30,<2',
-        'mkdocstrings-python>=2.0,<3']
+        'mkdocstrings-python>=2.0,<3', 'ruff>=0.5,<1']
 
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
