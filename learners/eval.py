@@ -44,6 +44,7 @@ from tfrl import triggers
 from tfrl.datasets import behaviour
 from tfrl.datasets import rlds
 from tfrl.envs import sources
+from tfrl.envs import video
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +66,8 @@ config.define_reverb_address_flag()
 flags.DEFINE_string('saved_model_dir', None,
                     'Evaluate this exported policy once instead of following a trainer.')
 flags.DEFINE_string('video_dir', None,
-                    "Record the evaluation episodes of the first eval env as MP4s here "
-                    "(needs tfrl's 'video' extra).")
+                    "Record every evaluation episode as an MP4 here (needs tfrl's 'video' "
+                    "extra and an env that renders 'rgb_array' frames).")
 flags.DEFINE_string('record_dir', None,
                     'With --saved_model_dir: also record the evaluated episodes as an RLDS '
                     "dataset in this new directory (tfrl.datasets; needs tfrl's 'offline' "
@@ -121,7 +122,7 @@ def evaluate_saved_model(experiment: Experiment, path: str,
   Args:
     experiment: the job's settings (its eval env, episodes and seed).
     path: the policy's SavedModel directory.
-    video_dir: record the first eval env's episodes there as MP4s.
+    video_dir: record the evaluation's episodes there as MP4s.
     record_dir: record the episodes as an RLDS dataset there (`tfrl.datasets.rlds`).
     record_noise: exploration added to the policy (`tfrl.datasets.behaviour`).
     num_episodes: episodes to play (default: experiment.num_eval_episodes).
@@ -203,7 +204,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
     address: 'host:port' of the Reverb server.
     stop_event: set to stop.
     options: see `Options`.
-    video_dir: record the first eval env's episodes of every evaluation there.
+    video_dir: record every evaluation's episodes there as MP4s.
 
   Returns:
     The last row of the results log ({} if none).
@@ -312,6 +313,8 @@ def _main() -> None:
                            FLAGS.record_dir, FLAGS.record_noise, FLAGS.num_episodes)
     except (FileNotFoundError, export.NotAPolicyError) as e:
       config.fail(f'--saved_model_dir: {e}')
+    except video.VideoUnsupportedError as e:
+      config.fail(f'--video_dir: {e}')
     except (FileExistsError, ValueError) as e:
       config.fail(f'--record_dir: {e}')
     except ImportError as e:  # the video or offline extra

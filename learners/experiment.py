@@ -76,7 +76,13 @@ class Experiment:
       classic-control, Box2D, MuJoCo and Atari envs it has; no env_workers,
       observation_indices or observation_keys: `tfrl.envs.envpool_env`). Collect and
       eval envs alike.
-    seed: seeds TF, the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
+    seed: seeds TF, Python and NumPy (the networks' first weights, the policies'
+      sampling), the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
+    deterministic: make TensorFlow's ops deterministic too (process-wide, for good:
+      `tf.config.experimental.enable_op_determinism`). With it, two one-process runs
+      of one seed give the same evaluations where the data path allows: the queue
+      layouts (PPO, IMPALA, APPO) do; replay sampling does not (Reverb's selectors draw
+      from a generator no seed reaches), so DQN, SAC and CLEAR's replay half vary.
     agent_fn: builds the agent from (time_step_spec, action_spec, train_step, gamma=),
       and `dataset_dir=`, `num_train_steps=` where it declares them
       (`tfrl.agents.interface`);
@@ -166,6 +172,7 @@ class Experiment:
   normalize_reward: bool = False
   env_backend: str = 'gymnasium'
   seed: int = 0
+  deterministic: bool = False
   agent_fn: Callable[..., Any] = dqn.create_dqn_agent
   gamma: float = 0.99
   layout_settings: Optional[Dict[str, Any]] = None
@@ -327,12 +334,12 @@ class Experiment:
                           **self.env_options())
 
   def make_eval_env(self, video_dir: Optional[str] = None, task: Optional[int] = None):
-    """The evaluation envs (of task `task` with `tasks`); with `video_dir`, the first
-    one's episodes are recorded there as MP4s (`tfrl.envs.video`)."""
+    """The evaluation envs (of task `task` with `tasks`); with `video_dir`, each
+    evaluation's num_eval_episodes are recorded there as MP4s (`tfrl.envs.video`)."""
     return tfrl.envs.make(self._env_name(task), num_envs=min(self.num_eval_episodes, 10),
                           seed=self.seed + 10_000,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
-                          **self.env_options())
+                          video_episodes=self.num_eval_episodes, **self.env_options())
 
   def make_evaluator(self, policy, video_dir: Optional[str] = None,
                      stop_event: Optional[threading.Event] = None

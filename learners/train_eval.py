@@ -26,6 +26,7 @@ import tensorflow as tf
 from tfrl import actors
 from tfrl import distribute
 from tfrl import envs
+from tfrl import layouts
 from tfrl import logs
 from tfrl import metrics
 from tfrl import run_dir
@@ -101,7 +102,16 @@ def train_eval(root_dir: str, strategy: str = 'default',
   exp = experiment or Experiment()
   config.check_agent_fits_env(exp)
   hooks = callbacks_lib.Hooks(callbacks, on_evaluation, on_progress)
-  tf.random.set_seed(exp.seed)
+  # Python's, NumPy's and TensorFlow's generators: Keras' unseeded initializers draw
+  # their seeds from Python's, so TensorFlow's global seed alone left a network's first
+  # weights to chance.
+  tf.keras.utils.set_random_seed(exp.seed)
+  if exp.deterministic:
+    tf.config.experimental.enable_op_determinism()
+    if not isinstance(exp.layout, layouts.SequenceQueue) or isinstance(
+        exp.layout, layouts.SequenceQueueAndReplay):
+      logs.progress('Experiment.deterministic: ops are deterministic, but replay samples '
+                    'are not (Reverb seeds no selector): runs of one seed still differ.')
   with contextlib.ExitStack() as cleanup:  # on any exit, errors included
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
     finished = None if overwrite else finished_job.finished_result(root_dir, exp)

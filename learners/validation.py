@@ -110,6 +110,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'normalize_reward': BOOLEAN,
     'env_backend': choice(('gymnasium', 'envpool')),  # tfrl.envs.BACKENDS (a test checks)
     'seed': integer(0),
+    'deterministic': BOOLEAN,
     'agent_fn': Rule(callable, 'must be a callable (an agent builder)'),
     'layout_settings': Rule(lambda v: v is None or isinstance(v, dict),
                             'must be None or a dict of the layout\'s settings'),

@@ -10,6 +10,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import metrics as metrics_lib
+from tfrl import quotas
 from tfrl.envs import BatchedEnv
 
 PolicyVersion = Union[int, tf.Variable, Callable[[], int]]
@@ -252,7 +253,7 @@ class Evaluator:
     self._max_steps = max_steps
     self._action_fn = CompiledActionFn(policy, env.num_envs)
     n = env.num_envs
-    self._quota = np.array([num_episodes // n + (i < num_episodes % n) for i in range(n)])
+    self._quota = np.array(quotas.episode_quotas(num_episodes, n))
     self._recorder = recorder
     self._stop_event = stop_event
 

@@ -138,6 +138,30 @@ def test_on_policy_trains_on_the_unrolls_the_current_policy_collected(tmp_path):
   assert set(lag_max) <= {0.0, 1.0}, lag_max
 
 
+def _weights(result):
+  return [v.numpy() for v in export.load_policy(result.policy_dir).model_variables]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize('gin_file, seeds', [('ppo_cartpole.gin', (1, 1, 2)),
+                                              ('impala_cartpole.gin', (1, 1))])
+def test_deterministic_runs_of_one_seed_repeat_their_weights_and_evaluations(
+    tmp_path, gin_file, seeds):
+  """The queue layouts hand unrolls over in order: with the seed reaching the networks'
+  first weights and the policies' sampling, two runs in one process are the same run;
+  another seed is another run."""
+  settings = dict(num_train_steps=3, eval_interval=3, num_eval_episodes=2,
+                  target_return=None, deterministic=True)
+  first, again, *other = [
+      train_eval.run(str(tmp_path / f'run{i}'), [gin_file], seed=seed, **settings)
+      for i, seed in enumerate(seeds)]
+  assert again['eval_return'] == first['eval_return']
+  assert again['env_steps'] == first['env_steps']
+  assert all(np.array_equal(a, b) for a, b in zip(_weights(first), _weights(again)))
+  for run in other:
+    assert not all(np.array_equal(a, b) for a, b in zip(_weights(first), _weights(run)))
+
+
 def test_missing_gin_file_names_it():
   with pytest.raises(config.ConfigError, match='no_such.gin.*not found'):
     config.parse(['no_such.gin'])

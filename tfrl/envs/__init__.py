@@ -177,6 +177,7 @@ def make(env_id: 'sources.EnvLike',
          num_workers: int = 0,
          step_timeout_s: float = 0.0,
          video_dir: Optional[str] = None,
+         video_episodes: Optional[int] = None,
          backend: str = 'gymnasium',
          **kwargs) -> 'BatchedEnv':
   """Makes a batched environment of `num_envs` copies of a gymnasium env.
@@ -233,9 +234,11 @@ def make(env_id: 'sources.EnvLike',
       workers are then killed and the step raises EnvStepTimeoutError naming
       `env_id`; in this process the error is printed and the process exits with
       status 5 (`tfrl.envs.step_watchdog`: a blocked step cannot be interrupted).
-    video_dir: record every episode of the first sub-env as an MP4 there
+    video_dir: record the episodes every sub-env plays to the end as MP4s there
       (`tfrl.envs.video`; needs the 'video' extra and an env that renders 'rgb_array');
       in this process only (no num_workers or async mode).
+    video_episodes: with video_dir, record exactly the K episodes an evaluation of K
+      plays on these envs (`tfrl.actors.Evaluator`); None: every episode that ends.
     backend: 'gymnasium', or 'envpool' (the 'envpool' extra): EnvPool's C++ envs
       stepped in its own threads, asynchronously while the policy acts, for the
       classic-control, Box2D, MuJoCo and Atari ids it has, with the same TimeStep
@@ -293,7 +296,7 @@ def make(env_id: 'sources.EnvLike',
                        'sync vectorization mode.')
     video.check_video_packages()
     kwargs['render_mode'] = 'rgb_array'
-    recorder = video.RecordFirstEnv(video_dir)
+    recorder = video.RecordEveryEnv(video_dir, num_envs, video_episodes)
   if source.env_id is not None:
     check_registered(source.env_id)
     if atari:
@@ -383,7 +386,7 @@ class _Wrapping:
 
 def _make_vector_env(source: sources.EnvSource, mode: str, wrapping: _Wrapping,
                      kwargs: dict, num_envs: int, index_offset: Optional[int] = None,
-                     recorder: Optional[video.RecordFirstEnv] = None
+                     recorder: Optional[video.RecordEveryEnv] = None
                     ) -> gym.vector.VectorEnv:
   """The gymnasium vector env of `num_envs` wrapped sub-environments.
 
@@ -405,16 +408,26 @@ def _make_vector_env(source: sources.EnvSource, mode: str, wrapping: _Wrapping,
   wrappers = ([recorder] if recorder is not None else []) + [wrapping, shape_check]
   if source.env_id is not None:
     _import_registering_package(source.env_id)  # in a worker process too
-    with quiet, spawned:
-      return gym.make_vec(source.env_id, num_envs=num_envs, vectorization_mode=mode,
-                          vector_kwargs=vector_kwargs, wrappers=wrappers, **kwargs)
-  vector_classes = {'sync': gym.vector.SyncVectorEnv, 'async': gym.vector.AsyncVectorEnv}
-  if mode not in vector_classes:
-    raise ValueError(f'vectorization_mode {mode!r} needs a registered id; the env '
-                     f'factory {source.name} makes single envs (use sync or async).')
-  make_one = functools.partial(_wrapped, source.factory, kwargs, wrappers)
+    make_all = functools.partial(gym.make_vec, source.env_id, num_envs=num_envs,
+                                 vectorization_mode=mode, vector_kwargs=vector_kwargs,
+                                 wrappers=wrappers, **kwargs)
+  else:
+    vector_classes = {'sync': gym.vector.SyncVectorEnv, 'async': gym.vector.AsyncVectorEnv}
+    if mode not in vector_classes:
+      raise ValueError(f'vectorization_mode {mode!r} needs a registered id; the env '
+                       f'factory {source.name} makes single envs (use sync or async).')
+    make_one = functools.partial(_wrapped, source.factory, kwargs, wrappers)
+    make_all = functools.partial(vector_classes[mode], [make_one] * num_envs,
+                                 **vector_kwargs)
   with quiet, spawned:
-    return vector_classes[mode]([make_one] * num_envs, **vector_kwargs)
+    try:
+      return make_all()
+    except TypeError as e:
+      if recorder is None:
+        raise
+      raise video.VideoUnsupportedError(
+          f"{source.name} could not be made with render_mode='rgb_array', the frames a "
+          f'video records ({e}); record no video, or give the env a render_mode.') from e
 
 
 def _wrapped(factory, kwargs: dict, wrappers) -> gym.Env:

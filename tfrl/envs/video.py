@@ -1,24 +1,40 @@
-"""Videos of episodes: gymnasium's `RecordVideo` on the first sub-env of a batched env.
+"""Videos of episodes: gymnasium's `RecordVideo` on every sub-env of a batched env.
 
-`tfrl.envs.make(..., video_dir=DIR)` records every episode its first sub-env plays to
-the end as `DIR/eval<k>-episode-<i>.mp4` (k numbers the envs that recorded there), the
-reset's frame and one per step (the env
-renders 'rgb_array' frames, before any of tfrl's observation wrappers, so an Atari video
-shows the game, not 84x84 grey frames);
+`tfrl.envs.make(..., video_dir=DIR)` records the episodes its sub-envs play to the end
+as `DIR/eval<k>-env<j>-episode-<i>.mp4` (k numbers the envs that recorded there, j the
+sub-env), with `video_episodes=K` exactly those of an evaluation of K episodes
+(`tfrl.quotas`: each sub-env's quota, counted again from each seeded reset), the
+reset's frame and one per step (the env renders 'rgb_array' frames, before any of
+tfrl's observation wrappers, so an Atari video shows the game, not 84x84 grey frames);
 `record_video(policy, env, DIR)` plays episodes of a policy into such a directory, and
 `tfrl-eval --video_dir=DIR` records its evaluation episodes. gymnasium's `RecordVideo`
 captures the frames; the MP4 is written with imageio's ffmpeg writer, every frame of
 it (moviepy, which RecordVideo writes with, dropped an episode's last frame at
 CartPole's 50 frames per second). tfrl's 'video' extra installs both (pip install
-'tfrl[video]'; RecordVideo insists on moviepy).
+'tfrl[video]'; RecordVideo insists on moviepy). pygame, which renders the classic
+control envs, gets SDL's dummy audio and video drivers unless the process chose its own.
 """
 import glob
 import os
 from typing import Any, List, Optional
+import warnings
 
 import gymnasium as gym
 
+from tfrl import quotas
+
 EXTRA = 'video'
+
+
+# SDL's dummy drivers, pygame without its greeting: started with real drivers on a
+# machine without a sound card or a display, SDL fills stderr (ALSA's lines, an
+# XDG_RUNTIME_DIR error) while it renders the same frames.
+_QUIET_PYGAME = {'SDL_AUDIODRIVER': 'dummy', 'SDL_VIDEODRIVER': 'dummy',
+                 'PYGAME_HIDE_SUPPORT_PROMPT': '1'}
+
+
+class VideoUnsupportedError(ValueError):
+  """An env that cannot give a video its frames (no 'rgb_array' render mode)."""
 
 
 def check_video_packages() -> None:
@@ -34,16 +50,30 @@ def check_video_packages() -> None:
 
 
 class _WholeEpisodeVideo(gym.wrappers.RecordVideo):
-  """RecordVideo that writes only episodes that ended: a recording cut short by a reset
-  (`make`'s seeding reset, an evaluator's reseed while this env was mid-episode) or by
-  `close` is dropped."""
+  """RecordVideo that writes only episodes that ended, at most `limit` of them from each
+  seeded reset on: a recording cut short by a reset (`make`'s seeding reset, an
+  evaluator's reseed while this env was mid-episode) or by `close` is dropped, and so
+  are the episodes a sub-env plays past its quota while the others finish theirs."""
 
-  def __init__(self, env: gym.Env, video_dir: str, name_prefix: str):
-    super().__init__(env, video_dir, episode_trigger=lambda _: True,
-                     name_prefix=name_prefix, disable_logger=True)
+  def __init__(self, env: gym.Env, video_dir: str, name_prefix: str,
+               limit: Optional[int] = None):
+    if getattr(env, 'render_mode', None) != 'rgb_array':
+      raise VideoUnsupportedError(
+          f'{env.spec.id if env.spec else type(env.unwrapped).__name__} renders no '
+          f"'rgb_array' frames (render_mode {getattr(env, 'render_mode', None)!r}), which "
+          'a video records: give it render_mode, or record no video.')
+    with warnings.catch_warnings():  # 'Overwriting existing videos': it never does
+      warnings.simplefilter('ignore')
+      super().__init__(env, video_dir, name_prefix=name_prefix, disable_logger=True,
+                       episode_trigger=lambda _: limit is None or self._written < limit)
     self._episode_ended = False
+    self._written = 0
 
   def reset(self, **kwargs):
+    if kwargs.get('seed') is not None:  # a new evaluation: a new quota
+      if self.recording:
+        self.stop_recording()
+      self._written = 0
     observation, info = super().reset(**kwargs)  # ends (or drops) the last recording
     self._episode_ended = False
     return observation, info
@@ -60,31 +90,42 @@ class _WholeEpisodeVideo(gym.wrappers.RecordVideo):
       # CartPole's 600 x 400 frames.
       imageio.mimwrite(os.path.join(self.video_folder, f'{self._video_name}.mp4'),
                        self.recorded_frames, fps=self.frames_per_sec, macro_block_size=2)
+      self._written += 1
     self.recorded_frames, self.recording, self._video_name = [], False, None
 
 
-class RecordFirstEnv:
-  """A `gym.make_vec` wrapper that records every episode of the first sub-env it wraps
-  (the others pass through)."""
+class RecordEveryEnv:
+  """A `gym.make_vec` wrapper that records the episodes of each sub-env it wraps."""
 
-  def __init__(self, video_dir: str, name_prefix: str = 'eval'):
+  def __init__(self, video_dir: str, num_envs: int, episodes: Optional[int] = None,
+               name_prefix: str = 'eval'):
     """Args:
       video_dir: where the MP4s go.
-      name_prefix: files are `<name_prefix><k>-episode-<i>.mp4`, k the first number no
-        earlier recorder in `video_dir` took (a later run adds files, never overwrites).
+      num_envs: the sub-envs it will wrap, in order.
+      episodes: the episodes of one evaluation (K), spread as `tfrl.quotas` spreads
+        them; None records every episode that ends.
+      name_prefix: files are `<name_prefix><k>-env<j>-episode-<i>.mp4`, k the first
+        number no earlier recorder in `video_dir` took (a later run adds files, never
+        overwrites).
     """
     taken = set(os.listdir(video_dir)) if os.path.isdir(video_dir) else set()
     k = 1
     while any(name.startswith(f'{name_prefix}{k}-') for name in taken):
       k += 1
     self.video_dir, self.name_prefix = video_dir, f'{name_prefix}{k}'
-    self._wrapped_one = False
+    self._limits = (quotas.episode_quotas(episodes, num_envs) if episodes is not None
+                    else [None] * num_envs)
+    self._wrapped = 0
+    # Before pygame starts (see the module docstring): 'rgb_array' frames need neither
+    # a sound card nor a display.
+    for variable, value in _QUIET_PYGAME.items():
+      os.environ.setdefault(variable, value)
 
   def __call__(self, env: gym.Env) -> gym.Env:
-    if self._wrapped_one:
-      return env
-    self._wrapped_one = True
-    return _WholeEpisodeVideo(env, self.video_dir, self.name_prefix)
+    index = self._wrapped
+    self._wrapped += 1
+    return _WholeEpisodeVideo(env, self.video_dir, f'{self.name_prefix}-env{index}',
+                              self._limits[index] if index < len(self._limits) else None)
 
 
 def videos(video_dir: str) -> List[str]:
@@ -111,12 +152,14 @@ def record_video(policy: Any, env: Any, video_dir: str, num_episodes: int = 1,
 
   Raises:
     ImportError: moviepy (the 'video' extra) is missing.
+    VideoUnsupportedError: the env renders no 'rgb_array' frames.
   """
   from tfrl import actors  # pylint: disable=g-import-not-at-top (TensorFlow's side)
   from tfrl import envs  # pylint: disable=g-import-not-at-top
   check_video_packages()
   before = set(videos(video_dir))
-  batched = envs.make(env, num_envs=1, video_dir=video_dir, **make_kwargs)
+  batched = envs.make(env, num_envs=1, video_dir=video_dir, video_episodes=num_episodes,
+                      **make_kwargs)
   try:
     actors.Evaluator(batched, policy, num_episodes, seed=seed).run()
   finally:
