@@ -42,6 +42,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                            '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
     'pixel_bytes': ['--env_steps=64', '--num_envs=4', '--unroll_length=4'],
     'ppo_compile': ['--epochs=1'],
+    # One seed, two train steps: four train_eval processes (two per mode).
+    'determinism': ['--seeds=0', '--train_steps=2', '--eval_episodes=1'],
     'layer_norm': ['--seconds=0.1', '--rounds=1', '--iterations=2', '--batch=16'],
     'reliability': ['--only=eval missing saved_model_dir'],
     'replay_independence': ['--steps=16', '--buffers=128', '--seconds=0.2', '--rounds=1',
@@ -166,6 +168,10 @@ EXPECTED = {
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
                rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
                rf'({NUMBER}) s',
+    # Both modes repeat a PPO run of one seed exactly.
+    'determinism': r'(?m)^deterministic=False median train .* (1) of 1 seeds repeated their '
+                   r'run\n(?:.*\n)*^deterministic=True  median train .* (1) of 1 seeds '
+                   rf'repeated their run\n^deterministic / default train seconds: ({NUMBER})x',
 }
 
 
@@ -231,8 +237,8 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
   # The longest first, so that the two lanes end together.
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
-           'layer_norm', 'atari_throughput', 'ppo_compile', 'task_sequence', 'solve_time',
-           'replay_independence', 'startup', 'learner_throughput', 'reliability',
+           'layer_norm', 'atari_throughput', 'ppo_compile', 'determinism', 'task_sequence',
+           'solve_time', 'replay_independence', 'startup', 'learner_throughput', 'reliability',
            'pixel_bytes', 'collect_throughput', 'results_pages', 'helpers']
   assert sorted(order) == sorted(jobs)
   start = time.monotonic()
