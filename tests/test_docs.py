@@ -11,6 +11,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+import python_runs  # tests/python_runs.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -60,3 +64,28 @@ def test_make_docs_installs_the_dev_extras_docs_packages():
   in_setup = sorted(ast.literal_eval(docs[0]))
   assert in_make == in_setup
   assert re.search(r"'dev': \[[^\]]*\] \+ DOCS \+", setup)
+
+
+# The README's example with a budget of a few train steps: what it prints shows each
+# line ran (the training's return, an action, the export's directory).
+_EXAMPLE_BUDGET = '''
+import functools
+from learners import train_eval
+train_eval.run = functools.partial(
+    train_eval.run, num_train_steps=8, eval_interval=8, initial_collect_steps=64,
+    num_eval_episodes=1, target_return=None)
+'''
+
+
+@pytest.mark.integration
+def test_the_readmes_example_runs(tmp_path):
+  with open(os.path.join(REPO, 'README.md')) as f:
+    example = re.search(r'```python\n(.*?)```', f.read(), re.S).group(1)
+  assert len(example.splitlines()) <= 10, example
+  result = python_runs.run(['-c', _EXAMPLE_BUDGET + example], timeout=600,
+                           cwd=str(tmp_path))
+  assert result.returncode == 0, result.stderr[-3000:]
+  eval_return, action, policy_dir = result.stdout.split()[-3:]
+  assert float(eval_return) > 0 and action in ('0', '1')
+  assert os.path.isdir(tmp_path / policy_dir)
+  assert policy_dir == os.path.join('runs', 'quickstart', 'policies', 'greedy_policy')
