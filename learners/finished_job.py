@@ -1,11 +1,12 @@
-"""A one-process job's end, recorded so that running it again does not train it again.
+"""A job's end, recorded so that running it again does not train it again.
 
-When `learners.train_eval` ends at its target or its train-step budget, it writes
-`root_dir/finished.json` (the end's train step, env steps, eval return, target). Run
-again with a config that asks for nothing more, the job reads it and says it is
-finished instead of building everything and training on past its end. A config that
-asks for more (a higher `num_train_steps` without a target, a target the recorded
-return does not reach) trains on from the checkpoint as before.
+When a job (`learners.train_eval`, or one launched by `learners.launch`) ends at its
+target or its train-step budget, it writes `root_dir/finished.json` (the end's train
+step, env steps, eval return, target). Run again with a config that asks for nothing
+more, the job reads it and says it is finished instead of building everything and
+training on past its end. A config that asks for more (a higher `num_train_steps`
+without a target, a target the recorded return does not reach) trains on from the
+checkpoint as before.
 """
 import os
 from typing import Any, Dict, Optional
@@ -15,6 +16,7 @@ from learners.experiment import Experiment
 from tfrl import checkpoints
 from tfrl import files
 from tfrl import learner as learner_lib
+from tfrl import logs
 from tfrl import triggers
 
 FINISHED_FILE = 'finished.json'
@@ -27,7 +29,9 @@ def record(root_dir: str, exp: Experiment, result: Dict[str, Any]) -> None:
   Args:
     root_dir: the job's directory.
     exp: its settings.
-    result: what `train_eval` returns.
+    result: what `train_eval` returns (of it: train_step, which must be the final
+      checkpoint's, env_steps, eval_return, reached_target, confirmation_seed and the
+      history's last row's task_returns).
   """
   path = os.path.join(root_dir, FINISHED_FILE)
   if not (result['reached_target'] or result['train_step'] >= exp.num_train_steps):
@@ -72,6 +76,15 @@ def finished_result(root_dir: str, exp: Experiment) -> Optional[Dict[str, Any]]:
                                         triggers.GREEDY_POLICY),
       'train_seconds': 0.0, 'history': [], 'progress': [], 'already_finished': True,
   }
+
+
+def announce(root_dir: str, exp: Experiment, finished: Dict[str, Any]) -> None:
+  """Says (a progress line) that the job at `root_dir` already ended and how to go on."""
+  logs.progress('%s already ended at train step %d (%s); nothing to train. For more, '
+                'raise Experiment.num_train_steps (with no target) or the target; to '
+                'start over, --overwrite.', root_dir, finished['train_step'],
+                'target %s reached' % exp.target if finished['reached_target']
+                else 'all its train steps')
 
 
 def _reaches(target: tasks_lib.Target, evaluation: Dict[str, Any]) -> bool:

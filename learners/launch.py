@@ -40,6 +40,7 @@ from absl import flags
 import tensorflow as tf
 
 from learners import config
+from learners import finished_job
 from learners import heartbeat
 from learners import launcher as launcher_lib
 from learners import process
@@ -48,6 +49,7 @@ from learners import ready_points
 from learners import stop_plan
 from learners import trainer_member
 from learners import validation
+from tfrl import checkpoints
 from tfrl import export
 from tfrl import learner as learner_lib
 from tfrl import metrics
@@ -150,7 +152,30 @@ def _main() -> None:
     config.fail(str(e))
   except ValueError as e:  # --stop_grace_s
     config.fail(f'--stop_grace_s: {e}')
+  # A population's member is the runner's to start and end: it keeps no record.
+  finished = (None if FLAGS.overwrite or FLAGS.pbt_dir else
+              finished_job.finished_result(launcher.root_dir, launcher.experiment))
+  if finished is not None:
+    finished_job.announce(launcher.root_dir, launcher.experiment, finished)
+    print(f'Job already finished: last eval return '
+          f'{metrics.format_return(finished["eval_return"])} at train step '
+          f'{finished["train_step"]}. {_final_state(launcher.root_dir)}')
+    return
   _run_job(launcher, options)
+
+
+def _record_end(launcher: Launcher, last: dict) -> None:
+  """Records the job's end where it reached its target or its train steps
+  (`learners.finished_job`): the final checkpoint's step, the last evaluation."""
+  prefixes = checkpoints.checkpoint_prefixes(os.path.join(
+      launcher.root_dir, learner_lib.TRAIN_DIR, learner_lib.CHECKPOINT_DIR))
+  if not last or not prefixes:
+    return
+  finished_job.record(launcher.root_dir, launcher.experiment, {
+      'train_step': int(prefixes[0].rsplit('-', 1)[1]),
+      'env_steps': last.get('env_steps', 0), 'eval_return': last['return'],
+      'reached_target': bool(last.get('reached_target')),
+      'confirmation_seed': last.get('confirmation_seed'), 'history': [last]})
 
 
 def _member_args():
@@ -197,6 +222,8 @@ def _run_job(launcher: Launcher, options: Options) -> None:
   if FLAGS.pbt_dir:  # the runner reads the member's end from its result
     trainer_member.write_result(ready_points.ReadyPoints(
         FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval), launcher.root_dir, last)
+  else:
+    _record_end(launcher, last)
   print(f'Job finished: {_last_evaluation(last)} {_final_state(launcher.root_dir)}')
 
 

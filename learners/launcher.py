@@ -109,6 +109,7 @@ class Launcher:
     # Local programs start as forks of one process that imported their libraries once
     # (learners/fork_server.py).
     self._starter = fork_server.ProgramStarter(python, self.log_path('fork_server'))
+    self.experiment = experiment
     self._status = job_status.StatusReader(experiment.layout, experiment.offline)
     self._problems = None  # set by stop()
     self.killed = set()  # what stop() had to kill

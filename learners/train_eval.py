@@ -116,11 +116,7 @@ def train_eval(root_dir: str, strategy: str = 'default',
     cleanup.enter_context(run_dir.claim(root_dir, overwrite))  # held to the end
     finished = None if overwrite else finished_job.finished_result(root_dir, exp)
     if finished is not None:
-      logs.progress('%s already ended at train step %d (%s); nothing to train. For more, '
-                    'raise Experiment.num_train_steps (with no target) or the target; to '
-                    'start over, --overwrite.', root_dir, finished['train_step'],
-                    'target %s reached' % exp.target if finished['reached_target']
-                    else 'all its train steps')
+      finished_job.announce(root_dir, exp, finished)
       return training_result.TrainingResult(finished)
     job = one_process_job.OneProcessJob(root_dir, exp, distribute.get_strategy(strategy),
                                         cleanup, hooks, stop_event)

@@ -297,3 +297,11 @@ def test_the_launcher_uses_the_port_its_own_server_bound(tmp_path, reverb_server
   assert port != foreign.port
   assert f'on port {port} ' in (root / 'logs' / 'reverb_server.log').read_text()
   assert foreign.client.server_info()['other_job'].current_size == 0
+  # The job spent its train steps: run again, it says so and starts no program.
+  server_log = (root / 'logs' / 'reverb_server.log').read_text()
+  again = run_launch(str(root), 'dqn_cartpole.gin', SMALL + ['Experiment.num_train_steps=32',
+                                                            'Experiment.target_return=None'], 1)
+  assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+  assert 'already ended at train step 32 (all its train steps)' in again.stderr, again.stderr
+  assert 'Job already finished: last eval return' in again.stdout, again.stdout
+  assert (root / 'logs' / 'reverb_server.log').read_text() == server_log
