@@ -1,5 +1,6 @@
-"""Keeps every notebook's first cells in line: the Colab badge under its title, and the
-set-up cell from colabs/setup_cell.py (with the notebook's extras).
+"""Keeps every notebook's set-up cell in line: the one in colabs/setup_cell.py (with the
+notebook's extras). It also takes any "Open In Colab" badge out of a title cell: tfrl has
+no public repository for a badge to open.
 
     .venv/bin/python colabs/sync_notebooks.py          # rewrite the notebooks
     .venv/bin/python colabs/sync_notebooks.py --check  # exit 1 if one is out of line
@@ -19,19 +20,6 @@ EXTRAS = {'atari.ipynb': 'atari,notebooks', 'impala_clear.ipynb': 'minigrid,note
 BADGE = re.compile(r'\n*\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n*')
 
 
-def repo_url() -> str:
-  """TFRL_REPO_URL of setup_cell.py: the one place that holds the repository's URL."""
-  with open(SETUP_CELL) as f:
-    return re.search(r"^TFRL_REPO_URL = '([^']+)'", f.read(), re.M).group(1)
-
-
-def badge(name: str) -> str:
-  """The badge that opens colabs/<name> from the repository in Colab."""
-  github = repo_url().replace('https://github.com/', '')
-  return ('[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]'
-          f'(https://colab.research.google.com/github/{github}/blob/main/colabs/{name})')
-
-
 def setup_source(name: str) -> str:
   with open(SETUP_CELL) as f:
     text = f.read().rstrip('\n')
@@ -39,13 +27,13 @@ def setup_source(name: str) -> str:
 
 
 def synced(name: str, notebook) -> bool:
-  """Puts the badge and the set-up cell in place; returns whether anything changed."""
+  """Takes out the badge and puts the set-up cell in place; returns whether anything
+  changed."""
   changed = False
   title = notebook.cells[0]
-  head, _, rest = BADGE.sub('\n', title.source).strip('\n').partition('\n')
-  source = '\n\n'.join([head, badge(name)] + ([rest.strip('\n')] if rest.strip() else []))
   if title.cell_type != 'markdown':
     raise ValueError(f'{name}: the first cell must be the markdown title')
+  source = BADGE.sub('\n\n', title.source).strip('\n')
   if title.source != source:
     title.source, changed = source, True
   setup = next(cell for cell in notebook.cells if cell.cell_type == 'code')

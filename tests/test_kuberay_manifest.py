@@ -49,3 +49,21 @@ def test_head_and_workers_carry_the_resources_the_launch_command_places_by():
     claims = {v['persistentVolumeClaim']['claimName'] for v in pod['spec']['volumes']}
     assert '/runs' in mounts and claims == {claim['metadata']['name']}
   assert '--root_dir=/runs/' in command
+
+
+def test_the_image_installs_tfrl_from_a_clone():
+  """The Dockerfile lines the manifest gives copy the reader's clone into the image and
+  install it with extras setup.py defines (ray among them); no repository URL."""
+  with open(MANIFEST) as f:
+    text = f.read()
+  comments = '\n'.join(line.strip().lstrip('#').strip() for line in text.splitlines()
+                       if line.strip().startswith('#'))
+  copied = re.search(r'^COPY (?:--chown=\S+ )?\. (/\S+)$', comments, re.M)
+  assert copied, comments
+  installed = re.search(r'^RUN pip install "(/[^"\[]+)\[([\w,]+)\]"$', comments, re.M)
+  assert installed and installed.group(1) == copied.group(1), comments
+  with open(os.path.join(REPO, 'setup.py')) as f:
+    setup = f.read()
+  extras = installed.group(2).split(',')
+  assert 'ray' in extras and all(f"'{extra}'" in setup for extra in extras), extras
+  assert 'git+' not in text and 'github.com' not in text and 'tfrl-dev' not in text

@@ -1,6 +1,9 @@
 """Executes every notebook in colabs/ (small settings) and checks its key result."""
 import os
 import re
+import subprocess
+import sys
+import types
 
 import nbclient
 import nbformat
@@ -56,38 +59,94 @@ def test_every_notebook_has_a_test():
   assert set(f for f in os.listdir(COLABS) if f.endswith('.ipynb')) == tested
 
 
-def test_every_notebook_opens_with_its_badge_and_the_shared_setup_cell():
-  """colabs/sync_notebooks.py --check: the Colab badge under each title points at the
-  notebook in the repository, and the set-up cell is colabs/setup_cell.py's."""
-  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+def test_every_notebook_opens_with_the_shared_setup_cell():
+  """colabs/sync_notebooks.py --check passes, and each notebook's first code cell is
+  colabs/setup_cell.py, its extras aside; no title carries a Colab badge."""
   result = subprocess.run([sys.executable, os.path.join(COLABS, 'sync_notebooks.py'),
                            '--check'], capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stdout + result.stderr
+  with open(os.path.join(COLABS, 'setup_cell.py')) as f:
+    setup_cell = f.read().rstrip('\n')
+  extras = re.compile(r"^EXTRAS = '[\w,]+'", re.M)
+  for name in sorted(os.listdir(COLABS)):
+    if name.endswith('.ipynb'):
+      notebook = nbformat.read(os.path.join(COLABS, name), as_version=4)
+      setup = next(c for c in notebook.cells if c.cell_type == 'code').source
+      assert extras.sub('EXTRAS', setup) == extras.sub('EXTRAS', setup_cell), name
+      assert 'colab-badge' not in notebook.cells[0].source, name
 
 
-def test_one_place_holds_the_repository_url_and_it_says_placeholder():
-  """TFRL_REPO_URL of colabs/setup_cell.py is the only repository URL the notebooks and
-  deploy/ give, and each says it is a placeholder; the README and the documentation
-  pages give none (tfrl installs from a clone)."""
+def test_no_repository_url_for_tfrl_anywhere():
+  """tfrl has no public repository: the README, docs/, colabs/ and deploy/ name no URL
+  for it (no placeholder either); the notebooks install from a clone or from the git URL
+  a reader puts in the environment variable TFRL_REPO_URL."""
+  url = re.compile(r'tfrl-dev|github\.com/[\w.-]+/tfrl\b|colab\.research\.google\.com/github/')
+  paths = [os.path.join(REPO, 'README.md')] + [
+      os.path.join(folder, f) for top in ('docs', 'colabs', 'deploy')
+      for folder, _, files in os.walk(os.path.join(REPO, top)) for f in files]
+  checked = 0
+  for path in paths:
+    try:
+      with open(path, encoding='utf-8') as f:
+        text = f.read()
+    except UnicodeDecodeError:
+      continue  # an image
+    checked += 1
+    assert not url.search(text), (path, url.search(text).group(0))
+  assert checked > 20, checked
   with open(os.path.join(COLABS, 'setup_cell.py')) as f:
     setup_cell = f.read()
-  url = re.search(r"^TFRL_REPO_URL = '([^']+)'", setup_cell, re.M).group(1)
-  places = [os.path.join(REPO, 'deploy', 'kuberay', 'raycluster.yaml')] + [
-      os.path.join(COLABS, f) for f in sorted(os.listdir(COLABS)) if f.endswith('.ipynb')]
-  for path in places:
-    with open(path) as f:
-      text = f.read()
-    found = set(re.findall(r'https://github\.com/[\w.-]+/tfrl\b', text))
-    assert found == {url}, (path, found)
-    assert 'placeholder' in text.lower() or 'PLACEHOLDER' in text, path
-  assert 'PLACEHOLDER' in setup_cell
-  pages = [os.path.join(REPO, 'README.md')] + [
-      os.path.join(folder, f) for folder, _, files in os.walk(os.path.join(REPO, 'docs'))
-      for f in files if f.endswith('.md')]
-  for path in pages:
-    with open(path) as f:
-      text = f.read()
-    assert url not in text and not re.search(r'github\.com/[\w.-]+/tfrl\b', text), path
+  assert "os.environ.get('TFRL_REPO_URL')" in setup_cell
+  assert '://' not in setup_cell
+
+
+STOP = ('tfrl installs from a clone: open this notebook from one, or set TFRL_REPO_URL to '
+        'the git URL you serve tfrl from (%env TFRL_REPO_URL=... in a cell above).')
+
+
+def test_the_setup_cell_stops_outside_a_clone_without_tfrl_repo_url(tmp_path):
+  """Run where tfrl is not importable (python -S -I: no site-packages), from a folder
+  that is no clone and with TFRL_REPO_URL unset, the cell stops with one line before it
+  installs or imports anything."""
+  env = {k: v for k, v in os.environ.items() if k != 'TFRL_REPO_URL'}
+  result = subprocess.run([sys.executable, '-S', '-I', os.path.join(COLABS, 'setup_cell.py')],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert result.stdout == '', result.stdout  # no 'Installing ...'
+  assert result.stderr == STOP + '\n', result.stderr
+
+
+@pytest.mark.parametrize('where', ['clone', 'colabs_of_clone', 'url', 'clone_and_url'])
+def test_the_setup_cell_installs_the_clone_else_tfrl_repo_url(where, tmp_path, monkeypatch):
+  """What the cell hands pip when tfrl is not importable: the clone it runs in (from its
+  root or colabs/), else the git URL in TFRL_REPO_URL. pip is not run."""
+  with open(os.path.join(COLABS, 'setup_cell.py')) as f:
+    source = f.read()
+  code = source.replace('import importlib, importlib.util, os, subprocess, sys\n', '')
+  assert code != source
+  monkeypatch.chdir({'clone': REPO, 'colabs_of_clone': COLABS, 'url': tmp_path,
+                     'clone_and_url': REPO}[where])
+  monkeypatch.delenv('TFRL_REPO_URL', raising=False)
+  if 'url' in where:
+    monkeypatch.setenv('TFRL_REPO_URL', 'https://git.example/tfrl.git')
+  calls = []
+
+  class Installed(Exception):
+    pass
+
+  def check_call(args):
+    calls.append(args)
+    raise Installed  # stop before `import tfrl`
+
+  fake_importlib = types.SimpleNamespace(
+      util=types.SimpleNamespace(find_spec=lambda name: None), invalidate_caches=None)
+  namespace = dict(importlib=fake_importlib, os=os, sys=sys,
+                   subprocess=types.SimpleNamespace(check_call=check_call))
+  with pytest.raises(Installed):
+    exec(compile(code, 'setup_cell.py', 'exec'), namespace)  # pylint: disable=exec-used
+  expected = (['tfrl[notebooks] @ git+https://git.example/tfrl.git'] if where == 'url'
+              else ['-e', f'{REPO}[notebooks]'])
+  assert calls == [[sys.executable, '-m', 'pip', 'install', '-q', *expected]]
 
 
 def test_the_setup_cell_stops_on_a_python_tfrl_cannot_serve():
@@ -108,6 +167,7 @@ def test_the_setup_cell_stops_on_a_python_tfrl_cannot_serve():
                               f'{".".join(map(str, version))}.')
     assert 'Change runtime type' in message and '2025.07' in message
     assert 'python3.11 -m venv' in message and 'ipykernel install' in message
+    assert 'pip install -e ".[notebooks]"' in message and '://' not in message
 
 
 def test_committed_notebooks_carry_outputs_of_a_full_run():
