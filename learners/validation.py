@@ -370,13 +370,19 @@ def check_root_dir(root_dir: Optional[str], flag: str = '--root_dir') -> None:
   """Raises ValidationError unless `root_dir` is a directory or can become one.
 
   Raises:
-    ValidationError: it is empty, a regular file, or below a regular file.
+    ValidationError: it is empty, a regular file, or below a regular file; a remote
+      path (gs://...) whose filesystem TensorFlow lacks or cannot reach.
   """
   if not root_dir:
     raise ValidationError(f'{flag} is required: the job directory')
   if '://' in root_dir and not root_dir.startswith('file://'):  # gs://, ...
     import tensorflow as tf  # pylint: disable=g-import-not-at-top (local paths need none)
-    if tf.io.gfile.exists(root_dir) and not tf.io.gfile.isdir(root_dir):
+    try:
+      is_file = tf.io.gfile.exists(root_dir) and not tf.io.gfile.isdir(root_dir)
+    except tf.errors.OpError as e:  # no such filesystem, no network, no credentials
+      reason = ' '.join(e.message.split())
+      raise ValidationError(f'{flag} = {root_dir}: cannot be reached ({reason})') from e
+    if is_file:
       raise ValidationError(f'{flag} = {root_dir}: is a file; it must be a directory (or '
                             'a path where one can be made)')
     return

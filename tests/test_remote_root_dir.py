@@ -17,6 +17,7 @@ from tf_agents.networks import q_network
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from learners import config
 from learners import train_eval
 from learners import validation
 from tfrl import export
@@ -122,6 +123,18 @@ def test_root_dir_checks_and_the_lock_on_a_remote_filesystem(local_cwd, caplog):
   assert 'has no job lock' in caplog.text
   lock.release()
   assert os.listdir(local_cwd) == []
+
+
+def test_a_remote_root_dir_that_cannot_be_reached_is_one_config_error():
+  # s3:// is a scheme this TensorFlow build has no filesystem for: what a gs:// path
+  # without network or credentials gives as well, an OpError from the first call.
+  with pytest.raises(validation.ValidationError) as raised:
+    validation.check_root_dir('s3://bucket/job')
+  assert raised.value.message.startswith("--root_dir = s3://bucket/job: cannot be reached "
+                                         "(File system scheme 's3' not implemented")
+  assert '\n' not in raised.value.message
+  with pytest.raises(config.ConfigError, match='^root_dir = s3://bucket/job: cannot be '):
+    train_eval.run('s3://bucket/job', ['dqn_cartpole.gin'])
 
 
 def test_evaluator_results_on_ram_are_whole_files_that_a_restart_continues(local_cwd):
