@@ -2,10 +2,10 @@
 
 PPO's loss assumes the unrolls it trains on were acted by the policy being trained;
 its clipped ratio tolerates a little drift, not the several versions a queue holds when
-free-running collectors outpace the trainer (benchmarks/RESULTS.md, "PPO under
-tfrl-launch"). So a collector of such an agent starts each unroll only once the trainer
-has pushed the version that will train on it, as the one-process loop alternates
-collecting and training.
+free-running collectors outpace the trainer (docs/results/ppo.md, "PPO under
+tfrl-launch: env steps to 475 as the collectors were paced"). So a collector of such an
+agent starts each unroll only once the trainer has pushed the version that will train
+on it, as the one-process loop alternates collecting and training.
 
 The trainer pushes once per `Learner.run` and consumes `items_per_push` items in it;
 the job's `num_collectors` collectors make `items_per_unroll` items per unroll each.

@@ -11,7 +11,7 @@ losses, some from the first step on; with the optimizer off, 30 of 30 were ident
 optimized graph still orders each read before the update, so the race lies below the
 graph (TensorFlow 2.15's executor), and turning the pass off is a measured workaround,
 not an explanation. The pass only prunes redundant control edges; its cost is measured
-in benchmarks/RESULTS.md ("Learner throughput ... dependency optimizer").
+in docs/results/throughput.md ("Learner: Grappler's dependency optimizer off and on").
 """
 import tensorflow as tf
 

@@ -51,8 +51,8 @@ def without_autotune_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
   Without the model thread, `num_parallel_calls=tf.data.AUTOTUNE` maps run at a fixed
   parallelism (the core count, at most 16) and `prefetch(tf.data.AUTOTUNE)` grows its
   buffer with its own (thread-free) autotuner: the Learner's throughput is unchanged
-  within the run's spread (benchmarks/RESULTS.md, "Learner throughput without tf.data's
-  autotuning thread").
+  within the run's spread (docs/results/throughput.md, "Learner: tf.data's autotuning
+  thread off (tfrl) and on (tfrl-autotune)").
 
   Args:
     dataset: any `tf.data.Dataset`.

@@ -22,8 +22,10 @@ policy later (IMPALA's importance ratios, PPO's old log-probs, CLEAR's cloning K
   log N(u). The loss then scores the sample, not the action sent (at a bound many u
   send the same action), but a policy reaches full torque by moving its mean past the
   bound, where tanh needs an ever larger mean. An option, not the default: on PPO
-  HalfCheetah it gave the best single runs and left half the seeds stuck
-  (benchmarks/RESULTS.md, "HalfCheetah-v5 PPO").
+  HalfCheetah over 5 seeds its return at 200k env steps is within seed noise of the
+  tanh head's (docs/results/ppo.md, "PPO on HalfCheetah-v5 at 200k env steps: each
+  departure from RL-Zoo"), and a first check on 4 seeds, in the changelog of
+  docs/results/index.md, left half its seeds stuck.
 """
 import abc
 from typing import Any, Dict, Tuple

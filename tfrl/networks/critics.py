@@ -19,9 +19,10 @@ class _LayerNorm(tf.keras.layers.Layer):
   """Layer normalization over the last axis, as Keras' `LayerNormalization` computes it
   (biased variance, epsilon 1e-3, a gain and an offset per unit), in four ops: Keras'
   own goes through a fused batch-norm kernel that costs 2.5-4 times as much per
-  pass on a CPU (`benchmarks/layer_norm.py`, RESULTS), and a SAC step passes through the
-  critics six times (twins and targets on the batch, twins on the policy's actions),
-  each pass through every hidden layer."""
+  pass on a CPU (`benchmarks/layer_norm.py`; docs/results/sac.md, "The layer-normalized
+  critic's cost: tfrl's normalization against Keras' (layer_norm.py)"), and a SAC step
+  passes through the critics six times (twins and targets on the batch, twins on the
+  policy's actions), each pass through every hidden layer."""
 
   def build(self, input_shape):
     units = input_shape[-1]
