@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 from absl import logging
 
-from learners import process
+from tfrl import exit_statuses
 
 # What the C++ layers (TensorFlow's file system, Reverb's checkpointer) put in the
 # message of the error they raise for ENOSPC / EDQUOT: they keep no errno.
@@ -60,4 +60,4 @@ def exit_if_disk_full(error: BaseException) -> None:
     return
   logging.error('%s', message)
   print(f'error: {message}', file=sys.stderr, flush=True)
-  sys.exit(process.EXIT_DISK_FULL)
+  sys.exit(exit_statuses.EXIT_DISK_FULL)

@@ -11,28 +11,16 @@ from typing import Any, Callable, Optional
 
 from absl import logging
 
+from learners import disk_full
 from learners import stop_plan
 from tfrl import metrics
 from tfrl import envs
 from tfrl import replay
 from tfrl import run_dir
 
-# Exit statuses the launcher (and a person's shell) can tell apart. 0 is a normal end
-# with everything saved; 1 an error (traceback or 'error: ...' in the log); 2 bad input.
-EXIT_STOP_TIMEOUT = 3  # did not stop within the grace period after a signal: no final save
-EXIT_SERVER_LOST = 4  # the Reverb server stayed unreachable past the reconnect timeout
-EXIT_STALLED = 5  # a process stopped progressing or answering (learners/heartbeat.py)
-EXIT_DISK_FULL = 6  # a write failed with ENOSPC/EDQUOT (learners.disk_full)
-EXIT_STATUS_MEANING = {
-    1: 'failed (see its log)',
-    2: 'bad input (see its log)',
-    EXIT_STOP_TIMEOUT: 'did not stop in time after SIGTERM and left without its final save',
-    EXIT_SERVER_LOST: 'lost the Reverb server for longer than its reconnect timeout',
-    EXIT_STALLED: 'stalled: stopped progressing or answering (see the status line)',
-    EXIT_DISK_FULL: 'stopped: disk full',
-    -signal.SIGKILL: 'was killed (SIGKILL)',
-    -signal.SIGTERM: 'was ended by SIGTERM before it could handle it',
-}
+# The exit statuses (tfrl.exit_statuses), where the programs and the launcher look.
+from tfrl.exit_statuses import (  # pylint: disable=unused-import,g-bad-import-order
+    EXIT_DISK_FULL, EXIT_SERVER_LOST, EXIT_STALLED, EXIT_STATUS_MEANING, EXIT_STOP_TIMEOUT)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -245,7 +233,6 @@ def run_program(work: Callable[[threading.Event], Any], name: str,
   except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
     _exit_with(EXIT_STALLED, e)
   except Exception as e:  # pylint: disable=broad-except
-    from learners import disk_full  # pylint: disable=g-import-not-at-top (it imports us)
     disk_full.exit_if_disk_full(e)
     raise
 

@@ -1,6 +1,6 @@
 """Batched actors: one compiled policy call per vector step, all envs at once."""
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -10,8 +10,10 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import metrics as metrics_lib
+from tfrl import envs as envs_lib
 from tfrl import quotas
 from tfrl.envs import BatchedEnv
+from tfrl.envs import video
 
 PolicyVersion = Union[int, tf.Variable, Callable[[], int]]
 
@@ -317,3 +319,36 @@ class Evaluator:
         'NumberOfEpisodes': float(len(returns)),
         'returns': returns,
     }
+
+
+def record_video(policy: Any, env: Any, video_dir: str, num_episodes: int = 1,
+                 seed: Optional[int] = None, **make_kwargs) -> List[str]:
+  """Plays `num_episodes` of `policy` on one copy of `env` and records them as MP4s
+  (`tfrl.envs.video`).
+
+  Args:
+    policy: a tf-agents policy or an export (`tfrl.export.load_policy`).
+    env: what `tfrl.envs.make` takes: an id, 'module:function', a function or an env
+      object (the env must support render_mode='rgb_array').
+    video_dir: where the MP4s go (created).
+    num_episodes: episodes to play.
+    seed: seeds the episodes (see `Evaluator`).
+    **make_kwargs: `tfrl.envs.make`'s options the policy was trained with (atari,
+      frame_stack, observation_keys, ...).
+
+  Returns:
+    The MP4s written, one per episode.
+
+  Raises:
+    ImportError: moviepy (the 'video' extra) is missing.
+    tfrl.envs.video.VideoUnsupportedError: the env renders no 'rgb_array' frames.
+  """
+  video.check_video_packages()
+  before = set(video.videos(video_dir))
+  batched = envs_lib.make(env, num_envs=1, video_dir=video_dir, video_episodes=num_episodes,
+                      **make_kwargs)
+  try:
+    Evaluator(batched, policy, num_episodes, seed=seed).run()
+  finally:
+    batched.close()  # RecordVideo writes an episode's file at its end, the rest here
+  return [path for path in video.videos(video_dir) if path not in before]

@@ -16,11 +16,12 @@ from absl import logging
 import tensorflow as tf
 
 from tfrl import files
+# checkpoint_prefixes is this module's API too (tfrl.checkpoint_files holds it).
+from tfrl.checkpoint_files import checkpoint_prefixes  # pylint: disable=unused-import
 from tfrl import logs
 from tfrl import run_dir
 
 UNREADABLE_DIR = 'unreadable'
-_INDEX = re.compile(r'^ckpt-(\d+)\.index$')
 _TEMP = re.compile(r'^ckpt-\d+_temp')
 
 
@@ -28,13 +29,6 @@ class NoReadableCheckpoint(run_dir.RootDirNotResumable):
   """Checkpoints exist but none could be read (the message names each and why)."""
 
 
-def checkpoint_prefixes(directory: str) -> List[str]:
-  """The `ckpt-N` prefixes in `directory` with an index file, newest (highest N) first."""
-  if not tf.io.gfile.isdir(directory):
-    return []
-  found = [(int(m.group(1)), os.path.join(directory, name[:-len('.index')]))
-           for name in tf.io.gfile.listdir(directory) for m in [_INDEX.match(name)] if m]
-  return [prefix for _, prefix in sorted(found, reverse=True)]
 
 
 def remove_stale_temporaries(directory: str) -> List[str]:

@@ -24,6 +24,7 @@ from typing import Dict, Optional
 from absl import logging
 import tensorflow as tf
 
+from tfrl import checkpoint_files
 from tfrl import files
 from tfrl import root_dir_layout
 
@@ -167,14 +168,12 @@ def claim(root_dir: str, overwrite: bool = False) -> RootDirLock:
     RootDirBusy: another live job holds the lock.
     RootDirNotResumable: exports but no checkpoint, and not `overwrite`.
   """
-  # A late import: checkpoints imports this module.
-  from tfrl import checkpoints  # pylint: disable=g-import-not-at-top
   lock = RootDirLock(root_dir)
   try:
     checkpoint_dir = os.path.join(root_dir, root_dir_layout.TRAIN_DIR,
                                   root_dir_layout.CHECKPOINT_DIR)
     policy_dir = os.path.join(root_dir, root_dir_layout.POLICY_DIR)
-    has_checkpoints = bool(checkpoints.checkpoint_prefixes(checkpoint_dir))
+    has_checkpoints = bool(checkpoint_files.checkpoint_prefixes(checkpoint_dir))
     has_exports = tf.io.gfile.isdir(os.path.join(policy_dir, root_dir_layout.GREEDY_POLICY))
     if overwrite and (has_checkpoints or has_exports):
       for path in (checkpoint_dir, policy_dir):

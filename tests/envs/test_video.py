@@ -1,5 +1,5 @@
 """Videos of episodes (tfrl/envs/video.py): one MP4 per whole episode, with the reset's
-frame and one per step; from Python (`record_video`) and from `tfrl-eval --video_dir`."""
+frame and one per step; from Python (`tfrl.actors.record_video`) and from `tfrl-eval --video_dir`."""
 import os
 
 import gymnasium as gym
@@ -38,13 +38,13 @@ def test_record_video_writes_each_episode_with_its_frames(tmp_path):
   specs = envs.make('CartPole-v1')
   policy = _always_right(specs)
   specs.close()
-  paths = video.record_video(policy, 'CartPole-v1', str(tmp_path), num_episodes=1, seed=3)
+  paths = actors.record_video(policy, 'CartPole-v1', str(tmp_path), num_episodes=1, seed=3)
   assert len(paths) == 1 and paths[0].endswith('.mp4')
   with imageio.get_reader(paths[0]) as reader:
     frames = reader.count_frames()
   assert frames == _episode_length_pushing_right(3) + 1  # the reset's frame, then steps
   # A second call adds its own files and returns only those.
-  again = video.record_video(policy, 'CartPole-v1', str(tmp_path), num_episodes=2, seed=4)
+  again = actors.record_video(policy, 'CartPole-v1', str(tmp_path), num_episodes=2, seed=4)
   assert len(again) == 2 and not set(again) & set(paths)
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import policy_step as policy_step_lib
 
+from tfrl.datasets import dataset_table
+from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
 
 # The policy version tagged on dataset rows (random warm-up rows carry -1 too).
@@ -135,9 +137,8 @@ def plan_load(directory: str, layout: Any, env: Any) -> Any:
     ValueError: a layout other than transition replay.
   """
   # Imported here: tfrl.layouts imports the agents' modules, which need not import
-  # this; reverb_checkpoint imports this module.
+  # this.
   from tfrl import layouts  # pylint: disable=g-import-not-at-top
-  from tfrl.datasets import reverb_checkpoint  # pylint: disable=g-import-not-at-top
   if not isinstance(layout, layouts.TransitionReplay):
     raise ValueError(f'Datasets train agents of the TransitionReplay layout (DQN, SAC, '
                      f'BC, CQL); this agent trains from {type(layout).__name__}.')
@@ -153,24 +154,8 @@ def plan_load(directory: str, layout: Any, env: Any) -> Any:
   items = ((rows_written // layout.steps_per_item) *
            (layout.num_envs // layout.envs_per_item))
   rows = items * layout.rows_per_item
-  check_fits(f'The dataset at {directory} makes {rows} rows', rows, layout)
+  dataset_table.check_fits(f'The dataset at {directory} makes {rows} rows', rows, layout)
   return LoadPlan(directory, arrays, indices, rows, items)
-
-
-def check_fits(what: str, rows: int, layout: Any) -> None:
-  """Raises rlds.DatasetError ('<what>, more than its table holds ...') unless `rows`
-  fit the layout's table for datasets."""
-  capacity = layout.dataset_capacity_rows
-  if rows > capacity:
-    setting = 'dataset_capacity' if layout.hybrid else 'capacity'
-    raise rlds.DatasetError(f'{what}, more than its table holds '
-                            f'(TransitionReplay.{setting} = {capacity}): raise it.')
-
-
-def how_it_trains(layout: Any) -> str:
-  """How a job uses its dataset, for the progress line that says it is loaded."""
-  return (f"{layout.dataset_rows} of each batch's {layout.batch_size} rows come from it"
-          if layout.hybrid else 'training offline')
 
 
 def load_into_replay(plan: LoadPlan, layout: Any, client: Any, agent: Any,
@@ -191,7 +176,7 @@ def load_into_replay(plan: LoadPlan, layout: Any, client: Any, agent: Any,
 def loaded_message(plan: LoadPlan, layout: Any, seconds: float) -> str:
   """The progress line of a dataset written into `layout`'s table for it."""
   data = plan.arrays
-  how = how_it_trains(layout)
+  how = dataset_table.how_it_trains(layout)
   mean_return = float(np.mean(data.episode_returns()))
   return (f'Loaded {data.num_transitions} transitions ({data.num_episodes} episodes, mean '
           f'return {mean_return:.1f}) from {plan.directory} in {seconds:.1f} s; {how}.')

@@ -26,7 +26,7 @@ from reverb.cc.checkpointing import checkpoint_pb2
 import tensorflow as tf
 from tensorflow.python.saved_model import nested_structure_coder  # pylint: disable=g-direct-tensorflow-import
 
-from tfrl.datasets import feeder
+from tfrl.datasets import dataset_table
 from tfrl.datasets import rlds
 from tfrl.replay import server as server_lib
 
@@ -122,7 +122,7 @@ def plan(directory: str, layout) -> CheckpointPlan:
         f'{sorted(saved)}): a dataset comes from a job of the same layout.')
   items = sum(1 for _ in _items_of(checkpoint, source))
   rows = items * layout.rows_per_item
-  feeder.check_fits(f'The Reverb checkpoint {checkpoint} holds {rows} rows', rows, layout)
+  dataset_table.check_fits(f'The Reverb checkpoint {checkpoint} holds {rows} rows', rows, layout)
   return CheckpointPlan(directory, checkpoint, source, items, rows)
 
 
@@ -219,7 +219,7 @@ def seed_checkpoint_dir(checkpoint_plan: CheckpointPlan, tables: Sequence[reverb
 
 def loaded_message(checkpoint_plan: CheckpointPlan, layout, seconds: float) -> str:
   """The progress line of a checkpoint's items restored as a dataset."""
-  how = feeder.how_it_trains(layout)
+  how = dataset_table.how_it_trains(layout)
   return (f'Restored {checkpoint_plan.items} items ({checkpoint_plan.rows} rows) of '
           f'{checkpoint_plan.source_table!r} from the Reverb checkpoint '
           f'{checkpoint_plan.checkpoint} in {seconds:.1f} s; {how}.')

@@ -13,23 +13,24 @@ toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.t
 """
 import contextlib
 import dataclasses
-import difflib
 import functools
-import importlib
 from typing import Optional, Sequence, Tuple
 
 import gymnasium as gym
 
 from tfrl import logs
 from tfrl.envs import atari_wrappers
+from tfrl.envs import envpool_backend
 from tfrl.envs import envpool_env
 from tfrl.envs import observation_wrappers
+from tfrl.envs import registry
 from tfrl.envs import reward_normalization
 from tfrl.envs import sources
 from tfrl.envs import video
 from tfrl.envs import toy
 from tfrl.envs import worker_env
 from tfrl.envs.observation_wrappers import stack_frames
+from tfrl.envs.registry import MissingExtraError, UnknownEnvironmentError, check_registered
 from tfrl.envs.shape_check import ObservationShapeError
 from tfrl.envs.shape_check import ShapeCheckWrappers
 from tfrl.envs.step_watchdog import timed_vector_env
@@ -61,78 +62,6 @@ ATARI_FRAME_STACK = 4
 BACKENDS = ('gymnasium', 'envpool')
 
 
-class UnknownEnvironmentError(ValueError):
-  """Raised for an environment id that gymnasium has not registered."""
-
-
-class MissingExtraError(ImportError):
-  """Raised when an environment needs a package of a tfrl extra that is not installed."""
-
-
-# Id prefix -> (the package whose import registers those ids, the tfrl extra with it).
-_REGISTERING_PACKAGES = {
-    'ALE/': ('ale_py', 'atari'),
-    'MiniGrid-': ('minigrid', 'minigrid'),
-    'BabyAI-': ('minigrid', 'minigrid'),
-}
-# A word of a registered entry point -> the tfrl extra its simulator comes with.
-_SIMULATOR_EXTRAS = {'box2d': 'box2d', 'mujoco': 'mujoco'}
-
-
-def _missing_extra(env_id: str, extra: str, cause: Exception) -> MissingExtraError:
-  return MissingExtraError(
-      f"{env_id} needs tfrl's {extra!r} extra: pip install 'tfrl[{extra}]' "
-      f'(or, in a clone, .venv/bin/pip install -e ".[{extra}]"); {cause}')
-
-
-def _split_module(env_id: str) -> Tuple[Optional[str], str]:
-  """'module:Id-v0' (gymnasium's form for an id a module registers) -> (module, id)."""
-  module, colon, name = env_id.partition(':')
-  return (module, name) if colon else (None, env_id)
-
-
-def _import_registering_package(env_id: str) -> None:
-  """Imports the package that registers `env_id`: the module of a 'module:Id-v0' id,
-  ale_py for 'ALE/...', minigrid for 'MiniGrid-...', so users need no import of their
-  own (and env worker processes, which start fresh, find the ids too).
-
-  Raises:
-    MissingExtraError: that package is not installed (names the extra).
-    ImportError: the module of a 'module:Id-v0' id cannot be imported.
-  """
-  module, env_id = _split_module(env_id)
-  if module is not None:
-    importlib.import_module(module)
-  for prefix, (package, extra) in _REGISTERING_PACKAGES.items():
-    if env_id.startswith(prefix) and env_id not in gym.registry:
-      try:
-        __import__(package)  # both register their ids on import
-      except ImportError as e:
-        raise _missing_extra(env_id, extra, e) from e
-
-
-def _simulator_extra(env_id: str) -> Optional[str]:
-  """The extra whose simulator a registered env's entry point names, if any."""
-  env_id = _split_module(env_id)[1]
-  entry_point = str(gym.registry[env_id].entry_point).lower()
-  return next((extra for word, extra in _SIMULATOR_EXTRAS.items() if word in entry_point),
-              None)
-
-
-def check_registered(env_id: str) -> None:
-  """Raises UnknownEnvironmentError (listing close registered ids) unless `env_id`
-  ('module:Id' imports the module first) is a registered gymnasium id."""
-  _import_registering_package(env_id)
-  env_id = _split_module(env_id)[1]
-  if env_id in gym.registry:
-    return
-  close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=5, cutoff=0.5)
-  hint = f' Close registered ids: {", ".join(close)}.' if close else (
-      ' No registered id is close; see gymnasium.pprint_registry().')
-  raise UnknownEnvironmentError(
-      f'Unknown environment id {env_id!r}.{hint} (Ids of other packages need their '
-      'import first, e.g. `import ale_py`.)')
-
 
 def action_space(env: 'sources.EnvLike') -> gym.Space:
   """The action space of the env `env` names (one env made and closed; tfrl's env
@@ -151,8 +80,8 @@ def action_space(env: 'sources.EnvLike') -> gym.Space:
     return env.action_space
   source = sources.resolve(env)
   if source.env_id is not None:
-    _import_registering_package(source.env_id)
-    made = gym.make(_split_module(source.env_id)[1])
+    registry.import_registering_package(source.env_id)
+    made = gym.make(registry.split_module(source.env_id)[1])
   else:
     made = source.factory()
   try:
@@ -278,7 +207,7 @@ def make(env_id: 'sources.EnvLike',
   if backend not in BACKENDS:
     raise ValueError(f'backend must be one of {", ".join(BACKENDS)}, got {backend!r}.')
   if backend == 'envpool':
-    vector_env = envpool_env.make_vector_env(
+    vector_env = envpool_backend.make_vector_env(
         env_id, num_envs, seed, atari=atari, frame_stack=frame_stack,
         terminal_on_life_loss=terminal_on_life_loss, fire_reset=fire_reset,
         clip_reward=clip_reward, gymnasium_only=dict(
@@ -322,11 +251,11 @@ def make(env_id: 'sources.EnvLike',
                                     index_offset=0 if mode == 'sync' else None,
                                     recorder=recorder)
   except (gym.error.DependencyNotInstalled, ImportError) as e:
-    extra = ((_simulator_extra(source.env_id) if source.env_id is not None else None) or
+    extra = ((registry.simulator_extra(source.env_id) if source.env_id is not None else None) or
              ('atari' if atari else None))
     if extra is None:
       raise
-    raise _missing_extra(env_id, extra, e) from e
+    raise registry.missing_extra(env_id, extra, e) from e
   return _batched(vector_env, env_id, seed, 0.0 if num_workers else step_timeout_s,
                   wrapping.game_scores)
 
@@ -407,7 +336,7 @@ def _make_vector_env(source: sources.EnvSource, mode: str, wrapping: _Wrapping,
   shape_check = ShapeCheckWrappers(source.name, index_offset if mode == 'sync' else None)
   wrappers = ([recorder] if recorder is not None else []) + [wrapping, shape_check]
   if source.env_id is not None:
-    _import_registering_package(source.env_id)  # in a worker process too
+    registry.import_registering_package(source.env_id)  # in a worker process too
     make_all = functools.partial(gym.make_vec, source.env_id, num_envs=num_envs,
                                  vectorization_mode=mode, vector_kwargs=vector_kwargs,
                                  wrappers=wrappers, **kwargs)

@@ -29,6 +29,7 @@ import numpy as np
 
 from tfrl.envs import atari_wrappers
 from tfrl.envs import envpool_env
+from tfrl.envs import registry
 
 _NOOP, _FIRE = 0, 1
 
@@ -59,8 +60,7 @@ def _game_has_fire(env_id: str) -> bool:
   Raises:
     ValueError: the game has FIRE elsewhere than action 1 (as FireReset raises).
   """
-  from tfrl.envs import check_registered  # pylint: disable=g-import-not-at-top
-  check_registered(env_id)  # imports ale_py (or names the extra to install)
+  registry.check_registered(env_id)  # imports ale_py (or names the extra to install)
   env = gym.make(env_id)
   try:
     meanings = env.unwrapped.get_action_meanings()

@@ -32,6 +32,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import gymnasium as gym
 import numpy as np
 
+from tfrl.envs import registry
+
 ATARI_PREFIX = 'ALE/'
 # gymnasium's ALE v5 ids: sticky actions with this probability (ale-py's registration).
 _V5_STICKY_ACTIONS = 0.25
@@ -46,8 +48,7 @@ def import_envpool():
   try:
     import envpool  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    from tfrl.envs import _missing_extra  # pylint: disable=g-import-not-at-top
-    raise _missing_extra("backend='envpool'", 'envpool', e) from e
+    raise registry.missing_extra("backend='envpool'", 'envpool', e) from e
   return envpool
 
 
@@ -76,40 +77,6 @@ def task_id(env_id: str, atari: bool) -> str:
     raise EnvPoolUnsupportedError(
         f'EnvPool has no env {env_id!r}.{hint} Use the gymnasium backend for it.')
   return name
-
-
-def make_vector_env(env_id: Any, num_envs: int, seed: Optional[int],
-                    gymnasium_only: Dict[str, Any], **options) -> 'EnvPoolVectorEnv':
-  """`tfrl.envs.make`'s envpool backend: checks what it was asked, then makes the pool.
-
-  Args:
-    env_id: what `make` was given (an id is all this backend takes).
-    num_envs: sub-environments.
-    seed: the pool's seed.
-    gymnasium_only: `make`'s options this backend does not have, by name: any set
-      (truthy) is refused.
-    **options: `EnvPoolVectorEnv`'s options.
-
-  Raises:
-    EnvPoolUnsupportedError: a factory instead of an id, or an option it does not have.
-  """
-  not_taken = sorted(name for name, value in gymnasium_only.items() if value)
-  if not_taken:
-    raise EnvPoolUnsupportedError(
-        f'The envpool backend takes none of {", ".join(not_taken)} (EnvPool steps its '
-        'envs in its own threads): use the gymnasium backend.')
-  if not isinstance(env_id, str):
-    from tfrl.envs import sources  # pylint: disable=g-import-not-at-top
-    raise EnvPoolUnsupportedError(
-        f'The envpool backend takes env ids only, not {sources.display_name(env_id)}.')
-  wrapper_options = ('terminal_on_life_loss', 'fire_reset', 'clip_reward')
-  if options.get('atari') and any(options.get(name) for name in wrapper_options):
-    # RL-Zoo's AtariWrapper, and whole games' raw scores (tfrl.envs.envpool_atari).
-    from tfrl.envs import envpool_atari  # pylint: disable=g-import-not-at-top
-    return envpool_atari.AtariGames(env_id, num_envs, seed=seed, **options)
-  options.pop('terminal_on_life_loss', None)
-  options.pop('fire_reset', None)
-  return EnvPoolVectorEnv(env_id, num_envs, seed=seed, **options)
 
 
 def _float32_actions(space: gym.Space) -> gym.Space:

@@ -4,7 +4,7 @@ A Python env blocked inside step() (a deadlocked simulator) cannot be interrupte
 another thread. `TimedVectorEnv` therefore arms a timer around every step; when a step
 outlasts `step_timeout_s` the timer calls `on_timeout` with an EnvStepTimeoutError.
 The default, `exit_on_timeout`, prints the error on one line and ends the process with
-STEP_TIMEOUT_EXIT_STATUS (5, learners.process.EXIT_STALLED): nothing later in the
+STEP_TIMEOUT_EXIT_STATUS (`tfrl.exit_statuses.EXIT_STALLED`): nothing later in the
 program could run anyway while the step holds its thread. Envs in worker processes
 (tfrl.envs.worker_env) are timed out on the pipe wait instead, and raise.
 """
@@ -16,9 +16,10 @@ from typing import Callable, Optional
 
 import gymnasium as gym
 
+from tfrl import exit_statuses
 from tfrl.envs.worker_env import EnvStepTimeoutError
 
-STEP_TIMEOUT_EXIT_STATUS = 5
+STEP_TIMEOUT_EXIT_STATUS = exit_statuses.EXIT_STALLED
 
 
 def exit_on_timeout(error: EnvStepTimeoutError) -> None:

@@ -6,7 +6,8 @@ sub-env), with `video_episodes=K` exactly those of an evaluation of K episodes
 (`tfrl.quotas`: each sub-env's quota, counted again from each seeded reset), the
 reset's frame and one per step (the env renders 'rgb_array' frames, before any of
 tfrl's observation wrappers, so an Atari video shows the game, not 84x84 grey frames);
-`record_video(policy, env, DIR)` plays episodes of a policy into such a directory, and
+`tfrl.actors.record_video(policy, env, DIR)` plays episodes of a policy into such a
+directory, and
 `tfrl-eval --video_dir=DIR` records its evaluation episodes. gymnasium's `RecordVideo`
 captures the frames; the MP4 is written with imageio's ffmpeg writer, every frame of
 it (moviepy, which RecordVideo writes with, dropped an episode's last frame at
@@ -16,7 +17,7 @@ control envs, gets SDL's dummy audio and video drivers unless the process chose 
 """
 import glob
 import os
-from typing import Any, List, Optional
+from typing import List, Optional
 import warnings
 
 import gymnasium as gym
@@ -57,11 +58,6 @@ class _WholeEpisodeVideo(gym.wrappers.RecordVideo):
 
   def __init__(self, env: gym.Env, video_dir: str, name_prefix: str,
                limit: Optional[int] = None):
-    if getattr(env, 'render_mode', None) != 'rgb_array':
-      raise VideoUnsupportedError(
-          f'{env.spec.id if env.spec else type(env.unwrapped).__name__} renders no '
-          f"'rgb_array' frames (render_mode {getattr(env, 'render_mode', None)!r}), which "
-          'a video records: give it render_mode, or record no video.')
     with warnings.catch_warnings():  # 'Overwriting existing videos': it never does
       warnings.simplefilter('ignore')
       super().__init__(env, video_dir, name_prefix=name_prefix, disable_logger=True,
@@ -122,6 +118,11 @@ class RecordEveryEnv:
       os.environ.setdefault(variable, value)
 
   def __call__(self, env: gym.Env) -> gym.Env:
+    if getattr(env, 'render_mode', None) != 'rgb_array':
+      raise VideoUnsupportedError(
+          f'{env.spec.id if env.spec else type(env.unwrapped).__name__} renders no '
+          f"'rgb_array' frames (render_mode {getattr(env, 'render_mode', None)!r}), which "
+          'a video records: give it render_mode, or record no video.')
     index = self._wrapped
     self._wrapped += 1
     return _WholeEpisodeVideo(env, self.video_dir, f'{self.name_prefix}-env{index}',
@@ -131,37 +132,3 @@ class RecordEveryEnv:
 def videos(video_dir: str) -> List[str]:
   """The MP4s in `video_dir`, oldest first."""
   return sorted(glob.glob(os.path.join(video_dir, '*.mp4')), key=os.path.getmtime)
-
-
-def record_video(policy: Any, env: Any, video_dir: str, num_episodes: int = 1,
-                 seed: Optional[int] = None, **make_kwargs) -> List[str]:
-  """Plays `num_episodes` of `policy` on one copy of `env` and records them as MP4s.
-
-  Args:
-    policy: a tf-agents policy or an export (`tfrl.export.load_policy`).
-    env: what `tfrl.envs.make` takes: an id, 'module:function', a function or an env
-      object (the env must support render_mode='rgb_array').
-    video_dir: where the MP4s go (created).
-    num_episodes: episodes to play.
-    seed: seeds the episodes (see `tfrl.actors.Evaluator`).
-    **make_kwargs: `tfrl.envs.make`'s options the policy was trained with (atari,
-      frame_stack, observation_keys, ...).
-
-  Returns:
-    The MP4s written, one per episode.
-
-  Raises:
-    ImportError: moviepy (the 'video' extra) is missing.
-    VideoUnsupportedError: the env renders no 'rgb_array' frames.
-  """
-  from tfrl import actors  # pylint: disable=g-import-not-at-top (TensorFlow's side)
-  from tfrl import envs  # pylint: disable=g-import-not-at-top
-  check_video_packages()
-  before = set(videos(video_dir))
-  batched = envs.make(env, num_envs=1, video_dir=video_dir, video_episodes=num_episodes,
-                      **make_kwargs)
-  try:
-    actors.Evaluator(batched, policy, num_episodes, seed=seed).run()
-  finally:
-    batched.close()  # RecordVideo writes an episode's file at its end, the rest here
-  return [path for path in videos(video_dir) if path not in before]
