@@ -27,6 +27,38 @@ if REPO not in sys.path:
   sys.path.insert(0, REPO)
 
 
+_INHERITED_FORK_SERVER: List[Any] = []  # looked up once: [the server, or None]
+
+
+def run_python(args: Sequence[str], timeout: Optional[float] = None,
+               env: Optional[dict] = None, log_path: Optional[str] = None,
+               cwd: str = REPO) -> subprocess.CompletedProcess:
+  """Runs `python <args>` (`-m module ...` or `-c code ...`) to its end, as
+  `subprocess.run(..., capture_output=True, text=True)` would, or with its output
+  appended to `log_path`. Through the fork server this script was started with where it
+  has one (the test suite's smoke runs give it one, so a child skips TensorFlow's
+  imports); else in a new interpreter. Not for a child whose start-up is measured.
+
+  Raises:
+    subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).
+  """
+  env = dict(os.environ if env is None else env)
+  if not _INHERITED_FORK_SERVER:
+    from learners import fork_server  # pylint: disable=g-import-not-at-top (TensorFlow)
+    _INHERITED_FORK_SERVER.append(fork_server.ForkServer.inherited())
+  forks = _INHERITED_FORK_SERVER[0]
+  if forks is not None:
+    from learners import fork_server  # pylint: disable=g-import-not-at-top
+    return fork_server.run_to_end(forks, args, env, timeout, cwd=cwd, log_path=log_path)
+  command = [sys.executable, *args]
+  if log_path is None:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+  with open(log_path, 'a') as log:
+    return subprocess.run(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                          timeout=timeout)
+
+
 def check_choices(flag: str, chosen, allowed) -> None:
   """Raises app.UsageError naming what in `chosen` (a list flag's values) is not allowed.
 

@@ -20,8 +20,6 @@ import hashlib
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 from typing import Dict, List, Tuple
 
@@ -62,14 +60,14 @@ def run_once(root_dir: str, seed: int, deterministic: bool) -> Tuple[float, floa
               f'Experiment.eval_interval = {FLAGS.train_steps}',
               f'Experiment.num_eval_episodes = {FLAGS.eval_episodes}',
               'Experiment.target_return = None']
-  command = [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
+  command = ['-m', 'learners.train_eval', f'--root_dir={root_dir}',
              f'--gin_file={FLAGS.gin_file}', '--progress_bar=off'] + [
                  f'--gin_bindings={b}' for b in bindings]
-  result = subprocess.run(command, cwd=common.REPO, capture_output=True, text=True,
-                          timeout=3600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+  result = common.run_python(command, timeout=3600,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
   found = _RESULT.search(result.stdout)
   if result.returncode or not found:
-    raise RuntimeError(f'{" ".join(command)} failed ({result.returncode}):\n'
+    raise RuntimeError(f'python {" ".join(command)} failed ({result.returncode}):\n'
                        f'{(result.stdout + result.stderr)[-2000:]}')
   return (float(found.group(3)), float(found.group(4)),
           weights_digest(os.path.join(root_dir, 'policies', 'greedy_policy')))

@@ -90,9 +90,9 @@ def run_job(mode: str, seed: str) -> Dict[str, Any]:
     os.makedirs(FLAGS.runs_dir, exist_ok=True)
     start = time.monotonic()
     print(f'{mode} seed {seed}: running ({root}.log)', flush=True)
-    with open(root + '.log', 'w') as log:
-      done = subprocess.run(_command(mode, root, seed), cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT)
+    open(root + '.log', 'w').close()
+    done = common.run_python(_command(mode, root, seed)[1:], log_path=root + '.log',
+                             cwd=REPO)
     summary = {'returncode': done.returncode, 'seconds': time.monotonic() - start,
                'history': _history(mode, root)}
     with open(summary_file, 'w') as f:

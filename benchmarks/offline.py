@@ -169,16 +169,19 @@ def run_logged(what: str, command: List[str], log_path: str, cpu: Optional[int] 
   Raises:
     RuntimeError: it failed or outlasted --timeout_s (naming it and its log).
   """
-  if cpu is not None:
-    command = ['taskset', '-c', str(cpu), *command]
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   env = dict(os.environ, PYTHONUNBUFFERED='1')
-  with open(log_path, 'w') as log:
-    try:
-      done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env=env, timeout=FLAGS.timeout_s, check=False)
-    except subprocess.TimeoutExpired as e:
-      raise RuntimeError(f'{what} ran past {FLAGS.timeout_s} s; see {log_path}') from e
+  open(log_path, 'w').close()
+  try:
+    if cpu is None and command[0] == sys.executable:
+      done = common.run_python(command[1:], FLAGS.timeout_s, env, log_path, cwd=REPO)
+    else:  # pinned: a new process under taskset
+      with open(log_path, 'a') as log:
+        done = subprocess.run(['taskset', '-c', str(cpu), *command], cwd=REPO, stdout=log,
+                              stderr=subprocess.STDOUT, env=env, timeout=FLAGS.timeout_s,
+                              check=False)
+  except subprocess.TimeoutExpired as e:
+    raise RuntimeError(f'{what} ran past {FLAGS.timeout_s} s; see {log_path}') from e
   if done.returncode:
     raise RuntimeError(f'{what} exited {done.returncode}; see {log_path}')
 

@@ -27,8 +27,6 @@ import glob
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -68,10 +66,10 @@ _TRAINED = re.compile(r'Trained to step (\d+) \((\d+) env steps\)')
 def _train_eval(root: str, bindings: List[str]) -> Dict[str, Any]:
   """One job alone; its exit status, train and env steps and wall-clock seconds."""
   start = time.monotonic()
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}', '--overwrite',
+  result = common.run_python(
+      ['-m', 'learners.train_eval', f'--root_dir={root}', '--overwrite',
        f'--gin_file={FLAGS.gin_file}', '--progress_bar=off'] +
-      [f'--gin_bindings={b}' for b in bindings], cwd=REPO, capture_output=True, text=True)
+      [f'--gin_bindings={b}' for b in bindings], cwd=REPO)
   match = _TRAINED.search(result.stdout)
   return {'reached': result.returncode == 0, 'returncode': result.returncode,
           'train_step': int(match.group(1)) if match else None,
@@ -95,15 +93,15 @@ def _cached(path: str, run) -> Optional[Dict[str, Any]]:
 
 def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
   start = time.monotonic()
-  result = subprocess.run(
-      [sys.executable, '-m', 'learners.pbt', f'--root_dir={root}',
+  result = common.run_python(
+      ['-m', 'learners.pbt', f'--root_dir={root}',
        f'--gin_file={FLAGS.gin_file}', f'--population_size={FLAGS.population_size}',
        f'--ready_interval={FLAGS.ready_interval}', f'--bounds={FLAGS.bounds}',
        f'--seed={seed}', f'--member_program={FLAGS.member_program}',
        f'--member_collectors={FLAGS.member_collectors}'] +
       [f'--gin_bindings={b}' for b in FLAGS.gin_bindings +
        [f'Experiment.num_train_steps = {budget_steps}']],
-      cwd=REPO, capture_output=True, text=True)
+      cwd=REPO)
   from learners import population  # pylint: disable=g-import-not-at-top
   events = population.read(os.path.join(root, 'pbt', 'lineage.jsonl'))
   ends = [e for e in events if e['event'] == 'end']

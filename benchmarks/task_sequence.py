@@ -26,8 +26,6 @@ benchmarks/runs/ (a <name>.meta.json beside each says how they were made).
 import concurrent.futures
 import json
 import os
-import subprocess
-import sys
 from typing import Any, Dict, List
 
 import common  # pylint: disable=g-bad-import-order (puts the repository on sys.path)
@@ -59,12 +57,13 @@ def run_job(algo: str, seed: str) -> Dict[str, Any]:
   tasks_file = os.path.join(root, 'tasks.json')
   if FLAGS.rerun or not os.path.exists(tasks_file):
     os.makedirs(FLAGS.runs_dir, exist_ok=True)
-    command = [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
+    command = ['-m', 'learners.train_eval', f'--root_dir={root}',
                '--overwrite', f'--gin_file={algo}_minigrid_sequence.gin',
                f'--gin_bindings=Experiment.seed = {seed}',
                *[f'--gin_bindings={b}' for b in FLAGS.gin_bindings]]
-    with open(root + '.log', 'w') as log:
-      subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    open(root + '.log', 'w').close()
+    done = common.run_python(command, log_path=root + '.log', cwd=REPO)
+    done.check_returncode()
   with open(tasks_file) as f:
     return json.load(f)
 

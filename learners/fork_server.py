@@ -40,7 +40,7 @@ import threading
 import time
 import traceback
 import types
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
@@ -289,6 +289,42 @@ class ForkServer:
     if self._log is not None:
       self._log.close()
       self._log = None
+
+
+def run_to_end(starter: Any, args: Sequence[str], env: Mapping[str, str], timeout: float,
+               cwd: Optional[str] = None, log_path: Optional[str] = None,
+               stderr_to_stdout: bool = False, **start_options) -> subprocess.CompletedProcess:
+  """Runs `python <args>` to its end through `starter` (a `ForkServer`, or anything
+  with its `start`), as `subprocess.run(..., capture_output=True, text=True,
+  timeout=timeout)` would; with `log_path`, its output (stderr too) appended there
+  instead, the result's stdout and stderr then empty. `start_options` go to
+  `starter.start` (with_fork_server).
+
+  Raises:
+    subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).
+    ForkServerError: the starter's server could not start it.
+  """
+  with tempfile.TemporaryDirectory(prefix='tfrl-run-') as tmp:
+    out = log_path or os.path.join(tmp, 'stdout')
+    err = None if log_path or stderr_to_stdout else os.path.join(tmp, 'stderr')
+    child = starter.start(list(args), env, out, err, cwd=cwd, append=bool(log_path),
+                          **start_options)
+    try:
+      child.wait(timeout=timeout)
+    finally:
+      if child.poll() is None:
+        child.kill()
+        child.wait()
+    if log_path:
+      return subprocess.CompletedProcess([sys.executable, *args], child.returncode, '', '')
+    with open(out, errors='replace') as f:
+      stdout = f.read()
+    stderr = ''
+    if err:
+      with open(err, errors='replace') as f:
+        stderr = f.read()
+    return subprocess.CompletedProcess([sys.executable, *args], child.returncode, stdout,
+                                       stderr)
 
 
 class ProgramStarter:

@@ -33,7 +33,9 @@ class _Exec:
   """Starts children as `ForkServer` does, exec'ing each."""
 
   @staticmethod
-  def start(args, env, stdout_path, stderr_path=None, cwd=None, append=False):
+  def start(args, env, stdout_path, stderr_path=None, cwd=None, append=False,
+            with_fork_server=False):
+    del with_fork_server  # an exec'd child starts its own children exec'd too
     mode = 'a' if append else 'w'
     with open(stdout_path, mode) as out:
       err = open(stderr_path, mode) if stderr_path else None
@@ -70,35 +72,28 @@ def start(args: Sequence[str], stdout_path: str, stderr_path: Optional[str] = No
   Returns:
     The child, with `subprocess.Popen`'s poll/wait/send_signal/kill/pid/returncode.
   """
+  return _starter().start(list(args), _child_env(env), stdout_path, stderr_path, cwd=cwd,
+                          append=False)
+
+
+def _child_env(env: Optional[Mapping[str, str]]) -> dict:
   env = dict(base_env() if env is None else env)
   # A child script that imports a test module (for its helpers) imports this one too.
   env['PYTHONPATH'] = os.pathsep.join(p for p in (env.get('PYTHONPATH'), TESTS) if p)
-  return _starter().start(list(args), env, stdout_path, stderr_path, cwd=cwd, append=False)
+  return env
 
 
 def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
-        cwd: str = REPO, stderr_to_stdout: bool = False) -> subprocess.CompletedProcess:
+        cwd: str = REPO, stderr_to_stdout: bool = False,
+        with_fork_server: bool = False) -> subprocess.CompletedProcess:
   """Runs `python <args>` to its end, as `subprocess.run(..., capture_output=True,
   text=True, timeout=timeout)` would (with `stderr_to_stdout`, as
-  `stdout=PIPE, stderr=STDOUT`).
+  `stdout=PIPE, stderr=STDOUT`). `with_fork_server` gives the child a fork server of
+  its own for the Python programs it starts (`learners.fork_server.ForkServer.inherited`).
 
   Raises:
     subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).
   """
-  with tempfile.TemporaryDirectory(prefix='tfrl-test-run-') as tmp:
-    out, err = os.path.join(tmp, 'stdout'), os.path.join(tmp, 'stderr')
-    open(err, 'w').close()
-    child = start(args, out, None if stderr_to_stdout else err, env=env, cwd=cwd)
-    try:
-      child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-      child.kill()
-      child.wait()
-      raise
-    finally:
-      if child.poll() is None:
-        child.kill()
-        child.wait()
-    with open(out, errors='replace') as f_out, open(err, errors='replace') as f_err:
-      return subprocess.CompletedProcess([sys.executable, *args], child.returncode,
-                                         f_out.read(), f_err.read())
+  return fork_server.run_to_end(_starter(), args, _child_env(env), timeout, cwd=cwd,
+                                stderr_to_stdout=stderr_to_stdout,
+                                with_fork_server=with_fork_server)

@@ -191,8 +191,10 @@ def _run(commands: List[List[str]], cwd: str, tmp_dir: str) -> Run:
   returncode, output = 0, ''
   for args in commands:
     try:
+      # A fork server of its own: the Python programs a script runs (common.run_python)
+      # skip TensorFlow's imports too.
       done = python_runs.run(args, timeout=TIMEOUT_S, env=env, cwd=cwd,
-                             stderr_to_stdout=True)
+                             stderr_to_stdout=True, with_fork_server=True)
       returncode, output = done.returncode, output + done.stdout
     except subprocess.TimeoutExpired:
       returncode, output = -1, f'{output}timed out after {TIMEOUT_S} s: {args[:1]}'
