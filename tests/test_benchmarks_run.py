@@ -95,10 +95,10 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=2',
                '--dataset_only_steps=128',
                '--eval_every=64', '--train_bindings=Experiment.num_eval_episodes=1'],
-    # Two arms of PPO HalfCheetah, one at a time: 2 train steps of 512 env steps each (an
-    # evaluation after each, either side of the 1,000-step budget), 2 epochs (not 20) of
-    # minibatches per train step.
-    'ablation': ['--algo=ppo_halfcheetah', '--seeds=0', '--jobs=1', '--env_step_budgets=1000',
+    # Two arms of PPO on CartPole (the script's default task, HalfCheetah, spends the run
+    # in MuJoCo's 1,000-step evaluation episodes), one at a time: 2 train steps of 256 env
+    # steps each, an evaluation after each, either side of the 400-step budget.
+    'ablation': ['--algo=ppo', '--seeds=0', '--jobs=1', '--env_step_budgets=400',
                  '--budget_seconds=120', '--arm=config:',
                  '--arm=normalized: Experiment.normalize_reward = True',
                  f'--tfrl_python={sys.executable}',
@@ -161,7 +161,7 @@ EXPECTED = {
                        rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
                        r'alone: [0-2] of 2 reached within B(?:.*\n)*?^population best member / '
                        rf'tuned config, env steps to the target: ({NUMBER})(?:.*\n)*?^Curves: ',
-    'ablation': rf'(?m)^config seed 0 \(({NUMBER}) s\): ppo_halfcheetah seed 0 tfrl: .*'
+    'ablation': rf'(?m)^config seed 0 \(({NUMBER}) s\): ppo seed 0 tfrl: .*'
                 rf'env_steps=({NUMBER})(?:.*\n)*?^\| config \| (1) \| -?{NUMBER} \['
                 rf'(?:.*\n)*?^\| normalized \| (1) \| -?{NUMBER} \[',
     'results_pages': r'results pages: ([1-9]\d*) pages up to date',

@@ -33,6 +33,11 @@ from tfrl import replay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORTS = ('greedy_policy', 'collect_policy', 'policy')
+# The jobs that must go on to their target after a fault: 200 rather than the config's
+# 475 (a random policy returns about 22). The fault and the recovery are what these
+# tests prove; DQN's 475 is held in test_learning.py and the demo's test.
+TARGET = 200.0
+TARGET_BINDING = f'Experiment.target_return = {TARGET}'
 
 
 def _common(root: str, address: str, bindings) -> list:
@@ -173,7 +178,7 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   port = ports.free_port()
   server_flags = ('--checkpoint_interval_s=1',)
   bindings = ['Experiment.checkpoint_interval = 1000',
-              'Experiment.num_train_steps = 500000']
+              'Experiment.num_train_steps = 500000', TARGET_BINDING]
   address = programs.start_server('reverb_server', port, bindings, *server_flags)
   common = _common(root, address, bindings)
   programs.start('train', 'train', *common, '--server_lost_after_s=3',
@@ -218,14 +223,14 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   assert programs.wait('eval', timeout_s=600) == 0, programs.tail('eval')
   with open(os.path.join(root, 'eval', 'results.json')) as f:
     last = json.load(f)[-1]
-  assert last['reached_target'] and last['return'] >= 475, last
+  assert last['reached_target'] and last['return'] >= TARGET, last
   assert programs.stop('train') == 0, programs.tail('train')
   state = final_state(root)
   assert set(state.values()) == {last['train_step']}, (state, last)
   # The export replays the confirmation's episodes as the evaluator did.
   config.parse(['dqn_cartpole.gin'], bindings)
   assert evaluate_export(os.path.join(root, 'policies', 'greedy_policy'),
-                         last['confirmation_seed']) >= 475
+                         last['confirmation_seed']) >= TARGET
   print(f'server killed at table size {size}; restored {restored}; trainer: {how}; '
         f'final step {state["checkpoint"]}')
 
@@ -280,8 +285,8 @@ def _finish(launcher: subprocess.Popen, root: str, timeout_s: float):
 @pytest.mark.timeout(1500)
 def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_path):
   root = str(tmp_path / 'job')
-  launcher = _launch(root, GIN, '--num_collectors=2', '--timeout_s=900',
-                     '--status_interval_s=5')
+  launcher = _launch(root, GIN, f'--gin_bindings={TARGET_BINDING}', '--num_collectors=2',
+                     '--timeout_s=900', '--status_interval_s=5')
   victim_log = os.path.join(root, 'logs', 'collect_1.log')
   deadline = time.monotonic() + 300
   while launcher.poll() is None and time.monotonic() < deadline:
@@ -299,7 +304,7 @@ def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_pa
   assert re.search(r'collect_1:exited\(-9\)', stdout), stdout[-3000:]
   with open(os.path.join(root, 'eval', 'results.json')) as f:
     last = json.load(f)[-1]
-  assert last['reached_target'] and last['return'] >= 475, last
+  assert last['reached_target'] and last['return'] >= TARGET, last
   # The end of the job: final checkpoint and exports at the trainer's final step, which
   # is the step the evaluator confirmed (the trainer held still there).
   final = int(re.findall(r'Trainer stopped at train step (\d+)',
@@ -307,9 +312,9 @@ def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_pa
   assert final == last['train_step']
   assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
   assert f'greedy policy (train step {final})' in stdout
-  config.parse(['dqn_cartpole.gin'])
+  config.parse(['dqn_cartpole.gin'], [TARGET_BINDING])
   assert evaluate_export(os.path.join(root, 'policies', 'greedy_policy'),
-                         last['confirmation_seed']) >= 475
+                         last['confirmation_seed']) >= TARGET
 
 
 # -- 4. Ctrl-C of the launcher: the same ordered stop --------------------------------------

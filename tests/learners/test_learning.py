@@ -188,12 +188,14 @@ def test_masked_cartpole_needs_the_lstm(jobs):
 # s); what separate programs add for SAC (its collect policy pushed, the replay limiter,
 # the exports) runs in test_suite_configs.py (sac_halfcheetah under launch), and SAC's
 # learning in one process above.
-# Prioritized DQN under launch to 200, not 475 (a random policy returns about 22; the
-# one-process run above reaches 475): its launched run to 475 was the suite's slowest
-# learning test (62-107 s), to 200 it took 22-35 s on seeds 0-2 (BUILD_NOTES). The
-# actor-critic configs reach 475 under launch in about the time they take to 200.
-LAUNCH_CASES = [('dqn_per_cartpole.gin', 200.0) if gin == 'dqn_per_cartpole.gin'
-                else (gin, threshold) for gin, threshold in CASES if gin != 'sac_pendulum.gin']
+# Under launch the CartPole configs learn to 200, not 475 (a random policy returns about
+# 22): what separate programs add (pushed variables, collectors acting a few train
+# steps behind, the evaluator's confirmation, the ordered stop's final saves) shows at
+# 200 as at 475, and the one-process runs above hold each algorithm to 475. Launched to
+# 200 on seeds 0-2 the configs took 18-35 s a job (BUILD_NOTES), against 24-107 s to 475
+# in the suite.
+LAUNCH_THRESHOLD = 200.0
+LAUNCH_CASES = [(gin, LAUNCH_THRESHOLD) for gin, _ in CASES if gin != 'sac_pendulum.gin']
 
 
 @pytest.mark.slow

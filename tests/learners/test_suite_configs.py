@@ -25,6 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (their own iterations, 32-256 train steps behind a samples-per-insert limiter, made
 # these runs collect thousands of env steps for nothing the test reads).
 _ONE_ITERATION = 'Experiment.train_steps_per_iteration = 2'
+# The Atari sequence configs' batches of 8 games' 128-step unrolls cost each brief run
+# 10-15 s of CNN gradient steps on 1,024 frames; two games (in one worker process) give
+# the same layout, networks and export a quarter of the frames.
+_TWO_GAMES = ['Experiment.num_envs = 2', 'Experiment.batch_size = 2',
+              'Experiment.env_workers = 1']
 BRIEF = {
     'dqn_lunarlander.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
     'ppo_lunarlander.gin': ['SequenceQueue.unroll_length = 64',  # 1,024-step batches
@@ -33,9 +38,9 @@ BRIEF = {
     'sac_halfcheetah.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
     'ppo_halfcheetah.gin': [],
     'ppo_minigrid_doorkey.gin': [],
-    'ppo_atari.gin': [],
-    'impala_atari.gin': [],
-    'appo_atari.gin': [],
+    'ppo_atari.gin': _TWO_GAMES,
+    'impala_atari.gin': _TWO_GAMES,
+    'appo_atari.gin': _TWO_GAMES + ['create_impala_agent.num_minibatches = 2'],  # of 1 unroll
     'dqn_atari.gin': ['Experiment.initial_collect_steps = 256', _ONE_ITERATION],
 }
 # (The MiniGrid task-sequence configs run through all three tasks, export and evaluate in
