@@ -77,7 +77,8 @@ class Experiment:
       observation_indices or observation_keys: `tfrl.envs.envpool_env`). Collect and
       eval envs alike.
     seed: seeds TF, Python and NumPy (the networks' first weights, the policies'
-      sampling), the collect envs (seed + 1000 * task) and the eval envs (+ 10000).
+      sampling), the collect envs (seed + 1000 * the launched collector's task_id;
+      a one-process job's are task 0) and the eval envs (+ 10000).
     deterministic: make TensorFlow's ops deterministic too (process-wide, for good:
       `tf.config.experimental.enable_op_determinism`). With it, two one-process runs
       of one seed give the same evaluations where the data path allows: the queue

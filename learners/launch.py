@@ -20,7 +20,8 @@ its 'error:' line and the tail of its log, stops the rest and exits 1; 3 when a 
 had to be killed at the stop; 5 when a process stalled or stopped answering for
 --stall_timeout_s (learners/heartbeat.py); 2 for bad flags or settings, before anything
 starts. Children also get SIGTERM if the launcher itself is killed, so none are
-orphaned. Everything listens and connects on loopback addresses.
+orphaned. The programs reach each other on loopback addresses; the Reverb server
+listens on every interface (docs/trust-model.md).
 
 With --pbt_dir and --member the job is a member of a population (`tfrl-pbt
 --member_program=launch`): the trainer reports at the ready points

@@ -1,8 +1,10 @@
 """tfrl: TensorFlow 2 reinforcement learning with Reverb replay, at scale.
 
-Layers (each imports only the ones before it): `tfrl.envs`, `tfrl.replay`,
-`tfrl.actors`, `tfrl.learner` / `tfrl.triggers` / `tfrl.export`, and the programs in
-`learners/` that wire them together.
+Its parts: `tfrl.envs` (vectorized envs, workers, wrappers), `tfrl.replay` (Reverb
+tables and servers), `tfrl.layouts` (how experience is written and read),
+`tfrl.actors`, `tfrl.learner` / `tfrl.triggers` / `tfrl.export`, `tfrl.agents` and
+`tfrl.datasets`; the programs in `learners/` wire them together. What each imports:
+docs/architecture.md (no import cycles: tests/test_import_cycles.py).
 """
 import os as _os
 
