@@ -17,6 +17,7 @@ from tfrl import metrics
 from tfrl import envs
 from tfrl import replay
 from tfrl import run_dir
+from tfrl.agents import hyperparameters as hyperparameters_lib
 
 # The exit statuses (tfrl.exit_statuses), where the programs and the launcher look.
 from tfrl.exit_statuses import (  # pylint: disable=unused-import,g-bad-import-order
@@ -116,7 +117,8 @@ def _stderr_with_fd():
 
 
 def run_until_signal(work: Callable[[threading.Event], Any], name: str,
-                     grace_s: Optional[float] = None) -> Any:
+                     grace_s: Optional[float] = None,
+                     server_address: Optional[str] = None) -> Any:
   """Runs `work(stop_event)` in a thread; SIGTERM/SIGINT/SIGHUP set `stop_event`.
 
   The work is expected to notice the event within a moment and return cleanly
@@ -131,6 +133,11 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
     name: the program's name, for messages.
     grace_s: seconds the work gets to stop after a signal (default: the share of the
       launcher's stop grace it was given, see stop_plan, else 30 s).
+    server_address: the Reverb server the work waits on, if any. After a signal it is
+      probed; once it has not answered for SERVER_GONE_S the process exits as at the
+      end of the grace without waiting that out: a sample from a server that is gone
+      never returns. (A launcher killed with SIGKILL stops its children all at once,
+      and the server may stop before the trainer's last train call has its data.)
 
   Returns:
     What `work` returned.
@@ -157,10 +164,11 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
     faulthandler.register(signal.SIGUSR1, file=stacks_file, all_threads=True)
   threading.Thread(target=runner, name=name, daemon=True).start()
   while not done.wait(0.5):
-    if stop_event.is_set() and not done.wait(grace_s):
+    signalled = time.monotonic()
+    if stop_event.is_set() and not _done_within_grace(done, grace_s, server_address):
       logging.error('%s did not stop within %.0f s of the signal; exiting with status %d '
-                    'WITHOUT its final save. Where its threads were:', name, grace_s,
-                    EXIT_STOP_TIMEOUT)
+                    'WITHOUT its final save. Where its threads were:', name,
+                    time.monotonic() - signalled, EXIT_STOP_TIMEOUT)
       sys.stdout.flush()
       sys.stderr.flush()
       if stacks_file is not None:
@@ -170,6 +178,37 @@ def run_until_signal(work: Callable[[threading.Event], Any], name: str,
   if 'error' in outcome:
     raise outcome['error']
   return outcome.get('result')
+
+
+# After a stop signal: how long the work's server may fail to answer before the work is
+# taken as blocked on it for good (several probes apart: a loaded server answers late,
+# not never).
+SERVER_GONE_S = 5.0
+
+
+def _done_within_grace(done: threading.Event, grace_s: float,
+                       server_address: Optional[str]) -> bool:
+  """Waits up to `grace_s` for `done`; False at the end of the grace, or as soon as
+  `server_address` (if given) has not answered for SERVER_GONE_S (said in a line)."""
+  if server_address is None:
+    return done.wait(grace_s)
+  deadline = time.monotonic() + grace_s
+  unanswered_since = None
+  while not done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+    now = time.monotonic()
+    if now >= deadline:
+      return False
+    try:
+      replay.wait_for_server(server_address, timeout_s=1.0)
+      unanswered_since = None
+    except replay.ReplayServerUnreachableError:
+      unanswered_since = unanswered_since or now
+      if now - unanswered_since >= SERVER_GONE_S and not done.is_set():
+        logging.error('The Reverb server at %s is gone (no answer for %.0f s since the '
+                      'stop signal): what waits on it cannot finish.', server_address,
+                      now - unanswered_since)
+        return False
+  return True
 
 
 def wait_for_server_with_backoff(address: str, timeout_s: float,
@@ -210,25 +249,32 @@ def _exit_with(status: int, error: BaseException) -> None:
 
 
 def run_program(work: Callable[[threading.Event], Any], name: str,
-                grace_s: Optional[float] = None) -> Any:
+                grace_s: Optional[float] = None,
+                server_address: Optional[str] = None) -> Any:
   """`run_until_signal`, with the errors a person can act on turned into one line.
 
   An unreachable or lost Reverb server exits with EXIT_SERVER_LOST; a full disk with
   EXIT_DISK_FULL; an env step past its timeout with EXIT_STALLED; a busy or
-  not-resumable root_dir with 2; a spec mismatch, variables never pushed, or a
+  not-resumable root_dir, or a population member whose agent lacks the hyperparameters
+  its population changes, with 2; a spec mismatch, variables never pushed, or a
   `ProgramError` with 1. Anything else (an error from the environment or the policy)
   propagates: a traceback and status 1.
+
+  Args:
+    work, name, grace_s, server_address: as `run_until_signal`'s.
 
   Returns:
     What `work` returned.
   """
   try:
-    return run_until_signal(work, name, grace_s)
+    return run_until_signal(work, name, grace_s, server_address)
   except replay.ReplayServerUnreachableError as e:
     _exit_with(EXIT_SERVER_LOST, e)
   except (replay.SpecMismatchError, replay.VariablesNotPushedError, ProgramError) as e:
     _exit_with(1, e)
   except run_dir.START_ERRORS as e:  # root_dir busy or not resumable: bad usage
+    _exit_with(2, e)
+  except hyperparameters_lib.NotTunable as e:  # the config: no restart can fix it
     _exit_with(2, e)
   except envs.EnvStepTimeoutError as e:  # a hung simulator in an env worker
     _exit_with(EXIT_STALLED, e)

@@ -401,7 +401,7 @@ def _main() -> None:
   process.run_program(
       lambda stop_event: train(experiment, FLAGS.root_dir, FLAGS.reverb_address, strategy,
                                stop_event, options, member),
-      'trainer')
+      'trainer', server_address=FLAGS.reverb_address)
 
 
 def run_main():
