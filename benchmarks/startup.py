@@ -7,13 +7,18 @@ reports three clocks per run:
   start-up   process start (interpreter, imports, building everything) to the first
              train step: tfrl's 'start-up N s' of its first progress line, SB3's
              time to `model.learn` (both from /proc, so interpreter start counts);
+  import     just before each run, a fresh interpreter of the same venv that only
+             imports its framework (`python -c 'import tensorflow'` for tfrl,
+             `import torch` for SB3), start to exit: the floor any program on that
+             framework pays, measured beside the run it is compared with;
   train      the first train step to the first evaluation at the threshold (see
              solve_time.py: evaluations included, as on both sides);
   process    the whole process, start to exit, as a person waits for it: tfrl's
              includes its confirming evaluation, final checkpoint and exports.
 
-Targets: tfrl's start-up <= 3.5 s (median of all its runs), and for each
-algorithm the median whole-process time to solve <= 0.6x SB3's.
+Targets: tfrl's start-up <= 1.5x the import of TensorFlow alone (medians of all its
+runs and of the imports beside them), and for each algorithm the median whole-process
+time to solve <= 0.6x SB3's. SB3's start-up over its import of torch is printed beside.
 
 Run (from the repository root):
 
@@ -33,6 +38,7 @@ import math
 import os
 import statistics
 import subprocess
+import time
 from typing import List, Optional
 
 from absl import app
@@ -43,7 +49,8 @@ import solve_time  # benchmarks/solve_time.py: the runs and their flags
 
 FLAGS = flags.FLAGS
 ALGOS = ('dqn', 'ppo', 'sac')
-STARTUP_TARGET_S = 3.5
+STARTUP_RATIO_TARGET = 1.5  # tfrl's start-up over `import tensorflow` alone
+FRAMEWORK = {'tfrl': 'tensorflow', 'SB3': 'torch'}
 PROCESS_RATIO_TARGET = 0.6
 
 
@@ -60,6 +67,35 @@ def _clocks(run: solve_time.Run) -> List[Optional[float]]:
   """start-up, train (inf when unsolved), process seconds."""
   return [run.extra.get('startup_seconds'),
           run.seconds if run.solved else math.inf, run.process_seconds]
+
+
+def import_seconds(python: str, module: str) -> float:
+  """Seconds a fresh `python -c 'import <module>'` takes, start to exit (exec'd, so
+  the interpreter's own start counts, as it does in a run's start-up).
+
+  Raises:
+    subprocess.CalledProcessError: the import failed.
+  """
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  start = time.monotonic()
+  subprocess.run([python, '-c', f'import {module}'], check=True, env=env,
+                 capture_output=True, timeout=600)
+  return time.monotonic() - start
+
+
+def _ratio_line(name: str, startups: List[Optional[float]], imports: List[float],
+                target: Optional[float]) -> str:
+  """'<name> start-up / import <framework>: median a s / b s = r x' and, with a target,
+  its verdict."""
+  startup, imported = _median(startups), _median(imports)
+  if startup is None or imported is None:
+    return f'{name} start-up / import {FRAMEWORK[name]}: n/a'
+  ratio = startup / imported
+  line = (f'{name} start-up / import {FRAMEWORK[name]}: median {startup:.2f} s / '
+          f'{imported:.2f} s = {ratio:.2f}x')
+  if target is not None:
+    line += f'   target <= {target}x   {"PASS" if ratio <= target else "MISS"}'
+  return line
 
 
 def _process_to_solve(run: solve_time.Run) -> float:
@@ -82,6 +118,8 @@ def main(argv):
         f'{FLAGS.peer_torch_threads or "default"}', flush=True)
   print(common.load_line('start'), flush=True)
   runs = {algo: {'tfrl': [], 'SB3': []} for algo in FLAGS.algos}
+  imports = {'tfrl': [], 'SB3': []}
+  python = {'tfrl': FLAGS.tfrl_python, 'SB3': solve_time.peer_python()}
   for algo in FLAGS.algos:
     for seed in solve_time.seeds_for(algo):
       # Alternate which side goes first, as solve_time.py does.
@@ -89,11 +127,14 @@ def main(argv):
         if side == 'SB3' and FLAGS.skip_peer:
           continue
         solve_time.wait_while_paused()
+        imported = import_seconds(python[side], FRAMEWORK[side])
+        imports[side].append(imported)
         run = (solve_time.run_tfrl if side == 'tfrl' else solve_time.run_peer)(algo, seed)
         runs[algo][side].append(run)
         start, train, proc = _clocks(run)
         print(f'  {algo} seed {seed} {side}: start-up {_fmt(start)} s, train {_fmt(train)} s, '
-              f'process {_fmt(proc)} s' + (f' ({run.note})' if run.note else ''), flush=True)
+              f'process {_fmt(proc)} s; import {FRAMEWORK[side]} {imported:.2f} s' +
+              (f' ({run.note})' if run.note else ''), flush=True)
   print(common.load_line('end'))
   print()
   print(f'{"algo":<5} {"seed":<5} {"tfrl start":>10} {"train":>7} {"process":>8}   |'
@@ -120,11 +161,11 @@ def main(argv):
         f'{algo}: whole process to solve, median tfrl {tfrl_process:.1f} s / SB3 '
         f'{peer_process:.1f} s = {ratio:.2f}x   target <= {PROCESS_RATIO_TARGET}x   '
         f'{"PASS" if ratio <= PROCESS_RATIO_TARGET else "MISS"}')
-  startup = _median(startups)
   print()
-  if startup is not None:
-    print(f'tfrl start-up to the first train step, median {startup:.2f} s   target <= '
-          f'{STARTUP_TARGET_S} s   {"PASS" if startup <= STARTUP_TARGET_S else "MISS"}')
+  print(_ratio_line('tfrl', startups, imports['tfrl'], STARTUP_RATIO_TARGET))
+  if not FLAGS.skip_peer:
+    print(_ratio_line('SB3', [_clocks(run)[0] for algo in FLAGS.algos
+                              for run in runs[algo]['SB3']], imports['SB3'], None))
   print('\n'.join(verdicts))
 
 

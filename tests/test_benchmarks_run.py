@@ -166,8 +166,9 @@ EXPECTED = {
                 rf'(?:.*\n)*?^\| normalized \| (1) \| -?{NUMBER} \[',
     'results_pages': r'results pages: ([1-9]\d*) pages up to date',
     'startup': rf'dqn seed 0 tfrl: start-up ({NUMBER}) s, train inf s, process '
-               rf'({NUMBER}) s(?:.*\n)*tfrl start-up to the first train step, median '
-               rf'({NUMBER}) s',
+               rf'({NUMBER}) s; import tensorflow ({NUMBER}) s(?:.*\n)*tfrl start-up / import '
+               rf'tensorflow: median ({NUMBER}) s / ({NUMBER}) s = ({NUMBER})x   target <= '
+               r'1\.5x   (?:PASS|MISS)',
     # Both modes repeat a PPO run of one seed exactly.
     'determinism': r'(?m)^deterministic=False median train .* (1) of 1 seeds repeated their '
                    r'run\n(?:.*\n)*^deterministic=True  median train .* (1) of 1 seeds '
