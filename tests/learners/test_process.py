@@ -70,6 +70,7 @@ def _stopped_while_blocked(address: str, grace_s: float) -> subprocess.Completed
   return subprocess.CompletedProcess(child.args, child.returncode, '', stderr)
 
 
+@pytest.mark.integration  # waits out the probes: about 10 s
 def test_a_stopped_program_whose_server_is_gone_exits_without_its_whole_grace():
   """A launcher killed with SIGKILL stops its children at once: the server may be gone
   before the trainer's train call had its data. The trainer ends once the server has
@@ -81,6 +82,7 @@ def test_a_stopped_program_whose_server_is_gone_exits_without_its_whole_grace():
   assert 'WITHOUT its final save' in result.stderr
 
 
+@pytest.mark.integration  # waits out the grace: about 10 s
 def test_a_stopped_program_whose_server_answers_gets_its_whole_grace(reverb_server_factory):
   server = reverb_server_factory([replay.queue_table('queue', 10, None)])
   start = time.monotonic()
