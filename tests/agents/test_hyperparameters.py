@@ -12,10 +12,15 @@ from tf_agents.trajectories import time_step as ts
 from learners import pbt_member
 from tfrl import checkpoints
 from tfrl import learner as learner_lib
+from tfrl.agents import bc
+from tfrl.agents import cql_sac
 from tfrl.agents import dqn
 from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import impala
+from tfrl.agents import interface
+from tfrl.agents import iql
 from tfrl.agents import ppo
+from tfrl.agents import sac
 import unrolls  # tests/agents/unrolls.py
 from test_bc import transitions  # tests/agents/test_bc.py
 
@@ -54,7 +59,8 @@ def test_each_agent_names_what_it_reads_from_variables(specs):
   assert 'clip_ratio' in appo_agent.hyperparameters
   dqn_agent = dqn.create_dqn_agent(*specs, learner_lib.new_train_step())
   assert dqn_agent.hyperparameters.values() == pytest.approx(
-      {'learning_rate': 1e-3, 'epsilon_end': 0.05, 'target_update_period': 100})
+      {'learning_rate': 1e-3, 'epsilon_end': 0.05, 'target_update_period': 100,
+       'gamma': 0.99})
 
 
 def test_a_new_learning_rate_applies_on_the_next_step_without_a_retrace(specs):
@@ -248,3 +254,125 @@ def test_no_hyperparameter_is_inside_the_agents_own_checkpoint(specs, tmp_path):
   dqn_agent = dqn.create_dqn_agent(*specs, learner_lib.new_train_step())
   assert any(v is dqn_agent.hyperparameters['epsilon_end']
              for v in dqn_agent.collect_policy.variables())
+
+
+# The builders of the agents that train from transitions, on small networks.
+SMALL = {
+    sac.create_sac_agent: dict(actor_fc_layer_params=(8,), critic_joint_fc_layer_params=(8,)),
+    cql_sac.create_cql_sac_agent: dict(actor_fc_layer_params=(8,),
+                                       critic_joint_fc_layer_params=(8,)),
+    iql.create_iql_agent: dict(actor_fc_layer_params=(8,), critic_joint_fc_layer_params=(8,),
+                               value_fc_layer_params=(8,)),
+    bc.create_bc_agent: dict(fc_layer_params=(8,)),
+}
+
+
+@pytest.mark.parametrize('builder', list(SMALL), ids=lambda b: b.__name__)
+def test_every_agent_with_an_optimizer_has_what_its_builder_declares(pendulum_specs,
+                                                                     builder):
+  """The names a population's bounds are checked against at configuration are the
+  agent's own, and each is a variable the population can set."""
+  agent = builder(*pendulum_specs, learner_lib.new_train_step(), **SMALL[builder])
+  declared = interface.tunable_of(builder)
+  assert agent.hyperparameters.names == declared, builder.__name__
+  interface.check_agent(agent)
+  agent.hyperparameters.assign({name: 0.5 for name in declared})
+  assert agent.hyperparameters.values() == pytest.approx({n: 0.5 for n in declared})
+
+
+def test_the_builders_declare_the_names_of_ppo_impala_and_dqn(specs):
+  assert interface.tunable_of(ppo.create_ppo_agent) == ppo_agent(specs).hyperparameters.names
+  assert set(dqn.create_dqn_agent(*specs, learner_lib.new_train_step()).hyperparameters.names
+             ) == set(interface.tunable_of(dqn.create_dqn_agent))
+  appo = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
+                                    fc_layer_params=(16,), policy_loss='ppo')
+  assert set(appo.hyperparameters.names) == set(interface.tunable_of(
+      impala.create_impala_agent)) == set(interface.tunable_of(impala.create_clear_agent))
+
+
+def sac_rows(batch=8):
+  """[B, 2] Pendulum transitions (a reward of 1 a step)."""
+  rng = np.random.default_rng(0)
+  data = transitions(rng.uniform(-1, 1, (batch, 3)).astype(np.float32),
+                     rng.uniform(-2, 2, (batch, 1)).astype(np.float32),
+                     np.ones(batch, np.int32))
+  data = data._replace(reward=np.ones((batch, 2), np.float32))
+  return tf.nest.map_structure(tf.convert_to_tensor, data)
+
+
+@pytest.mark.parametrize('builder', [sac.create_sac_agent, cql_sac.create_cql_sac_agent],
+                         ids=lambda b: b.__name__)
+def test_sac_rates_are_the_ones_its_optimizers_step_with(pendulum_specs, builder):
+  """A zero actor rate leaves the actor where it is while the critics move, in the same
+  trace: the variable a population sets is the legacy optimizer's own rate."""
+  agent = builder(*pendulum_specs, learner_lib.new_train_step(), **SMALL[builder])
+  train, data = tf.function(agent.train), sac_rows()
+  actor = agent._actor_network.trainable_variables  # pylint: disable=protected-access
+  critic = agent._critic_network_1.trainable_variables  # pylint: disable=protected-access
+  train(data)  # the first call creates the optimizers' slots
+  traces = train.experimental_get_tracing_count()
+  agent.hyperparameters.assign({'actor_learning_rate': 0.0})
+  before = [[v.numpy().copy() for v in part] for part in (actor, critic)]
+  train(data)
+  for a, b in zip(before[0], actor):
+    np.testing.assert_array_equal(a, b.numpy())
+  assert any(not np.array_equal(a, b.numpy()) for a, b in zip(before[1], critic))
+  agent.hyperparameters.assign({'actor_learning_rate': 1e-2})
+  train(data)
+  assert any(not np.array_equal(a, b.numpy()) for a, b in zip(before[0], actor))
+  assert train.experimental_get_tracing_count() == traces
+
+
+def test_a_discount_set_while_training_changes_the_traced_td_target():
+  """DQN's gamma is read at each step: with rewards of 0, a gamma of 0 makes every
+  TD target 0 (the loss is then the Q-values' own)."""
+  agent, _ = dqn_agent_on_small_specs()
+  rng = np.random.default_rng(0)
+  data = tf.nest.map_structure(tf.convert_to_tensor, transitions(
+      rng.uniform(-1, 1, (8, 3)).astype(np.float32), rng.integers(0, 4, 8),
+      np.ones(8, np.int32)))
+  # What `_train` computes (tf-agents' public `loss` passes a discount of 1 instead).
+  loss = tf.function(lambda: agent._loss(  # pylint: disable=protected-access
+      data, td_errors_loss_fn=tf.math.squared_difference,
+      gamma=agent._gamma).extra.td_loss)  # pylint: disable=protected-access
+  with_gamma = loss().numpy()
+  agent.hyperparameters.assign({'gamma': 0.0})
+  without = loss().numpy()
+  assert not np.allclose(with_gamma, without)
+  agent.hyperparameters.assign({'gamma': 0.99})
+  np.testing.assert_allclose(loss().numpy(), with_gamma, rtol=1e-6)
+  assert loss.experimental_get_tracing_count() == 1
+
+
+def test_a_sac_checkpoint_holds_no_hyperparameter_of_its_own(pendulum_specs, tmp_path):
+  """As for PPO and DQN: the discount and the hyperparameters stay out of the agent's
+  object graph (the Learner saves them beside it), so older checkpoints still match."""
+  agent = sac.create_sac_agent(*pendulum_specs, learner_lib.new_train_step(),
+                               **SMALL[sac.create_sac_agent])
+  path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / 'ckpt'))
+  saved = {key for key, _ in tf.train.list_variables(path)}
+  for part in ('hyperparameters', '_gamma'):
+    assert not any(part in entry for entry in saved), (part, sorted(saved))
+
+
+def test_an_agent_without_a_bounded_name_is_refused_in_one_line(specs):
+  agent = ppo_agent(specs)
+  with pytest.raises(hyperparameters_lib.NotTunable,
+                     match='PpoAgent has no hyperparameter gamma a population can change; '
+                     'it has: learning_rate, entropy_cost, clip_ratio, reward_scale'):
+    hyperparameters_lib.require(agent, ['learning_rate', 'gamma'])
+  with pytest.raises(hyperparameters_lib.NotTunable,
+                     match='object has no hyperparameters a population can change'):
+    hyperparameters_lib.require(object(), ['learning_rate'])
+
+
+def test_an_annealed_rate_is_not_offered(pendulum_specs):
+  """A schedule writes the optimizer's rate variable at every step: a population's value
+  there would not hold, so the member refuses a bound on it."""
+  agent = iql.create_iql_agent(*pendulum_specs, learner_lib.new_train_step(),
+                               actor_decay_steps=100, **SMALL[iql.create_iql_agent])
+  assert 'actor_learning_rate' not in agent.hyperparameters
+  assert 'critic_learning_rate' in agent.hyperparameters
+  with pytest.raises(hyperparameters_lib.NotTunable,
+                     match='IqlAgent has no hyperparameter actor_learning_rate'):
+    hyperparameters_lib.require(agent, ['actor_learning_rate'])

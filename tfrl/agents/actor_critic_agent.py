@@ -61,10 +61,10 @@ class ActorCriticAgentBase(tf_agent.TFAgent):
     optimizer.build(network.trainable_variables)
     self._network = network
     self._optimizer = optimizer
-    rate = optimizer.learning_rate
+    rate = hyperparameters_lib.rate_of(optimizer)
     self._hyperparameters = hyperparameters_lib.untracked(
         self, hyperparameters_lib.Hyperparameters(
-            **({'learning_rate': rate} if isinstance(rate, tf.Variable) else {}),
+            **({'learning_rate': rate} if rate is not None else {}),
             **{key: float(value) for key, value in hyperparameters.items()}))
     collect = actor_critic_policy.ActorCriticPolicy(time_step_spec, action_spec, network)
     super().__init__(time_step_spec, action_spec,

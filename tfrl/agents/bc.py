@@ -12,6 +12,9 @@ boundary weigh 0, as everywhere.
   bounds), mean squared error; the policy acts with it (vector observations).
 
 Both policies export and serve like every tfrl policy.
+
+What a population may change while BC trains (`BehaviorCloningAgent.hyperparameters`):
+its Adam rate, `learning_rate` (BC has no returns, so no discount).
 """
 from typing import Sequence
 
@@ -25,6 +28,7 @@ from tf_agents.utils import common
 
 from tfrl import layouts
 from tfrl.agents import dqn
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 
 
@@ -44,6 +48,15 @@ class BehaviorCloningAgent(tf_agent.TFAgent):
                                         actor_network=network, clip=True)
     super().__init__(time_step_spec, action_spec, policy, collect_policy=policy,
                      train_sequence_length=None, train_step_counter=train_step_counter)
+    rate = hyperparameters_lib.rate_of(optimizer)
+    self._hyperparameters = hyperparameters_lib.untracked(
+        self, hyperparameters_lib.Hyperparameters(
+            **({} if rate is None else {'learning_rate': rate})))
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change (see the module docstring)."""
+    return self._hyperparameters
 
   def _initialize(self):
     return tf.no_op()
@@ -76,6 +89,7 @@ class BehaviorCloningAgent(tf_agent.TFAgent):
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 @interface.acts_in('discrete', 'continuous')
+@interface.tunable('learning_rate')
 def create_bc_agent(time_step_spec, action_spec, train_step: tf.Variable,
                     fc_layer_params: Sequence[int] = (256, 256),
                     learning_rate: float = 1e-3, gamma: float = 0.99,

@@ -29,6 +29,11 @@ for its first steps (`num_bc_steps`: the authors' `policy_eval_start`, tf-agents
 on MuJoCo) while the critics learn conservatively; a dataset's actions at the bounds have
 no finite density under the tanh-squashed actor, so here they are pulled inside the
 bounds for that loss (tf-agents' example clips its data to +-0.995 for the same reason).
+
+What a population may change while it trains (`CqlSacAgent.hyperparameters`): SAC's
+(`tfrl.agents.sac.sac_hyperparameters`: the actor's, critics' and alpha's Adam rates and
+`gamma`) and, when it is fixed (no Lagrange multiplier), the conservative weight
+`cql_alpha`.
 """
 from typing import Optional, Sequence
 
@@ -38,6 +43,7 @@ from tf_agents.agents.cql import cql_sac_agent
 from tf_agents.utils import common
 
 from tfrl import layouts
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 from tfrl.agents import sac
 
@@ -75,6 +81,25 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
   # weights nor the next time steps (whose policy samples are the third proposal).
   _cql_row_weights = None
   _cql_next_time_steps = None
+
+  def __init__(self, *args, **kwargs):
+    """Args: those of tf-agents' `CqlSacAgent`."""
+    super().__init__(*args, **kwargs)
+    hyperparameters = sac.sac_hyperparameters(self)
+    if not self._use_lagrange_cql_alpha:
+      # A variable the traced loss reads (tf-agents converts it to a tensor there), kept
+      # out of the agent's checkpoint as SAC's discount is.
+      self._cql_alpha = self._no_dependency(
+          hyperparameters_lib.tunable_variable(float(self._cql_alpha), 'cql_alpha'))
+      hyperparameters = hyperparameters_lib.Hyperparameters(
+          **{name: hyperparameters[name] for name in hyperparameters.names},
+          cql_alpha=self._cql_alpha)
+    self._hyperparameters = hyperparameters_lib.untracked(self, hyperparameters)
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change (see the module docstring)."""
+    return self._hyperparameters
 
   @property
   def _cql_tau(self):
@@ -161,6 +186,9 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 @interface.acts_in('continuous')
+# cql_alpha only when fixed (use_lagrange_cql_alpha False).
+@interface.tunable('actor_learning_rate', 'critic_learning_rate', 'alpha_learning_rate',
+                   'gamma', 'cql_alpha')
 def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                          gamma: float = 0.99,
                          actor_fc_layer_params: Sequence[int] = (256, 256),

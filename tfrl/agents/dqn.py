@@ -77,10 +77,17 @@ class _ReplayAgentInterface:
     # A policy's SavedModel saves the variables its functions read only when the policy
     # tracks them: the schedule (a dataclass) does not, so the policy holds `end` too.
     _track_epsilon_end(self.collect_policy, epsilon_schedule)
+    # The discount as a variable the traced loss reads (tf-agents' DqnAgent reads
+    # `self._gamma` when it traces), kept out of the agent's checkpoint: a checkpoint
+    # written before it existed still matches the agent, and the Learner saves it with
+    # the hyperparameters.
+    self._gamma = self._no_dependency(
+        hyperparameters_lib.tunable_variable(float(self._gamma), 'gamma'))
     # What population-based training may change: those given as variables.
-    candidates = {'learning_rate': self._optimizer.learning_rate,
+    candidates = {'learning_rate': hyperparameters_lib.rate_of(self._optimizer),
                   'epsilon_end': epsilon_schedule.end,
-                  'target_update_period': kwargs.get('target_update_period')}
+                  'target_update_period': kwargs.get('target_update_period'),
+                  'gamma': self._gamma}
     self._hyperparameters = hyperparameters_lib.untracked(
         self, hyperparameters_lib.Hyperparameters(
             **{key: value for key, value in candidates.items()
@@ -89,7 +96,9 @@ class _ReplayAgentInterface:
   @property
   def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
     """What population-based training may change while the agent trains: the learning
-    rate, the exploration's end and the train steps between target updates."""
+    rate, the exploration's end, the train steps between target updates and the
+    discount (`gamma`; with n-step transitions the writer's folding keeps the config's,
+    so a population refuses bounds on it unless n_step is 1)."""
     return self._hyperparameters
 
   def _get_target_updater(self, tau=1.0, period=1):
@@ -213,6 +222,7 @@ def q_network_for(observation_spec, action_spec, fc_layer_params: Sequence[int],
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 @interface.acts_in('discrete')
+@interface.tunable('learning_rate', 'epsilon_end', 'target_update_period', 'gamma')
 def create_dqn_agent(time_step_spec,
                      action_spec,
                      train_step: tf.Variable,

@@ -11,16 +11,28 @@ They are checkpointed beside the agent, not inside it: `tfrl.learner.Learner` ad
 to its checkpoint's extras, which a checkpoint written before an agent had them may lack
 (the job then resumes with the config's values) where the agent itself must match.
 
-An agent that has them exposes `agent.hyperparameters` (tfrl's PPO, IMPALA / APPO /
-CLEAR and DQN); `of(agent)` also gives any other tf-agents agent with one Keras
-optimizer (`agent._optimizer`) its learning rate. (SAC has none yet: tf-agents converts
-its three optimizers to legacy ones, whose rates become variables only once they step.)
+An agent that has them exposes `agent.hyperparameters`: every tfrl agent with an
+optimizer does, each listing its own in its file (PPO, IMPALA / APPO / CLEAR, DQN, SAC,
+CQL-SAC, IQL, BC), and its builder declares the same names
+(`tfrl.agents.interface.tunable`) so a population's bounds are checked at configuration,
+before any member starts. `of(agent)` also gives any other tf-agents agent with one Keras
+optimizer (`agent._optimizer`) its learning rate.
+
+An agent with several optimizers names each rate after its part (`actor_learning_rate`,
+`critic_learning_rate`, ...). tf-agents' SAC keeps legacy Keras optimizers, whose rate
+becomes a variable only when first read: `rate_of` reads it at construction, so the
+variable exists (and is the one the optimizer steps with) before the population sets it.
 """
 from typing import Dict, Mapping, Optional, Union
 
 import tensorflow as tf
 
 Number = Union[int, float]
+
+
+class NotTunable(ValueError):
+  """An agent lacks a hyperparameter a population wants to change (a configuration
+  error: every member of the population runs the same config, so none can train)."""
 
 
 class Hyperparameters(tf.Module):
@@ -86,6 +98,74 @@ class Hyperparameters(tf.Module):
     return key
 
 
+def rate_of(optimizer) -> Optional[tf.Variable]:
+  """The learning-rate variable of a Keras optimizer, legacy (`tf.keras.optimizers.legacy`,
+  what tf-agents' SAC converts its optimizers to) or not; None for a schedule.
+
+  A legacy optimizer creates its hyperparameter variables on first read (`_get_hyper`),
+  in the distribution strategy it was made under: read here, once the agent is built,
+  they exist before a population assigns them, and a checkpoint holds them as it would
+  after the first step.
+
+  Args:
+    optimizer: a Keras optimizer.
+
+  Returns:
+    Its learning-rate variable, or None when its rate is a schedule.
+  """
+  # A Keras 2.11+ optimizer given a schedule answers `learning_rate` with the variable
+  # it writes the schedule's value into at every step: a population's value there
+  # would be overwritten at once.
+  schedule = getattr(optimizer, '_learning_rate', None)
+  if isinstance(schedule, tf.keras.optimizers.schedules.LearningRateSchedule):
+    return None
+  rate = getattr(optimizer, 'learning_rate', None)
+  return rate if isinstance(rate, tf.Variable) else None
+
+
+def tunable_variable(value: Number, name: str) -> tf.Variable:
+  """A scalar variable for a setting an agent's loss reads (a discount). Keep it on the
+  agent without a checkpoint dependency (`owner._no_dependency`), as `untracked` does:
+  the Learner saves it with the hyperparameters.
+
+  Args:
+    value: its initial value: a float makes a float32 variable, an int an int64 one.
+    name: the variable's name.
+
+  Returns:
+    The variable (create it inside the distribution strategy's scope).
+
+  Raises:
+    TypeError: a value that is not an int or a float.
+  """
+  return _as_variable(name, value)
+
+
+def require(agent, names) -> Hyperparameters:
+  """The agent's hyperparameters, checked to include every one of `names`.
+
+  Args:
+    agent: a tf-agents agent.
+    names: the hyperparameters a population will set.
+
+  Returns:
+    `of(agent)`.
+
+  Raises:
+    NotTunable: the agent has none, or lacks one of `names` (one line naming them).
+  """
+  hyperparameters = of(agent)
+  kind = type(agent).__name__
+  if hyperparameters is None:
+    raise NotTunable(f'{kind} has no hyperparameters a population can change (see '
+                     'tfrl.agents.hyperparameters)')
+  missing = [name for name in names if name not in hyperparameters]
+  if missing:
+    raise NotTunable(f'{kind} has no hyperparameter {", ".join(missing)} a population can '
+                     f'change; it has: {", ".join(hyperparameters.names) or "none"}')
+  return hyperparameters
+
+
 def _as_variable(key: str, value) -> tf.Variable:
   if isinstance(value, tf.Variable):
     if value.shape.rank != 0:
@@ -115,7 +195,8 @@ def of(agent) -> Optional[Hyperparameters]:
   own = getattr(agent, 'hyperparameters', None)
   if isinstance(own, Hyperparameters):
     return own
-  rate = getattr(getattr(agent, '_optimizer', None), 'learning_rate', None)
-  if isinstance(rate, tf.Variable):  # the optimizer's own variable, adopted: no copy
+  optimizer = getattr(agent, '_optimizer', None)
+  rate = None if optimizer is None else rate_of(optimizer)
+  if rate is not None:  # the optimizer's own variable, adopted: no copy
     return Hyperparameters(learning_rate=rate)
   return None

@@ -407,6 +407,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
 @interface.acts_in('discrete', 'continuous')
+# clip_ratio only with policy_loss='ppo' (APPO).
+@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio')
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, learning_rate: float = 1e-3,
                         **kwargs) -> ImpalaAgent:
@@ -433,6 +435,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueueAndReplay)
 @interface.acts_in('discrete', 'continuous')
+@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio')
 def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
                        **kwargs) -> ImpalaAgent:
   """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the

@@ -18,7 +18,9 @@ An agent may declare (each optional; any tf-agents agent trains without them):
   train step reads from variables (what population-based training may change).
 
 A builder may also declare the action spaces its agents act in (`acts_in`), so that a
-config pairing it with an env of another kind fails at configuration, naming both.
+config pairing it with an env of another kind fails at configuration, naming both, and the
+hyperparameters its agents expose (`tunable`), so that a population's bounds on one they
+lack fail at configuration, before any member starts.
 
 A builder takes (time_step_spec, action_spec, train_step, gamma=) and may also declare
 `dataset_dir=` (the job's offline dataset, `Experiment.dataset_dir`, None without one)
@@ -55,6 +57,8 @@ _MISSPELLING_RATIO = 0.85
 _LAYOUT_ATTRIBUTE = 'tfrl_data_layout'
 # Where a builder's action spaces are recorded, and the kinds there are.
 _ACTIONS_ATTRIBUTE = 'tfrl_action_kinds'
+# Where a builder's tunable hyperparameters are recorded.
+_TUNABLE_ATTRIBUTE = 'tfrl_tunable'
 ACTION_KINDS = ('discrete', 'continuous')
 
 
@@ -136,6 +140,36 @@ def action_kinds_of(builder: Callable) -> Optional[Tuple[str, ...]]:
     kinds = getattr(target, _ACTIONS_ATTRIBUTE, None)
     if kinds is not None or not isinstance(target, functools.partial):
       return kinds
+    target = target.func
+
+
+def tunable(*names: str) -> Callable[[Callable], Callable]:
+  """Marks an agent builder with the names of its agents' `hyperparameters` (what a
+  population may change), so bounds on another name are refused at configuration
+  (`learners.pbt`). Put it under `@gin.configurable`. A name some settings leave out
+  (a learning rate given as a schedule) is still listed: the member refuses it when it
+  builds the agent.
+
+  Args:
+    *names: the hyperparameters' names.
+
+  Returns:
+    A decorator that returns the builder itself, marked.
+  """
+  def mark(builder: Callable) -> Callable:
+    setattr(builder, _TUNABLE_ATTRIBUTE, tuple(names))
+    return builder
+  return mark
+
+
+def tunable_of(builder: Callable) -> Optional[Tuple[str, ...]]:
+  """The hyperparameter names `builder` (or the builder a `functools.partial` wraps)
+  declares with `tunable`; None for a builder that declares none (not checked)."""
+  target = builder
+  while True:
+    names = getattr(target, _TUNABLE_ATTRIBUTE, None)
+    if names is not None or not isinstance(target, functools.partial):
+      return names
     target = target.func
 
 

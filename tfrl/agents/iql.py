@@ -22,6 +22,11 @@ For the D4RL locomotion sets the authors scale rewards by 1000 / (the dataset's 
 less its lowest episode return) and anneal the actor's rate to 0 with a cosine over the
 run (`actor_decay_steps = 'run'`). A job's builder computes that scale from its RLDS dataset
 (`Experiment.dataset_dir`) unless `reward_scale_factor` is set.
+
+What a population may change while IQL trains (`IqlAgent.hyperparameters`): the three
+Adam rates (`actor_learning_rate` unless it is annealed, `critic_learning_rate`,
+`value_learning_rate`), the discount `gamma`, V's `expectile` and the advantage weights'
+`temperature`.
 """
 from typing import Optional, Sequence, Union
 
@@ -38,6 +43,7 @@ from tf_agents.utils import common
 
 from tfrl import layouts
 from tfrl import logs
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 from tfrl.agents import sac
 from tfrl.datasets import reverb_checkpoint
@@ -119,9 +125,14 @@ class IqlAgent(tf_agent.TFAgent):
     self._actor_optimizer = actor_optimizer
     self._critic_optimizer = critic_optimizer
     self._value_optimizer = value_optimizer
-    self._gamma = gamma
-    self._expectile = expectile
-    self._temperature = temperature
+    # Variables the traced losses read, so a population can change them; not checkpoint
+    # dependencies of the agent (the Learner saves them with the hyperparameters).
+    settings = {name: hyperparameters_lib.tunable_variable(float(value), name)
+                for name, value in (('gamma', gamma), ('expectile', expectile),
+                                    ('temperature', temperature))}
+    self._gamma = self._no_dependency(settings['gamma'])
+    self._expectile = self._no_dependency(settings['expectile'])
+    self._temperature = self._no_dependency(settings['temperature'])
     self._max_weight = max_weight
     self._target_update_tau = target_update_tau
     self._reward_scale_factor = reward_scale_factor
@@ -132,6 +143,19 @@ class IqlAgent(tf_agent.TFAgent):
                      train_sequence_length=2, train_step_counter=train_step_counter)
     self._as_transition = data_converter.AsTransition(self.data_context,
                                                       squeeze_time_dim=True)
+    rates = {f'{part}_learning_rate': hyperparameters_lib.rate_of(optimizer)
+             for part, optimizer in (('actor', actor_optimizer),
+                                     ('critic', critic_optimizer),
+                                     ('value', value_optimizer))}
+    self._hyperparameters = hyperparameters_lib.untracked(
+        self, hyperparameters_lib.Hyperparameters(
+            **{name: rate for name, rate in rates.items() if rate is not None},
+            **settings))
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change (see the module docstring)."""
+    return self._hyperparameters
 
   @property
   def reward_scale_factor(self) -> float:
@@ -235,6 +259,9 @@ def _loss_info(value_loss, actor_loss, critic_loss) -> tf_agent.LossInfo:
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 @interface.acts_in('continuous')
+# actor_learning_rate only when it is constant (no actor_decay_steps).
+@interface.tunable('actor_learning_rate', 'critic_learning_rate', 'value_learning_rate',
+                   'gamma', 'expectile', 'temperature')
 def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99,
                      actor_fc_layer_params: Sequence[int] = (256, 256),

@@ -240,6 +240,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
 @interface.acts_in('discrete', 'continuous')
+@interface.tunable('learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale')
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, learning_rate: float = 3e-4,
                      **kwargs) -> PpoAgent:

@@ -4,6 +4,11 @@ Items are n-step transitions as 2-step Trajectories (see `tfrl.agents.dqn`); wit
 n = 1 they are exactly what SacAgent trains on. Boundary rows get weight 0 (the
 transition layout's train inputs pass `weights`: tfrl/layouts/transition.py), which
 SacAgent honours.
+
+What a population may change while SAC trains (`SacAgent.hyperparameters`): the three
+Adam rates (`actor_learning_rate`, `critic_learning_rate`, `alpha_learning_rate`, alpha
+being SAC's entropy temperature, which SAC learns rather than fixes) and the discount
+`gamma`.
 """
 from typing import Sequence
 
@@ -15,8 +20,51 @@ from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.networks import actor_distribution_network
 
 from tfrl import layouts
+from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 from tfrl.networks import critics
+
+# SAC's optimizers, by the part of the agent each trains (`_<part>_optimizer`).
+_PARTS = ('actor', 'critic', 'alpha')
+
+
+def sac_hyperparameters(agent: sac_agent.SacAgent) -> hyperparameters_lib.Hyperparameters:
+  """Makes a built SAC agent's (or a subclass's, CQL-SAC's) learning rates and discount
+  changeable while it trains, and returns them.
+
+  The rates are the optimizers' own variables (`hyperparameters.rate_of`, which creates
+  a legacy optimizer's now); the discount, a float tf-agents reads when it traces the
+  critic loss, becomes a variable kept out of the agent's checkpoint (the Learner saves
+  it with the hyperparameters), so a checkpoint written before still matches the agent.
+
+  Args:
+    agent: the agent, built inside the distribution strategy's scope.
+
+  Returns:
+    {part}_learning_rate for each optimizer with a constant rate, and gamma.
+  """
+  # pylint: disable=protected-access
+  agent._gamma = agent._no_dependency(
+      hyperparameters_lib.tunable_variable(float(agent._gamma), 'gamma'))
+  rates = {f'{part}_learning_rate': hyperparameters_lib.rate_of(
+      getattr(agent, f'_{part}_optimizer')) for part in _PARTS}
+  return hyperparameters_lib.Hyperparameters(
+      **{name: rate for name, rate in rates.items() if rate is not None},
+      gamma=agent._gamma)
+
+
+class SacAgent(sac_agent.SacAgent):
+  """tf-agents' SacAgent with the hyperparameters a population may change."""
+
+  def __init__(self, *args, **kwargs):
+    """Args: those of tf-agents' `SacAgent`."""
+    super().__init__(*args, **kwargs)
+    self._hyperparameters = hyperparameters_lib.untracked(self, sac_hyperparameters(self))
+
+  @property
+  def hyperparameters(self) -> hyperparameters_lib.Hyperparameters:
+    """What population-based training may change (see the module docstring)."""
+    return self._hyperparameters
 
 
 def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[int],
@@ -52,6 +100,8 @@ def sac_networks(observation_spec, action_spec, actor_fc_layer_params: Sequence[
 @gin.configurable
 @interface.trains_from(layouts.TransitionReplay)
 @interface.acts_in('continuous')
+@interface.tunable('actor_learning_rate', 'critic_learning_rate', 'alpha_learning_rate',
+                   'gamma')
 def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99,
                      actor_fc_layer_params: Sequence[int] = (256, 256),
@@ -62,7 +112,7 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      target_update_tau: float = 0.005,
                      target_update_period: int = 1,
                      reward_scale_factor: float = 1.0,
-                     critic_layer_norm: bool = False) -> sac_agent.SacAgent:
+                     critic_layer_norm: bool = False) -> SacAgent:
   """Returns an initialized SacAgent with tanh-squashed Gaussian actor.
 
   Args:
@@ -81,7 +131,7 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
   actor, critic = sac_networks(time_step_spec.observation, action_spec,
                                actor_fc_layer_params, critic_joint_fc_layer_params,
                                critic_layer_norm)
-  agent = sac_agent.SacAgent(
+  agent = SacAgent(
       time_step_spec, action_spec, actor_network=actor, critic_network=critic,
       actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),
       critic_optimizer=tf.keras.optimizers.Adam(critic_learning_rate),
