@@ -208,7 +208,9 @@ def _run_job(launcher: Launcher, options: Options) -> None:
           'server); this takes a few seconds.', flush=True)
   except JobFailedError as e:
     print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    # A population member whose program refused its configuration (status 2): the
+    # population's runner ends the population instead of restarting it.
+    sys.exit(2 if FLAGS.pbt_dir and e.status == 2 else 1)
   process.ignore_stop_signals()  # a second signal must not cut the ordered stop
   problems = launcher.stop()
   if problems:

@@ -35,7 +35,15 @@ PORT_FILE = 'reverb_server.port'
 
 
 class JobFailedError(RuntimeError):
-  """A process of the job died on its own, or did not stop cleanly."""
+  """A process of the job died on its own, or did not stop cleanly.
+
+  Attributes:
+    status: the exit status of the process that failed, where one did (else None).
+  """
+
+  def __init__(self, message: str, status: Optional[int] = None):
+    super().__init__(message)
+    self.status = status
 
 
 class JobStalledError(JobFailedError):
@@ -221,7 +229,8 @@ class Launcher:
                                        f'{": " + said if said else ""}. '
                                        f'Last lines of {self.log_path(name)}:\n'
                                        f'{self.tail(name)}'] +
-                                      [p for p in problems if not p.startswith(name)]))
+                                      [p for p in problems if not p.startswith(name)]),
+                           status=code)
 
   def tail(self, name: str, lines: int = 30) -> str:
     with open(self.log_path(name), errors='replace') as f:

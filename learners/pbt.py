@@ -3,12 +3,12 @@
 Starts `--population_size` members, each a one-process job (`learners.pbt_member`) or,
 with `--member_program=launch`, a launched job (`learners.launch`, its trainer reporting:
 `learners.trainer_member`) in `<root_dir>/member_<i>` with hyperparameters drawn from
-`--bounds`. At each ready point
-(every `--ready_interval` env steps, at the member's next evaluation) every member
-reports and waits; once all running members have reported, the bottom quarter copies a
-random top-quarter member's checkpoint and takes its hyperparameters, perturbed
-(`learners.population`). The history goes to `<root_dir>/pbt/lineage.jsonl` and
-TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final evaluation
+`--bounds`. The rounds are synchronous: at each ready point (every `--ready_interval`
+env steps, at the member's next evaluation, a greedy one) every member reports that
+evaluation's return and waits at the barrier; once all running members have reported,
+the bottom `--quantile` (20%, at least one member) each copy a random top-quantile
+member's checkpoint and take its hyperparameters, perturbed (`learners.population`).
+The history goes to `<root_dir>/pbt/lineage.jsonl` and TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final evaluation
 is the population's result (`<root_dir>/pbt/best.json`, its exported policies).
 
 A member that reaches the config's target ends the population: the others are stopped
@@ -17,15 +17,27 @@ checkpoint; one that fails with an error restarts as a copy of a top member (its
 checkpoint, perturbed hyperparameters: `member_<i>/replacement_<n>.json`), or with fresh
 hyperparameters before any member has reported. Each member restarts up to
 `--max_restarts` times; bad settings and a full disk, which a restart cannot fix, end
-the population at once.
+the population at once, with the member's own error line and its exit status (2 for a
+configuration). Bounds on a hyperparameter the config's agent does not have are refused
+before any member starts (`check_bounds`: the agent builder declares its names,
+`tfrl.agents.interface.tunable`).
 
 `--backend=ray --ray_address=HOST:PORT` places the members on a Ray cluster's nodes, as
 tfrl-launch places its programs (`learners.ray_backend`; Ray Core actors, each running
 one member process): root_dir must be on a path every node sees, and
 `--ray_resources='{"pbt_member": {...}}'` pins members to nodes with those resources.
 
-Run again on the same root_dir, the population resumes: every member from its
-checkpoint, the rounds from its reports.
+One runner holds a population's root_dir at a time (its lock, `tfrl.run_dir`). Run again
+on the same root_dir, a population that was stopped resumes: every member from its
+checkpoint, the rounds from its reports. One that ended (every member's job ended, or one
+reached the target: `<root_dir>/pbt/finished.json`) is not trained again with the same
+gin files and bindings: the runner says so and returns its best.json, as a finished
+single job does (`learners.finished_job`); with others (more train steps, a target) it
+resumes, and each member's job decides, as a single job does, whether it asks for more.
+`--overwrite` starts afresh: the population's records (`pbt/`) and each member's
+root_dir are deleted first, each member's under its job lock (as `tfrl.run_dir.claim`
+deletes one job's checkpoints and exports with `overwrite`), so a member job still
+running is named rather than deleted under.
 
     tfrl-pbt --root_dir=/tmp/pbt --gin_file=ppo_lunarlander.gin --population_size=4 \
         --ready_interval=50000 \
@@ -49,13 +61,19 @@ from learners import fork_server
 from learners import population
 from learners import process
 from learners import program
+from tfrl import files
+from tfrl import layouts
 from tfrl import logs
+from tfrl import run_dir
+from tfrl.agents import interface
 
 _POLL_S = 0.5
 # A stopped population's members each get up to 120 s to save (`_stop_all`).
 _STOP_GRACE_S = 150.0
 _MEMBER_WAIT_S = 120.0
 _MEMBER_STOP_GRACE_S = 100.0  # a launched member's ordered stop, inside _MEMBER_WAIT_S
+# Written when a population ends (not when it is stopped): a re-run does not train it again.
+FINISHED_FILE = 'finished.json'
 
 
 def parse_bounds(text: str) -> Dict[str, population.Bound]:
@@ -83,6 +101,56 @@ def parse_bounds(text: str) -> Dict[str, population.Bound]:
   return bounds
 
 
+def check_bounds(exp, bounds: Mapping[str, population.Bound]) -> None:
+  """Checks, before any member starts, that the config's agent has every hyperparameter
+  `bounds` names, as its builder declares them (`tfrl.agents.interface.tunable`; a
+  builder that declares none is left to its members' own check), and that a bounded
+  discount is one the data agrees with.
+
+  Args:
+    exp: the parsed config (`learners.config.parse`).
+    bounds: the population's bounds.
+
+  Raises:
+    config.ConfigError: a bound the agent cannot take (one line naming both), or
+      `gamma` bounded while the transition writer folds n > 1 steps with the config's.
+  """
+  names = interface.tunable_of(exp.agent_fn)
+  builder = getattr(exp.agent_fn, '__name__', repr(exp.agent_fn))
+  if names is not None:
+    unknown = sorted(set(bounds) - set(names))
+    if not names:
+      raise config.ConfigError(f'{builder} builds an agent with no hyperparameters a '
+                               'population can change')
+    if unknown:
+      raise config.ConfigError(
+          f'--bounds names {", ".join(unknown)}, which {builder} has no hyperparameter '
+          f'for; it has: {", ".join(names)}')
+  if 'gamma' in bounds:
+    layout_class = interface.layout_of(exp.agent_fn)
+    settings = {**layouts.bound_settings(layout_class), **(exp.layout_settings or {})}
+    n_step = settings.get('n_step', 1)
+    if issubclass(layout_class, layouts.TransitionReplay) and n_step > 1:
+      raise config.ConfigError(
+          f'--bounds gamma: TransitionReplay.n_step = {n_step} folds each transition\'s '
+          "rewards with the config's Experiment.gamma, which a member's new gamma would "
+          'not change; bound gamma only with n_step = 1')
+
+
+class MemberFailed(RuntimeError):
+  """A member failed in a way that ends the population (the message names the member,
+  its error and its log).
+
+  Attributes:
+    status: the exit status the runner should end with: the member's own for a failure
+      no restart can fix (2: its configuration), else 1.
+  """
+
+  def __init__(self, message: str, status: int):
+    super().__init__(message)
+    self.status = status
+
+
 # What runs one member: a one-process job, or a launched job (learners/trainer_member.py).
 MEMBER_PROGRAMS = ('train_eval', 'launch')
 # Exit statuses a restart cannot fix: every member runs the same config and disk.
@@ -105,11 +173,14 @@ class Population:
 
   def __init__(self, root_dir: str, gin_files: Sequence[str], gin_bindings: Sequence[str],
                bounds: Mapping[str, population.Bound], population_size: int = 4,
-               ready_interval: int = 50_000, seed: int = 0, quantile: float = 0.25,
-               resample_probability: float = 0.25, max_restarts: int = 2,
+               ready_interval: int = 50_000, seed: int = 0,
+               quantile: float = population.QUANTILE,
+               resample_probability: float = population.RESAMPLE_PROBABILITY,
+               max_restarts: int = 2,
                python: str = sys.executable,
                backend: Optional['ray_backend.RayBackend'] = None,
-               member_program: str = 'train_eval', member_collectors: int = 1):
+               member_program: str = 'train_eval', member_collectors: int = 1,
+               overwrite: bool = False):
     """Args:
       root_dir: the population's directory: member_<i>/ (each member's job) and pbt/.
       gin_files, gin_bindings: the config every member trains.
@@ -127,6 +198,8 @@ class Population:
         'launch': each is a launched job (`learners.launch`: its own Reverb server,
         trainer, collectors and evaluator; the trainer reports, `learners.trainer_member`).
       member_collectors: collectors of each launched member.
+      overwrite: start afresh (`run` deletes the population's records and its members'
+        jobs) instead of resuming or, once ended, not training again.
 
     Raises:
       ValueError: population_size < 2, an unknown member_program, member_collectors < 1.
@@ -144,6 +217,7 @@ class Population:
     self.bounds, self.ready_interval, self.seed = dict(bounds), ready_interval, seed
     self.quantile, self.resample_probability = quantile, resample_probability
     self.max_restarts, self.python, self.backend = max_restarts, python, backend
+    self.overwrite = overwrite
     self.rng = np.random.default_rng(seed)
     self.lineage = population.Lineage(os.path.join(self.pbt_dir, 'lineage.jsonl'))
     self.members = [_Member(i, os.path.join(root_dir, f'member_{i}'),
@@ -152,6 +226,7 @@ class Population:
     self.round = 1
     self._writer = None
     self._stopping = False  # once set, members that exit have ended, not failed
+    self._stop_requested = False  # stopped from outside: the population has not ended
     # Members (and restarts) start as forks of one preloaded process
     # (learners/fork_server.py), which lives until the run ends.
     self._starter = fork_server.ProgramStarter(
@@ -159,11 +234,60 @@ class Population:
 
   def run(self, stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
     """Runs the population to its end (or, once `stop_event` is set, stops every
-    member, which saves); returns best.json's content.
+    member, which saves); returns best.json's content. A population that already ended
+    (and no `overwrite`) is not run again: its best.json's content, with
+    `already_finished` set.
 
     Raises:
-      RuntimeError: a member failed more than max_restarts times.
+      MemberFailed: a member failed in a way no restart fixes, or more than
+        max_restarts times.
+      tfrl.run_dir.RootDirBusy: another runner holds the population's root_dir (or,
+        with `overwrite`, a member's job still holds its own).
     """
+    with run_dir.RootDirLock(self.root_dir):  # one runner per population
+      if self.overwrite:
+        self._start_afresh()
+      else:
+        path = os.path.join(self.pbt_dir, FINISHED_FILE)
+        finished = population.read_json(path)
+        if finished is not None and finished.get('config') == self._config():
+          logs.progress('The population in %s already ended (best member %s); nothing to '
+                        'train. For more, change the config (e.g. raise '
+                        'Experiment.num_train_steps); to start over, --overwrite.',
+                        self.root_dir, finished['best'].get('best_member'))
+          return {**finished['best'], 'already_finished': True}
+        if finished is not None:  # asked for something else: the members decide
+          logs.progress('The population in %s ended with another config; resuming it.',
+                        self.root_dir)
+          files.remove_tree(path)
+      return self._run(stop_event)
+
+  def _config(self) -> Dict[str, List[str]]:
+    """What a finished population is compared with: its gin files and bindings."""
+    return {'gin_files': self.gin_files, 'gin_bindings': self.gin_bindings}
+
+  def _start_afresh(self) -> None:
+    """--overwrite: deletes the population's records (pbt/) and each member's root_dir
+    (checkpoints, exports, end record, a launched member's Reverb checkpoints and
+    evaluations), each under the member's own lock, as `run_dir.claim(overwrite=True)`
+    deletes one job's under its lock.
+
+    Raises:
+      tfrl.run_dir.RootDirBusy: a member's job is still running (named, not deleted
+        under it).
+    """
+    for member in self.members:
+      if os.path.isdir(member.root_dir):
+        with run_dir.RootDirLock(member.root_dir):
+          files.remove_tree(member.root_dir)
+        logs.progress('--overwrite: deleted member %d\'s job in %s.', member.index,
+                      member.root_dir)
+    if os.path.isdir(self.pbt_dir) and os.listdir(self.pbt_dir):
+      files.remove_tree(self.pbt_dir)
+      logs.progress('--overwrite: deleted the population\'s records in %s.', self.pbt_dir)
+    os.makedirs(self.pbt_dir, exist_ok=True)  # the lineage appends to a file in it
+
+  def _run(self, stop_event: Optional[threading.Event]) -> Dict[str, Any]:
     # A resumed population goes on at the first round not every member has a decision of.
     while all(population.last_round(population.member_dir(self.pbt_dir, m.index),
                                     'decision') >= self.round for m in self.members):
@@ -173,6 +297,7 @@ class Population:
     try:
       while not all(m.done for m in self.members):
         if stop_event is not None and stop_event.is_set():
+          self._stop_requested = True
           self._stop_all('stop requested')
         self._check_processes()
         if self._round_ready():
@@ -181,7 +306,11 @@ class Population:
     finally:
       self._stop_all('the runner is ending')
       self._starter.close()
-    return self._best()
+    best = self._best()
+    if not self._stop_requested:  # every member's job ended: the population has
+      population.write_json(os.path.join(self.pbt_dir, FINISHED_FILE),
+                            {'config': self._config(), 'best': best})
+    return best
 
   def _command(self, member: _Member) -> List[str]:
     bindings = self.gin_bindings + [f'Experiment.seed = {self.seed * 1000 + member.index}']
@@ -229,7 +358,7 @@ class Population:
     from (after a kill: its own checkpoint; after an error: a copy of a top member).
 
     Raises:
-      RuntimeError: a failure a restart cannot fix, or one past max_restarts.
+      MemberFailed: a failure a restart cannot fix, or one past max_restarts.
     """
     code = member.process.returncode
     if hasattr(member.process, 'release'):  # a backend's: free its place on the cluster
@@ -245,8 +374,11 @@ class Population:
                                           else 'failed with an error')
     if code in _NOT_RETRIED or member.restarts >= self.max_restarts:
       self.lineage.record('failed', member.index, returncode=code)
-      raise RuntimeError(f'population member {member.index} {why} (exit status {code}) '
-                         f'after {member.restarts} restarts; see {member.log_path}')
+      said = _error_line(member.log_path)
+      raise MemberFailed(
+          f'population member {member.index} {why} (exit status {code}) after '
+          f'{member.restarts} restarts{": " + said if said else ""}; see '
+          f'{member.log_path}', code if code in _NOT_RETRIED else 1)
     member.restarts += 1
     self.lineage.record('restart', member.index, returncode=code)
     if code > 0 and code != process.EXIT_STALLED:  # an error: not its checkpoint again
@@ -355,6 +487,9 @@ class Population:
         population.member_dir(self.pbt_dir, member.index), 'result.json')) or {}
 
   def _best(self) -> Dict[str, Any]:
+    """The members' final scores and the best one's policy (best.json), which a run that
+    ends with no member scored (every one stopped before its first evaluation) leaves
+    as an earlier run wrote it: the population's result is never replaced by none."""
     results = {m.index: self._member_result(m) for m in self.members}
     scores = {i: float(r.get('eval_return', math.nan)) for i, r in results.items()}
     best = population.best_member(scores)
@@ -362,8 +497,24 @@ class Population:
                'greedy_policy_dir': None if best is None else os.path.abspath(
                    results[best]['greedy_policy_dir']),
                'lineage': self.lineage.path}
-    population.write_json(os.path.join(self.pbt_dir, 'best.json'), summary)
+    path = os.path.join(self.pbt_dir, 'best.json')
+    previous = population.read_json(path)
+    if best is None and previous and previous.get('best_member') is not None:
+      logs.progress('No member has a final score this run; %s keeps the earlier result '
+                    '(member %s).', path, previous['best_member'])
+      return previous
+    population.write_json(path, summary)
     return summary
+
+
+def _error_line(log_path: str) -> Optional[str]:
+  """The last 'error: ...' line of a member's log (what it said it failed on), if any."""
+  try:
+    with open(log_path, errors='replace') as f:
+      lines = [line.strip() for line in f if line.startswith('error: ')]
+  except OSError:
+    return None
+  return lines[-1][len('error: '):] if lines else None
 
 
 flags.DEFINE_integer('population_size', 4, 'Members.')
@@ -372,9 +523,11 @@ flags.DEFINE_string('bounds', None, 'name=low:high[:linear][:int],... : the hype
                     'to search and where (log scale unless :linear).')
 flags.DEFINE_integer('seed', 0, "The population's seed (member i runs Experiment.seed = "
                      'seed * 1000 + i).')
-flags.DEFINE_float('quantile', 0.25, 'Fraction of the population at each end.')
-flags.DEFINE_float('resample_probability', 0.25, 'Chance a hyperparameter is resampled '
-                   'instead of perturbed.')
+flags.DEFINE_float('quantile', population.QUANTILE, 'Fraction of the population at each '
+                   'end (at least one member): the bottom copies the top. 0.2 is Jaderberg '
+                   "et al.'s truncation; Ray Tune's default is 0.25.")
+flags.DEFINE_float('resample_probability', population.RESAMPLE_PROBABILITY, 'Chance a '
+                   'hyperparameter is resampled instead of perturbed (Ray Tune\'s default).')
 flags.DEFINE_integer('max_restarts', 2, 'Restarts of one member (killed: from its '
                      'checkpoint; failed with an error: as a copy of a top member).')
 flags.DEFINE_enum('member_program', 'train_eval', list(MEMBER_PROGRAMS),
@@ -392,8 +545,10 @@ FLAGS = flags.FLAGS
 def _main() -> None:
   try:
     bounds = parse_bounds(FLAGS.bounds or '')
-  except ValueError as e:
-    config.fail(str(e))  # before any Ray cluster is reached
+    # The config, and the bounds against its agent, before any member (or Ray cluster).
+    check_bounds(config.parse(FLAGS.gin_file, FLAGS.gin_bindings), bounds)
+  except ValueError as e:  # config.ConfigError included
+    config.fail(str(e))
   backend = config.ray_backend_from_flags(trainer_gpus=0.0,
                                          member_gpus=FLAGS.ray_member_gpus)
   try:
@@ -402,11 +557,20 @@ def _main() -> None:
                         FLAGS.ready_interval, FLAGS.seed, FLAGS.quantile,
                         FLAGS.resample_probability, FLAGS.max_restarts, backend=backend,
                         member_program=FLAGS.member_program,
-                        member_collectors=FLAGS.member_collectors)
+                        member_collectors=FLAGS.member_collectors,
+                        overwrite=FLAGS.overwrite)
   except ValueError as e:  # bounds, sizes
     config.fail(str(e))
-  # SIGTERM / SIGINT / SIGHUP: stop every member (each saves), then end.
-  best = process.run_until_signal(runner.run, 'tfrl-pbt', grace_s=_STOP_GRACE_S)
+  try:
+    # SIGTERM / SIGINT / SIGHUP: stop every member (each saves), then end.
+    best = process.run_until_signal(runner.run, 'tfrl-pbt', grace_s=_STOP_GRACE_S)
+  except run_dir.RootDirBusy as e:
+    config.fail(str(e))
+  except MemberFailed as e:  # one line, the member's own error in it
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    process.exit_now(e.status)
+  if best.get('already_finished'):
+    print('Already finished.')
   print(f'Best member: {best["best_member"]} (eval return '
         f'{best["scores"].get(str(best["best_member"]), math.nan):.1f}); its policy: '
         f'{best["greedy_policy_dir"]}; lineage: {best["lineage"]}')

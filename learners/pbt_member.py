@@ -15,9 +15,11 @@ from typing import Any, Dict, Optional
 from absl import flags
 
 from learners import callbacks as callbacks_lib
+from learners import config
 from learners import program
 from learners import ready_points
 from learners import train_eval
+from tfrl.agents import hyperparameters as hyperparameters_lib
 
 # Where the tests and notebooks have imported it from.
 copy_agent = ready_points.copy_agent
@@ -55,13 +57,21 @@ ready_points.define_member_flags()
 FLAGS = flags.FLAGS
 
 
+def _main() -> None:
+  try:
+    train_eval.main([PopulationMember(FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval,
+                                      FLAGS.decision_timeout_s)])
+  except hyperparameters_lib.NotTunable as e:
+    # Bad configuration (exit status 2): the runner ends the population rather than
+    # restart a member that would fail the same way.
+    config.fail(str(e))
+
+
 def run_main():
   """Entry point: `train_eval` with the member's callback."""
   for name in ('pbt_dir', 'member'):
     flags.mark_flag_as_required(name)
-  program.run_main(lambda: train_eval.main([PopulationMember(
-      FLAGS.pbt_dir, FLAGS.member, FLAGS.ready_interval, FLAGS.decision_timeout_s)]),
-                   extra_arguments_ok=False)
+  program.run_main(_main, extra_arguments_ok=False)
 
 
 if __name__ == '__main__':

@@ -4,8 +4,14 @@ A population of jobs trains at once; at each ready point every member reports it
 recent evaluation. Truncation selection: each member in the bottom `quantile` takes a
 top-`quantile` member's weights and that member's hyperparameters, perturbed (explore):
 each multiplied by one of `factors`, or with `resample_probability` drawn afresh from its
-declared bounds, and kept within them. (The defaults, a quarter, x0.8 / x1.2 and a
-quarter, are the paper's and Ray Tune's.)
+declared bounds, and kept within them.
+
+Where the defaults come from: the truncation, 20% at each end (`QUANTILE`: at least one
+member each, so a population of 4 copies one member, as a quarter would), and the
+factors, x0.8 / x1.2, are Jaderberg et al.'s (2017) settings for their RL experiments.
+The chance of resampling instead of perturbing, 0.25 (`RESAMPLE_PROBABILITY`), is Ray
+Tune's default (its `PopulationBasedTraining`, whose truncation default is 25%), not a
+setting the paper states.
 
 This module decides and records; the jobs read their hyperparameters from variables
 (`tfrl.agents.hyperparameters`), so a member applies a decision without re-tracing.
@@ -23,6 +29,11 @@ from absl import flags
 import numpy as np
 
 Number = Union[int, float]  # an int where its bound says `integer`
+
+# The defaults (see the module docstring for where each comes from).
+QUANTILE = 0.2
+FACTORS = (0.8, 1.2)
+RESAMPLE_PROBABILITY = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +75,8 @@ def sample_all(bounds: Mapping[str, Bound], rng: np.random.Generator) -> Dict[st
 
 
 def perturb(values: Mapping[str, Number], bounds: Mapping[str, Bound],
-            rng: np.random.Generator, factors: Sequence[float] = (0.8, 1.2),
-            resample_probability: float = 0.25) -> Dict[str, Number]:
+            rng: np.random.Generator, factors: Sequence[float] = FACTORS,
+            resample_probability: float = RESAMPLE_PROBABILITY) -> Dict[str, Number]:
   """Explore: each bounded hyperparameter resampled (with `resample_probability`) or
   multiplied by one of `factors`, then kept within its bound. Unbounded ones are kept.
 
@@ -92,7 +103,7 @@ class Exploit:
 def exploit_and_explore(scores: Mapping[int, float],
                         hyperparameters: Mapping[int, Mapping[str, Number]],
                         bounds: Mapping[str, Bound], rng: np.random.Generator,
-                        quantile: float = 0.25, **perturb_kwargs) -> List[Exploit]:
+                        quantile: float = QUANTILE, **perturb_kwargs) -> List[Exploit]:
   """The decisions at a ready point: the bottom `quantile` of members by score each copy
   a random member of the top `quantile`, with that member's hyperparameters perturbed.
 
@@ -133,7 +144,7 @@ def exploit_and_explore(scores: Mapping[int, float],
 def replace_failed(member: int, scores: Mapping[int, float],
                    hyperparameters: Mapping[int, Mapping[str, Number]],
                    bounds: Mapping[str, Bound], rng: np.random.Generator,
-                   quantile: float = 0.25, **perturb_kwargs) -> Optional[Exploit]:
+                   quantile: float = QUANTILE, **perturb_kwargs) -> Optional[Exploit]:
   """What replaces a member whose job failed with an error: a copy of a random member
   of the population's top `quantile` (the others' latest scores), with that member's
   hyperparameters perturbed, as an exploit would take.

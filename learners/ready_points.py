@@ -92,15 +92,16 @@ class ReadyPoints:
       stop_event: set when the job is told to stop (a wait for a decision then ends).
 
     Raises:
-      ValueError: the agent has no hyperparameters a population can change.
+      tfrl.agents.hyperparameters.NotTunable: the agent lacks a hyperparameter the
+        population's bounds name (or has none): a configuration error, which the
+        member's program ends with exit status 2 so the runner does not restart it.
       TimeoutError: a pending decision did not come within decision_timeout_s.
     """
     self._agent, self._learner, self._stop_event = agent, learner, stop_event
-    self.hyperparameters = hyperparameters_lib.of(agent)
-    if self.hyperparameters is None:
-      raise ValueError(f'{type(agent).__name__} has no hyperparameters a population can '
-                       'change (see tfrl.agents.hyperparameters)')
     start = population.read_json(os.path.join(self.directory, 'start.json'))
+    # Checked before any training: the start's names are the population's bounds.
+    self.hyperparameters = hyperparameters_lib.require(
+        agent, (start or {}).get('hyperparameters', {}))
     if learner.train_step_numpy == 0 and start is not None:
       self.hyperparameters.assign(start['hyperparameters'])
     # Ready point k: the first evaluation at or past k * ready_interval env steps, in

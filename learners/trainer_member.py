@@ -57,7 +57,8 @@ class TrainerMember:
     """Starts counting env steps and applies what `ReadyPoints.start` does.
 
     Raises:
-      ValueError: the agent has no hyperparameters a population can change.
+      tfrl.agents.hyperparameters.NotTunable: the agent lacks a hyperparameter the
+        population's bounds name.
       TimeoutError: a pending decision did not come within its timeout.
     """
     last = self.points.last_report()

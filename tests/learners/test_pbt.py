@@ -1,8 +1,11 @@
 """A population of two PPO CartPole members under `learners.pbt`: rounds, copies, the
-lineage, a member killed mid-run that resumes, and the best member's policy."""
+lineage, a member killed mid-run that resumes, and the best member's policy; a finished
+population run again, `--overwrite`, configuration errors ended at once, and a SAC
+population."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -17,7 +20,8 @@ from learners import pbt
 from learners import population
 from learners import ready_points
 from learners import trainer_member
-from programs import evaluate_export  # tests/learners/programs.py
+from programs import REPO, evaluate_export  # tests/learners/programs.py
+from tfrl.agents import hyperparameters as hyperparameters_lib
 
 BINDINGS = ['Experiment.num_train_steps = 24', 'Experiment.eval_interval = 4',
             'Experiment.num_eval_episodes = 2', 'Experiment.target_return = None',
@@ -347,3 +351,163 @@ def test_a_launched_member_counts_env_steps_from_its_server_and_reports_a_later_
   assert (report['env_steps'], report['train_step'], report['score']) == (151_200, 98, 120.0)
   assert report['checkpoint'] == 'ckpt-95' and saved == [1]
   assert member.points.next_round == 4
+
+
+def test_a_finished_population_is_not_trained_again_and_overwrite_starts_afresh(tmp_path):
+  reaches = ('reaches the target at once', 'time.sleep(1); finish(True)')
+  first = fake_population(tmp_path, *reaches)
+  best = first.run()
+  assert best['best_member'] == 0 and 'already_finished' not in best
+  best_path = os.path.join(first.pbt_dir, 'best.json')
+  events = population.read(first.lineage.path)
+
+  # Run again as it was: nothing starts, and best.json is the first run's.
+  again = fake_population(tmp_path, *reaches).run()
+  assert again['already_finished'] and again['best_member'] == 0, again
+  assert population.read(first.lineage.path) == events  # no member started or ended
+  assert population.read_json(best_path) == best
+
+  # --overwrite: the records and the members' jobs go, and the population runs again.
+  stale = tmp_path / 'run' / 'member_1' / 'train' / 'stale'
+  stale.parent.mkdir(parents=True)
+  stale.write_text('a checkpoint of the run before')
+  fresh = fake_population(tmp_path, *reaches, overwrite=True)
+  best = fresh.run()
+  assert not stale.exists() and 'already_finished' not in best
+  kinds = [(e['event'], e['member']) for e in population.read(fresh.lineage.path)]
+  assert kinds[:2] == [('start', 0), ('start', 1)] and kinds.count(('start', 0)) == 1, kinds
+  assert population.read_json(best_path) == best and best['best_member'] == 0
+
+
+def test_a_run_that_scores_no_member_keeps_the_earlier_best(tmp_path):
+  """A stopped re-run whose members end before an evaluation must not replace the
+  population's result with an empty one."""
+  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+                          population_size=2)
+  earlier = {'best_member': 1, 'scores': {'0': 3.0, '1': 5.0},
+             'greedy_policy_dir': '/policies/member_1', 'lineage': runner.lineage.path}
+  population.write_json(os.path.join(runner.pbt_dir, 'best.json'), earlier)
+  assert runner._best() == earlier
+  assert population.read_json(os.path.join(runner.pbt_dir, 'best.json')) == earlier
+
+
+def test_a_member_with_a_bad_configuration_ends_the_population_with_its_error(tmp_path):
+  runner = fake_population(
+      tmp_path, 'fails on its configuration',
+      "print('error: SacAgent has no hyperparameter entropy_cost', flush=True); "
+      'sys.exit(2)')
+  start = time.monotonic()
+  with pytest.raises(pbt.MemberFailed, match=r'population member 0 bad input \(see its '
+                     r'log\) \(exit status 2\) after 0 restarts: SacAgent has no '
+                     r'hyperparameter entropy_cost; see .*member_0.log') as caught:
+    runner.run()
+  assert caught.value.status == 2
+  assert time.monotonic() - start < 30  # no restarts, the other member stopped at once
+  kinds = [(e['event'], e['member']) for e in population.read(runner.lineage.path)]
+  assert ('restart', 0) not in kinds and ('replace', 0) not in kinds
+  assert runner.members[1].process.poll() is not None
+
+
+def test_real_members_whose_agent_lacks_a_bound_end_the_population_without_restarts(
+    tmp_path):
+  """Past the program's check (a runner made in Python skips it): each SAC member
+  refuses the bound as it builds its agent, exits 2, and the population ends at once."""
+  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          pbt.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2)
+  start = time.monotonic()
+  with pytest.raises(pbt.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
+                     'SacAgent has no hyperparameter learning_rate a population can '
+                     'change; it has: actor_learning_rate') as caught:
+    runner.run()
+  assert caught.value.status == 2
+  assert time.monotonic() - start < 60
+  kinds = [e['event'] for e in population.read(runner.lineage.path)]
+  assert 'restart' not in kinds and 'replace' not in kinds, kinds
+
+
+def test_a_member_whose_agent_lacks_a_bounded_hyperparameter_fails_as_configuration(
+    tmp_path):
+  """Before any training: the start's names are the population's bounds."""
+  pbt_dir = str(tmp_path / 'pbt')
+  population.write_json(os.path.join(population.member_dir(pbt_dir, 0), 'start.json'),
+                        {'hyperparameters': {'learning_rate': 1e-3, 'entropy_cost': 0.01}})
+  agent = types.SimpleNamespace(_optimizer=types.SimpleNamespace(
+      learning_rate=tf.Variable(1e-3)))
+  learner = types.SimpleNamespace(train_step_numpy=0, train_step=tf.Variable(0))
+  points = ready_points.ReadyPoints(pbt_dir, 0, ready_interval=100)
+  with pytest.raises(hyperparameters_lib.NotTunable, match='has no hyperparameter '
+                     'entropy_cost a population can change; it has: learning_rate'):
+    points.start(agent, learner, 0, threading.Event())
+
+
+def test_bounds_the_agent_cannot_take_are_refused_at_configuration():
+  sac = config.parse(['sac_pendulum.gin'])
+  pbt.check_bounds(sac, pbt.parse_bounds(
+      'actor_learning_rate=1e-4:1e-2,critic_learning_rate=1e-4:1e-2,gamma=0.9:0.999'))
+  with pytest.raises(config.ConfigError, match='--bounds names entropy_cost, '
+                     'learning_rate, which create_sac_agent has no hyperparameter for; it '
+                     'has: actor_learning_rate, critic_learning_rate, alpha_learning_rate, '
+                     'gamma'):
+    pbt.check_bounds(sac, pbt.parse_bounds('learning_rate=1e-4:1e-2,entropy_cost=0:1:linear'))
+  dqn = config.parse(['dqn_cartpole.gin'])  # 5-step transitions
+  with pytest.raises(config.ConfigError, match='TransitionReplay.n_step = 5 folds'):
+    pbt.check_bounds(dqn, pbt.parse_bounds('gamma=0.9:0.999'))
+
+
+def test_the_program_refuses_bounds_the_agent_cannot_take_before_any_member_starts(
+    tmp_path):
+  root = tmp_path / 'run'
+  start = time.monotonic()
+  result = subprocess.run(
+      [sys.executable, '-m', 'learners.pbt', f'--root_dir={root}',
+       '--gin_file=sac_pendulum.gin', '--population_size=2',
+       '--bounds=learning_rate=1e-4:1e-2'],
+      cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO),
+      capture_output=True, text=True, timeout=240)
+  seconds = time.monotonic() - start
+  assert result.returncode == 2, result.stderr[-3000:]
+  errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+  assert errors == ['error: --bounds names learning_rate, which create_sac_agent has no '
+                    'hyperparameter for; it has: actor_learning_rate, '
+                    'critic_learning_rate, alpha_learning_rate, gamma'], result.stderr
+  assert 'Traceback' not in result.stderr
+  assert not (root / 'pbt' / 'member_0.log').exists()  # no member started
+  assert seconds < 60, seconds  # the parse and its imports, not a member's start-up
+
+
+SAC_BINDINGS = ['Experiment.num_train_steps = 128', 'Experiment.eval_interval = 64',
+                'Experiment.num_eval_episodes = 1', 'Experiment.target_return = None',
+                'Experiment.checkpoint_interval = 64',
+                'Experiment.policy_checkpoint_interval = 128',
+                'create_sac_agent.actor_fc_layer_params = (32,)',
+                'create_sac_agent.critic_joint_fc_layer_params = (32,)']
+SAC_BOUNDS = ('actor_learning_rate=1e-4:1e-2,critic_learning_rate=1e-4:1e-2,'
+              'alpha_learning_rate=1e-4:1e-2')
+
+
+def test_a_sac_population_runs_its_round_with_the_sac_learning_rates(tmp_path):
+  """Two SAC Pendulum members, one ready point (256 env steps: the first evaluation
+  after the 256 random steps), then their ends."""
+  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          pbt.parse_bounds(SAC_BOUNDS), population_size=2,
+                          ready_interval=256, seed=0)
+  best = runner.run()
+  events = population.read(runner.lineage.path)
+  ends = sorted((e['member'], e['returncode']) for e in events if e['event'] == 'end')
+  assert ends == [(0, 0), (1, 0)], events
+  starts = {e['member']: e['hyperparameters'] for e in events if e['event'] == 'start'}
+  readies = {e['member']: e for e in events if e['event'] == 'ready' and e['round'] == 1}
+  assert sorted(readies) == [0, 1], events
+  for member, ready in readies.items():  # what the agent's variables held when it reported
+    held = {name: ready['hyperparameters'][name] for name in starts[member]}
+    assert held == pytest.approx(starts[member], rel=1e-6)
+    assert ready['hyperparameters']['gamma'] == pytest.approx(0.99)  # the config's
+  # The lower scorer takes the other's SAC checkpoint (weights, the three optimizers).
+  copies = [e for e in events if e['event'] == 'exploit']
+  scores = {member: ready['score'] for member, ready in readies.items()}
+  if scores[0] != scores[1]:
+    assert [c['member'] for c in copies] == [min(scores, key=scores.get)], events
+  for copy in copies:
+    with open(os.path.join(runner.pbt_dir, f'member_{copy["member"]}.log')) as f:
+      assert f"took member {copy['source']}'s weights" in f.read()
+  assert best['best_member'] in (0, 1)

@@ -53,7 +53,7 @@ def test_the_bottom_quantile_copies_a_top_member_with_its_settings_perturbed():
   scores = {0: 10.0, 1: 250.0, 2: -40.0, 3: 120.0, 4: float('nan'), 5: 200.0,
             6: 90.0, 7: 30.0}
   settings = {m: dict(START, learning_rate=1e-4 * (m + 1)) for m in scores}
-  decisions = population.exploit_and_explore(scores, settings, BOUNDS, rng,
+  decisions = population.exploit_and_explore(scores, settings, BOUNDS, rng, quantile=0.25,
                                              resample_probability=0.0)
   # Eight members, a quarter at each end: 4 (no evaluation yet) and 2 copy 5 or 1.
   assert [d.member for d in decisions] == [4, 2]
@@ -104,3 +104,17 @@ def test_the_lineage_replays_each_members_history(tmp_path):
     f.write('\n'.join(lines))
   with pytest.raises(ValueError, match=r'lineage.jsonl:3 is not a lineage event'):
     population.read(path)
+
+
+def test_the_default_truncation_is_the_papers_twenty_percent():
+  """Jaderberg et al. (2017): the bottom 20% copy from the top 20%; at least one member
+  at each end."""
+  rng = np.random.default_rng(0)
+  ten = {m: float(m) for m in range(10)}
+  settings = {m: dict(START) for m in ten}
+  decisions = population.exploit_and_explore(ten, settings, BOUNDS, rng)
+  assert sorted(d.member for d in decisions) == [0, 1]
+  assert {d.source for d in decisions} <= {8, 9}
+  four = {m: float(m) for m in range(4)}
+  assert [d.member for d in population.exploit_and_explore(
+      four, {m: dict(START) for m in four}, BOUNDS, rng)] == [0]
