@@ -110,9 +110,13 @@ def test_the_default_truncation_is_the_papers_twenty_percent():
   """Jaderberg et al. (2017): the bottom 20% copy from the top 20%; at least one member
   at each end."""
   rng = np.random.default_rng(0)
+  eight = {m: float(m) for m in range(8)}  # 20%: one member each end (a quarter: two)
+  decisions = population.exploit_and_explore(eight, {m: dict(START) for m in eight},
+                                             BOUNDS, rng)
+  assert [(d.member, d.source) for d in decisions] == [(0, 7)]
   ten = {m: float(m) for m in range(10)}
-  settings = {m: dict(START) for m in ten}
-  decisions = population.exploit_and_explore(ten, settings, BOUNDS, rng)
+  decisions = population.exploit_and_explore(ten, {m: dict(START) for m in ten}, BOUNDS,
+                                             rng)
   assert sorted(d.member for d in decisions) == [0, 1]
   assert {d.source for d in decisions} <= {8, 9}
   four = {m: float(m) for m in range(4)}
