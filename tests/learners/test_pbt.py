@@ -511,3 +511,37 @@ def test_a_sac_population_runs_its_round_with_the_sac_learning_rates(tmp_path):
     with open(os.path.join(runner.pbt_dir, f'member_{copy["member"]}.log')) as f:
       assert f"took member {copy['source']}'s weights" in f.read()
   assert best['best_member'] in (0, 1)
+
+
+def test_the_program_says_an_ended_population_ended_and_overwrite_trains_it_afresh(
+    tmp_path):
+  root = tmp_path / 'run'
+  command = [sys.executable, '-m', 'learners.pbt', f'--root_dir={root}',
+             '--gin_file=sac_pendulum.gin', '--population_size=2', '--ready_interval=256',
+             f'--bounds={SAC_BOUNDS}'] + [f'--gin_bindings={b}' for b in SAC_BINDINGS]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+  # An ended population of this config, as its runner leaves it.
+  ended = {'best_member': 1, 'scores': {'0': -900.0, '1': -300.0},
+           'greedy_policy_dir': str(root / 'member_1' / 'policies' / 'greedy_policy'),
+           'lineage': str(root / 'pbt' / 'lineage.jsonl')}
+  population.write_json(str(root / 'pbt' / 'best.json'), ended)
+  population.write_json(str(root / 'pbt' / pbt.FINISHED_FILE), {
+      'config': {'gin_files': ['sac_pendulum.gin'], 'gin_bindings': SAC_BINDINGS},
+      'best': ended})
+  stale = root / 'member_0' / 'train' / 'stale'
+  stale.parent.mkdir(parents=True)
+  stale.write_text('a checkpoint of the run before')
+
+  again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=240)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'Already finished.' in again.stdout and 'Best member: 1' in again.stdout
+  assert population.read_json(str(root / 'pbt' / 'best.json')) == ended
+  assert stale.exists() and not (root / 'pbt' / 'member_0.log').exists()
+
+  fresh = subprocess.run(command + ['--overwrite'], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=240)
+  assert fresh.returncode == 0, fresh.stderr[-3000:]
+  assert 'Already finished' not in fresh.stdout and not stale.exists()
+  best = population.read_json(str(root / 'pbt' / 'best.json'))
+  assert best['scores'] != ended['scores'] and best['best_member'] in (0, 1), best
