@@ -425,6 +425,19 @@ def test_real_members_whose_agent_lacks_a_bound_end_the_population_without_resta
   assert 'restart' not in kinds and 'replace' not in kinds, kinds
 
 
+def test_a_launched_member_whose_agent_lacks_a_bound_ends_the_population_too(tmp_path):
+  """The trainer exits 2, and so does its launcher: no restart either."""
+  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          pbt.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2,
+                          member_program='launch')
+  with pytest.raises(pbt.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
+                     r'.*SacAgent has no hyperparameter learning_rate') as caught:
+    runner.run()
+  assert caught.value.status == 2
+  kinds = [e['event'] for e in population.read(runner.lineage.path)]
+  assert 'restart' not in kinds and 'replace' not in kinds, kinds
+
+
 def test_a_member_whose_agent_lacks_a_bounded_hyperparameter_fails_as_configuration(
     tmp_path):
   """Before any training: the start's names are the population's bounds."""
