@@ -132,15 +132,20 @@ def acts_in(*kinds: str) -> Callable[[Callable], Callable]:
   return mark
 
 
+def _mark_of(builder: Callable, attribute: str) -> Optional[Tuple[str, ...]]:
+  """`attribute` of `builder`, or of the builder the `functools.partial`s around it
+  wrap; None where none carries it."""
+  while True:
+    mark = getattr(builder, attribute, None)
+    if mark is not None or not isinstance(builder, functools.partial):
+      return mark
+    builder = builder.func
+
+
 def action_kinds_of(builder: Callable) -> Optional[Tuple[str, ...]]:
   """The action kinds `builder` (or the builder a `functools.partial` wraps) declares
   with `acts_in`; None for a builder that declares none (not checked)."""
-  target = builder
-  while True:
-    kinds = getattr(target, _ACTIONS_ATTRIBUTE, None)
-    if kinds is not None or not isinstance(target, functools.partial):
-      return kinds
-    target = target.func
+  return _mark_of(builder, _ACTIONS_ATTRIBUTE)
 
 
 def tunable(*names: str) -> Callable[[Callable], Callable]:
@@ -165,12 +170,7 @@ def tunable(*names: str) -> Callable[[Callable], Callable]:
 def tunable_of(builder: Callable) -> Optional[Tuple[str, ...]]:
   """The hyperparameter names `builder` (or the builder a `functools.partial` wraps)
   declares with `tunable`; None for a builder that declares none (not checked)."""
-  target = builder
-  while True:
-    names = getattr(target, _TUNABLE_ATTRIBUTE, None)
-    if names is not None or not isinstance(target, functools.partial):
-      return names
-    target = target.func
+  return _mark_of(builder, _TUNABLE_ATTRIBUTE)
 
 
 def offered_kwargs(builder: Callable, **offered: Any) -> dict:
