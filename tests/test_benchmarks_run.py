@@ -91,10 +91,11 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                 '--train_bindings=Experiment.num_envs=4,'
                 'Experiment.train_steps_per_iteration=10,Experiment.num_eval_episodes=1'],
     # One seed on a tiny HalfCheetah medium-replay set (made first, in the runs fixture):
-    # 128 train steps on the dataset alone (one iteration), then 128 at 2 per env step.
-    'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=2',
-               '--dataset_only_steps=128',
-               '--eval_every=64', '--train_bindings=Experiment.num_eval_episodes=1'],
+    # 64 train steps on the dataset alone, then two iterations of 64 at one per env step;
+    # evaluations (1,000-step episodes) at train steps 128 and 192.
+    'hybrid': ['--seeds=0', '--jobs=1', '--env_steps=320', '--warmup_steps=256', '--utd=1',
+               '--dataset_only_steps=64',
+               '--eval_every=128', '--train_bindings=Experiment.num_eval_episodes=1'],
     # Two arms of PPO on CartPole (the script's default task, HalfCheetah, spends the run
     # in MuJoCo's 1,000-step evaluation episodes), one at a time: 2 train steps of 256 env
     # steps each, an evaluation after each, either side of the 400-step budget.
