@@ -26,6 +26,7 @@ from typing import Optional
 
 from absl import flags
 from absl import logging
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 from tf_agents.policies import random_tf_policy
 
 from learners import config

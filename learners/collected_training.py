@@ -14,6 +14,7 @@ that was lost costs one update's worth of experience, never the job. A lost batc
 not repeat forever: the new stream's own timeout ends nothing while no train call waits
 on it, so the next batch it takes reaches the next train call.
 """
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import reverb
 import tensorflow as tf
 

@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional
 
 from absl import flags
 from absl import logging
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import config

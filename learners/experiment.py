@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 import tfrl.envs

@@ -2,6 +2,7 @@
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import reverb
 
 from tfrl import metrics

@@ -38,6 +38,7 @@ import sys
 from typing import Optional
 
 from absl import flags
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import config

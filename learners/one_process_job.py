@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 

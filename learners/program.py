@@ -4,10 +4,6 @@ from typing import Callable
 from absl import app
 from absl import flags
 
-from learners import process
-from tfrl import logs
-from tfrl.envs import worker_env
-
 
 def run_main(main: Callable[[], None], root_dir_required: bool = True,
              extra_arguments_ok: bool = True) -> None:
@@ -30,6 +26,13 @@ def run_main(main: Callable[[], None], root_dir_required: bool = True,
   def absl_main(argv):
     if not extra_arguments_ok and len(argv) > 1:
       raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+    # Only now, with the flags parsed: --help and a bad command line import no
+    # TensorFlow (tfrl imports it).
+    # pylint: disable=g-import-not-at-top
+    from learners import process
+    from tfrl import logs
+    from tfrl.envs import worker_env
+    # pylint: enable=g-import-not-at-top
     logs.quiet_absl_unless_asked()
     # Env workers need nothing of a program's main module but would import TensorFlow
     # with it.

@@ -20,6 +20,7 @@ import time
 from typing import Any, Dict, Optional
 
 from absl import flags
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import population

@@ -19,6 +19,7 @@ import threading
 import time
 
 from absl import flags
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import config

@@ -30,6 +30,7 @@ from typing import Optional
 from absl import flags
 from absl import logging
 import numpy as np
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import config

@@ -17,45 +17,33 @@ import dataclasses
 import os
 import sys
 import threading
-import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from absl import flags
-import tensorflow as tf
 
-from tfrl import actors
-from tfrl import distribute
-from tfrl import envs
-from tfrl import layouts
-from tfrl import logs
-from tfrl import metrics
-from tfrl import run_dir
-from tfrl import triggers
-from tfrl.datasets import rlds
+# Only what parsing the command line needs: the rest (TensorFlow with it) is imported
+# where it is used, so `--help` and a bad command line import no TensorFlow.
 from learners import config
-from learners import callbacks as callbacks_lib
-from learners import disk_full
-from learners import finished_job
-from learners import one_process_job
-from learners import process
 from learners import program
-from learners import progress_bar as progress_bar_lib
-from learners import training_result
 from learners import validation
-from learners.experiment import Experiment
+
+if TYPE_CHECKING:  # annotations only
+  from learners import callbacks as callbacks_lib
+  from learners import training_result
+  from learners.experiment import Experiment
 
 OnEvaluation = Callable[[Dict[str, Any]], None]
 OnProgress = Callable[[Dict[str, Any]], None]
 
 
 def train_eval(root_dir: str, strategy: str = 'default',
-               experiment: Optional[Experiment] = None,
+               experiment: Optional['Experiment'] = None,
                on_evaluation: Optional[OnEvaluation] = None,
                on_progress: Optional[OnProgress] = None,
                progress_bar: bool = False, overwrite: bool = False,
                stop_event: Optional[threading.Event] = None,
-               callbacks: Sequence[callbacks_lib.Callback] = ()
-               ) -> training_result.TrainingResult:
+               callbacks: Sequence['callbacks_lib.Callback'] = ()
+               ) -> 'training_result.TrainingResult':
   """Trains, evaluates and exports in one process; returns the final figures.
 
   Args:
@@ -99,6 +87,19 @@ def train_eval(root_dir: str, strategy: str = 'default',
     ValueError: the agent does not fit the data layout.
     TypeError: a callback that is not a `learners.callbacks.Callback`.
   """
+  # pylint: disable=g-import-not-at-top (see the module's imports)
+  from tfrl import distribute  # first: tfrl imports TensorFlow without its noise
+  from tfrl import layouts
+  from tfrl import logs
+  from tfrl import run_dir
+  import tensorflow as tf
+  from learners import callbacks as callbacks_lib
+  from learners import finished_job
+  from learners import one_process_job
+  from learners import progress_bar as progress_bar_lib
+  from learners import training_result
+  from learners.experiment import Experiment
+  # pylint: enable=g-import-not-at-top
   exp = experiment or Experiment()
   config.check_agent_fits_env(exp)
   hooks = callbacks_lib.Hooks(callbacks, on_evaluation, on_progress)
@@ -141,8 +142,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
         on_evaluation: Optional[OnEvaluation] = None,
         on_progress: Optional[OnProgress] = None, progress_bar: bool = False,
         overwrite: bool = False, stop_event: Optional[threading.Event] = None,
-        callbacks: Sequence[callbacks_lib.Callback] = (), **overrides
-        ) -> training_result.TrainingResult:
+        callbacks: Sequence['callbacks_lib.Callback'] = (), **overrides
+        ) -> 'training_result.TrainingResult':
   """The Python entry point (notebooks, tests): parse gin, then `train_eval`.
 
   Args:
@@ -187,8 +188,16 @@ def _show_progress_bar(choice: str) -> bool:
   return choice == 'on' or (choice == 'auto' and sys.stderr.isatty())
 
 
-def main(callbacks: Sequence[callbacks_lib.Callback] = ()) -> None:
+def main(callbacks: Sequence['callbacks_lib.Callback'] = ()) -> None:
   """The program's body, also that of programs that add callbacks (`learners.pbt_member`)."""
+  # pylint: disable=g-import-not-at-top (see the module's imports)
+  from tfrl import envs  # first: tfrl imports TensorFlow without its noise
+  from tfrl import metrics
+  from tfrl import run_dir
+  from tfrl.datasets import rlds
+  from learners import disk_full
+  from learners import process
+  # pylint: enable=g-import-not-at-top
   experiment = config.parse_from_flags(one_process=True)
   stopped = threading.Event()
 

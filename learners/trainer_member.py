@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
+import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
 from learners import eval_barrier

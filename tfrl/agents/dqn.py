@@ -101,6 +101,15 @@ class _ReplayAgentInterface:
     so a population refuses bounds on it unless n_step is 1)."""
     return self._hyperparameters
 
+  def _initialize(self):
+    # The optimizer's slots now, as its first `apply_gradients` makes them (same
+    # variables, names and order) but before the train step is traced: tf.function
+    # traces a function that creates variables twice, and tracing is most of a
+    # Learner's start-up. Keras lifts them out of any function the same way.
+    with tf.name_scope(self._optimizer.name), tf.init_scope():
+      self._optimizer.build(self._q_network.trainable_weights)
+    return super()._initialize()
+
   def _get_target_updater(self, tau=1.0, period=1):
     """tf-agents' target update, with a period that may be a variable (tf-agents'
     `Periodically` asks `period == 1` in Python, which a variable cannot answer inside

@@ -141,7 +141,10 @@ class SequenceQueueAndReplay(sequence.SequenceQueue):
                                           time_major=self.time_major_items,
                                           experience_spec=agent.collect_data_spec,
                                           rate_limiter_timeout_ms=sample_timeout_ms)
-      return dataset.map(lambda experience, info: (experience, dict(info, **{
-          REPLAY_MASK: tf.cast(info[replay.TABLE_INDEX] == 1, tf.float32)})))
+      # Not converted by AutoGraph: no control flow to convert, and converting costs
+      # start-up time.
+      return dataset.map(tf.autograph.experimental.do_not_convert(
+          lambda experience, info: (experience, dict(info, **{
+              REPLAY_MASK: tf.cast(info[replay.TABLE_INDEX] == 1, tf.float32)}))))
 
     return dataset_fn

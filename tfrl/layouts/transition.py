@@ -270,8 +270,11 @@ class TransitionReplay(base.Layout):
           experience_spec=agent.collect_data_spec,
           rate_limiter_timeout_ms=sample_timeout_ms,
           shuffle_rows=(self.shuffle_rows(rows),))
-      return dataset.map(lambda experience, info: (experience, dict(
-          info, **{replay.TABLE_INDEX: info[replay.TABLE_INDEX] + 1})))
+      # Not converted by AutoGraph: no control flow to convert, and converting costs
+      # start-up time.
+      return dataset.map(tf.autograph.experimental.do_not_convert(
+          lambda experience, info: (experience, dict(
+              info, **{replay.TABLE_INDEX: info[replay.TABLE_INDEX] + 1}))))
 
     return dataset_fn
 

@@ -69,6 +69,9 @@ def mix_rows(dataset: tf.data.Dataset, batch_size: int, buffer_rows: int
   buffer = tf.nest.map_structure(
       lambda s: tf.zeros([size] + s.shape[1:].as_list(), s.dtype), dataset.element_spec)
 
+  # No Python control flow on tensors (tf.cond is explicit): AutoGraph, tf.data's default,
+  # would change nothing, and converting these functions costs start-up time.
+  @tf.autograph.experimental.do_not_convert
   def step(state, rows):
     filled, stored = state
 
@@ -86,7 +89,8 @@ def mix_rows(dataset: tf.data.Dataset, batch_size: int, buffer_rows: int
     return (tf.minimum(filled + 1, fill_chunks), stored), (filled >= fill_chunks, out)
 
   split = lambda x: tf.reshape(x, [per_swap, batch_size] + x.shape[1:].as_list())
+  not_converted = tf.autograph.experimental.do_not_convert
   return (dataset.scan((tf.constant(0), buffer), step)
-          .filter(lambda ready, _: ready)
-          .map(lambda _, out: tf.nest.map_structure(split, out))
+          .filter(not_converted(lambda ready, _: ready))
+          .map(not_converted(lambda _, out: tf.nest.map_structure(split, out)))
           .unbatch())

@@ -1,0 +1,49 @@
+"""A program's --help answers from its flags alone: usage on stdout, no TensorFlow.
+
+Each program runs as a user runs it, `python -m learners.<program> --help`, under
+`-X importtime`, whose report on stderr names every module the process imported.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# absl's --help prints the usage and exits 1 (absl.app.HelpFlag), in every program.
+HELP_STATUS = 1
+HEAVY = ('tensorflow', 'tf_agents', 'reverb')
+# The programs of setup.py's console scripts. Those marked still import TensorFlow at
+# the top of their module, before absl parses --help.
+PROGRAMS = [
+    'train_eval',
+    pytest.param('launch', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('train', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('collect', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('eval', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('reverb_server',
+                 marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('pbt', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    pytest.param('export_policy',
+                 marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+]
+
+
+def _imported_modules(importtime_report: str):
+  return set(re.findall(r'^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$',
+                        importtime_report, re.MULTILINE))
+
+
+@pytest.mark.parametrize('program', PROGRAMS)
+def test_help_imports_no_tensorflow(program):
+  run = subprocess.run(
+      [sys.executable, '-X', 'importtime', '-m', f'learners.{program}', '--help'],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, PYTHONPATH=REPO))
+  assert run.returncode == HELP_STATUS, run.stderr[-2000:]
+  assert '--root_dir' in run.stdout or 'flags' in run.stdout, run.stdout[-2000:]
+  assert 'Traceback' not in run.stderr, run.stderr[-2000:]
+  modules = _imported_modules(run.stderr)
+  assert f'learners.{program}' in modules or 'learners' in modules  # report was read
+  assert not modules & set(HEAVY), f'--help imported {sorted(modules & set(HEAVY))}'
