@@ -65,7 +65,7 @@ EXTRAS_REQUIRE = {
     'envpool': ENVPOOL,
     'offline': OFFLINE,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
-    # pytest < 9: pytest-xdist 3.8 groups tests (make test's two lanes, --dist loadgroup)
+    # pytest < 9: pytest-xdist 3.8 groups tests (make test's lanes, --dist loadgroup)
     # by rewriting a private node id that pytest 9 no longer reads.
     # The documentation site (mkdocs.yml, `make docs`); tests/test_docs.py builds it.
     'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + DOCS + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(

@@ -239,7 +239,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
                                      f'--png={populations}/curves.png'])
   jobs['helpers'] = ([['-c', f'import {", ".join(HELPERS)}']], BENCHMARKS)
   tmp_dir = str(tmp_path_factory.mktemp('benchmarks_tmp'))
-  # The longest first, so that the two lanes end together.
+  # The longest first, so that the two threads end together.
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
            'layer_norm', 'atari_throughput', 'ppo_compile', 'determinism', 'task_sequence',
            'solve_time', 'replay_independence', 'startup', 'learner_throughput', 'reliability',

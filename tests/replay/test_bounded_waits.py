@@ -91,7 +91,7 @@ def test_call_with_timeout_gives_up_naming_what_and_discards_late_results():
                              "the Reverb server at 'localhost:1'",
                              discard=discarded.append)
 
-  assert time.monotonic() - start < 2
+  assert time.monotonic() - start < 8  # the 0.3 s bound, not the call's 10 s
   assert "the Reverb server at 'localhost:1'" in str(error.value)
   assert '0.3 s' in str(error.value)
   release.set()
@@ -253,7 +253,7 @@ def test_set_stop_event_stops_a_writer_waiting_on_the_rate_limiter(queue_of_one)
   start = time.monotonic()
   with pytest.raises(reverb.errors.DeadlineExceededError):
     writer.close(timeout_ms=200)
-  assert time.monotonic() - start < 3
+  assert time.monotonic() - start < 8  # bounds on a loaded machine, not a speed check
   writer.close()  # Already released: returns at once, no second flush.
   assert queue_of_one.table_info()['queue'].current_size == 1
 
@@ -273,7 +273,7 @@ def test_writer_wait_ends_at_flush_timeout(queue_of_one):
   with pytest.raises(reverb.errors.DeadlineExceededError, match='not accepted'):
     writer.write(*mid_step_write(1))
 
-  assert time.monotonic() - start < 5  # Not a whole 10 s wait slice.
+  assert time.monotonic() - start < 8  # Not a whole 10 s wait slice.
   writer.abandon()
 
 
