@@ -8,11 +8,10 @@ policies convert; a recurrent one fails with status 2 and the reason.
 """
 from absl import flags
 
+# Only what parsing the command line needs: tfrl (TensorFlow with it) is imported in
+# `_main`, so `--help` and a bad command line import no TensorFlow.
 from learners import config
 from learners import program
-from tfrl import export
-from tfrl import logs
-from tfrl import tflite
 
 flags.DEFINE_string('saved_model_dir', None, 'The exported policy to convert.')
 flags.DEFINE_string('tflite', None, 'Write a TensorFlow Lite model of it here.')
@@ -20,6 +19,11 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
+  # pylint: disable=g-import-not-at-top (see the module's imports)
+  from tfrl import export
+  from tfrl import logs
+  from tfrl import tflite
+  # pylint: enable=g-import-not-at-top
   if not FLAGS.saved_model_dir or not FLAGS.tflite:
     config.fail('--saved_model_dir and --tflite are both required.')
   try:

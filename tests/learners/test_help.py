@@ -25,8 +25,7 @@ PROGRAMS = [
     pytest.param('reverb_server',
                  marks=pytest.mark.xfail(strict=True, reason='imports TF')),
     pytest.param('pbt', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('export_policy',
-                 marks=pytest.mark.xfail(strict=True, reason='imports TF')),
+    'export_policy',
 ]
 
 
