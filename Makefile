@@ -32,9 +32,9 @@ demo: $(BASE_STAMP)
 	$(VPY) -m learners.train_eval --root_dir=$(DEMO_DIR) \
 	  --gin_file=learners/configs/dqn_cartpole.gin
 
-# Three lanes of tests at once on two cores (pytest-xdist; why three: tests/conftest.py).
+# Two lanes of tests at once (pytest-xdist); which files share a lane: tests/conftest.py.
 # pytest.ini prints the 15 slowest tests and tests/conftest.py the seconds per file.
-TEST_LANES ?= 3
+TEST_LANES ?= 2
 PYTEST := $(VPY) -m pytest tests -n $(TEST_LANES) --dist loadgroup --no-loadscope-reorder
 
 test: $(STAMP)

@@ -67,16 +67,15 @@ def module_reverb_server_factory():
     yield start
 
 
-# `make test` runs the suite in three lanes on the machine's two cores (pytest-xdist:
-# `-n 3 --dist loadgroup --no-loadscope-reorder`). The suite waits on subprocesses,
-# timeouts and servers much of the time: one lane alone used about one core, and two
-# left the cores idle 13% of a run (37.5 CPU-min in 21 min 40 s of pytest); a third lane
-# runs in those waits. No test's result depends on its speed (waits are for events, with
-# bounds meant for a loaded machine). Each file is
+# `make test` runs the suite in two lanes (pytest-xdist: `-n 2 --dist loadgroup
+# --no-loadscope-reorder`): one process alone used about one of the machine's two cores
+# (the suite waits on subprocesses, timeouts and servers much of the time). Three lanes
+# did not fill those waits: the same tests took 55 CPU-min instead of 37.5 (TensorFlow
+# processes contending for two cores), 28 min of pytest instead of 21.7. Each file is
 # one unit, so module fixtures run once, and the units go out longest first (LONGEST,
 # seconds measured in clean-clone runs; BUILD_NOTES.md) so that the lanes end together.
 # The learning runs to a return threshold stay one unit: at most one of them runs at a
-# time, whatever else the other lanes run.
+# time, whatever else the other lane runs.
 LONGEST = (
     'tests/learners/test_learning.py',
     'tests/test_benchmarks_run.py',

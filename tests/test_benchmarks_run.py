@@ -142,8 +142,10 @@ EXPECTED = {
                            rf'^writer, vector steps/s: whole ({NUMBER})',
     'scaling': rf'tfrl\s+\[1 collector \+ trainer\]: ({NUMBER}) env steps/s, '
                rf'({NUMBER}) train steps/s',
-    'solve_time': rf'(?s)(?=.*dqn seed 1 tfrl: solved=False [^\n]* cpu [01]\b)'
-                  rf'.*dqn seed 0 tfrl: solved=False seconds={NUMBER} '
+    # A one-episode evaluation after 32 train steps can reach 475 by chance (seed 0 did,
+    # once): either verdict.
+    'solve_time': rf'(?s)(?=.*dqn seed 1 tfrl: solved=(?:True|False) [^\n]* cpu [01]\b)'
+                  rf'.*dqn seed 0 tfrl: solved=(?:True|False) seconds={NUMBER} '
                   rf'env_steps=({NUMBER}) evals=([1-9]\d*) proc=({NUMBER}) s '
                   rf'load {NUMBER}->{NUMBER} cpu [01]\b',
     'multi_task': rf'(?m)^one_process seed 0: target NOT reached \(exit 1\) at ({NUMBER}) '
