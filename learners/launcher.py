@@ -29,8 +29,8 @@ from tfrl import replay
 from tfrl.replay import fallback
 
 LOG_DIR = 'logs'
-REVERB_DIR = 'reverb'  # the server's checkpoints (learners/reverb_server.py)
-# Where the server writes the port it listens on (learners/reverb_server.py).
+REVERB_DIR = 'reverb'  # the server's checkpoints (learners/server_program.py)
+# Where the server writes the port it listens on (learners/server_program.py).
 PORT_FILE = 'reverb_server.port'
 
 

@@ -138,12 +138,12 @@ def test_a_remote_root_dir_that_cannot_be_reached_is_one_config_error():
 
 
 def test_evaluator_results_on_ram_are_whole_files_that_a_restart_continues(local_cwd):
-  from learners import eval as eval_program  # pylint: disable=import-outside-toplevel
+  from learners import evaluator  # pylint: disable=import-outside-toplevel
   root = _ram_dir('eval')
-  log = eval_program.ResultsLog(root)
+  log = evaluator.ResultsLog(root)
   log.add({'train_step': 10, 'env_steps': 100, 'return': 1.5})
   log.add({'train_step': 20, 'env_steps': 200, 'return': 2.5})
-  restarted = eval_program.ResultsLog(root)  # a restarted evaluator reads them back
+  restarted = evaluator.ResultsLog(root)  # a restarted evaluator reads them back
   restarted.add({'train_step': 30, 'env_steps': 300, 'return': 3.5})
   assert files.read_json(f'{root}/eval/results.json') == restarted.rows
   assert [row['train_step'] for row in restarted.rows] == [10, 20, 30]

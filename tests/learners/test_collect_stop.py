@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _SCRIPT = textwrap.dedent('''
     import json, sys, threading, time
     from learners import collect
+    from learners import collector
     from learners.experiment import Experiment
     from tfrl import layouts, replay
 
@@ -28,7 +29,7 @@ _SCRIPT = textwrap.dedent('''
 
     def run():
       try:
-        outcome['env_steps'] = collect.collect(
+        outcome['env_steps'] = collector.collect(
             experiment, sys.argv[1], server.address, stop_event,
             collect.Options(task_id=0, write_timeout_s=600))
       except Exception as e:  # pylint: disable=broad-except
