@@ -16,6 +16,7 @@ from absl import flags
 
 from learners import callbacks as callbacks_lib
 from learners import config
+from learners import population
 from learners import program
 from learners import ready_points
 from learners import train_eval
@@ -53,7 +54,7 @@ class PopulationMember(callbacks_lib.Callback):
     self.points.write_result(result)
 
 
-ready_points.define_member_flags()
+population.define_member_flags()
 FLAGS = flags.FLAGS
 
 

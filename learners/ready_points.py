@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from absl import flags
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
@@ -28,21 +27,6 @@ from tfrl import logs
 from tfrl.agents import hyperparameters as hyperparameters_lib
 
 _POLL_S = 0.2
-
-
-def define_member_flags() -> None:
-  """--pbt_dir, --member, --ready_interval and --decision_timeout_s, once per process:
-  the one-process member (`learners.pbt_member`), the launcher that runs a launched member
-  (`learners.launch`) and its trainer (`learners.train`) take them, and a process (a
-  test, a notebook) may import all three."""
-  if 'pbt_dir' in flags.FLAGS:
-    return
-  flags.DEFINE_string('pbt_dir', None, "A population's directory: this job is one of its "
-                      'members (`learners.pbt`), which reports at ready points.')
-  flags.DEFINE_integer('member', None, "This member's index in the population.")
-  flags.DEFINE_float('decision_timeout_s', 3600.0, "Seconds a member waits for the "
-                     "population's decision at a ready point.")
-  population.define_ready_interval_flag()
 
 
 def copy_agent(agent: tf.Module, train_step: tf.Variable, prefix: str) -> None:

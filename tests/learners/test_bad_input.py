@@ -21,7 +21,7 @@ import tensorflow as tf
 import tfrl.envs
 from learners import config
 from learners import disk_full
-from learners import launch
+from learners import launcher as launcher_lib
 from learners import process
 from learners import train_eval
 from learners import validation
@@ -225,7 +225,7 @@ def test_busy_port_named_before_anything_starts(tmp_path, busy_port):
     replay.ReplayServer([replay.variables_table({'x': tf.TensorSpec((), tf.int64)})],
                         port=busy_port)
   with pytest.raises(config.ConfigError, match=f'^port {busy_port} is already in use'):
-    launch.Launcher(str(tmp_path / 'job'), ['dqn_cartpole.gin'], port=busy_port)
+    launcher_lib.Launcher(str(tmp_path / 'job'), ['dqn_cartpole.gin'], port=busy_port)
   assert not os.path.exists(tmp_path / 'job' / 'logs' / 'reverb_server.log')
 
 
@@ -390,7 +390,7 @@ def test_a_real_full_disk_ends_train_eval_with_status_6(tmp_path):
 
 
 def test_launcher_failure_line_carries_the_childs_error_line(tmp_path):
-  launcher = launch.Launcher(str(tmp_path / 'job'), ['dqn_cartpole.gin'])
+  launcher = launcher_lib.Launcher(str(tmp_path / 'job'), ['dqn_cartpole.gin'])
 
   class Exited:  # a reverb_server that ended on a full disk
     pid, returncode = 1, process.EXIT_DISK_FULL
@@ -405,7 +405,7 @@ def test_launcher_failure_line_carries_the_childs_error_line(tmp_path):
     f.write('I1125 Serving tables\nerror: disk full writing /x/reverb/t (No space left '
             'on device); free space there\n')
   launcher.processes['reverb_server'] = Exited()
-  with pytest.raises(launch.JobFailedError) as raised:
+  with pytest.raises(launcher_lib.JobFailedError) as raised:
     launcher.done()
   assert str(raised.value).splitlines()[0] == (
       'reverb_server stopped: disk full (exit status 6): error: disk full writing '

@@ -425,8 +425,8 @@ def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_differenc
 
 
 def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
-  from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
-  launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'],
+  from learners import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
+  launcher = launcher_lib.Launcher(str(tmp_path), ['dqn_cartpole.gin'],
                              port=ports.free_port())
   experiment = Experiment()
   train_step, agent = experiment.build_agent()
@@ -478,8 +478,8 @@ _UP_AND_SLEEP = ('import signal, time; signal.signal(signal.SIGTERM, signal.{act
 
 
 def test_launcher_reports_what_did_not_stop_cleanly(tmp_path):
-  from learners import launch  # pylint: disable=g-import-not-at-top (defines flags)
-  launcher = launch.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
+  from learners import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
+  launcher = launcher_lib.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
   scripts = {
       # SIGTERM's default action (set: pytest may have been started ignoring it): -15
       'eval': _UP_AND_SLEEP.format(action='SIG_DFL'),

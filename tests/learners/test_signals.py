@@ -270,8 +270,8 @@ def test_the_stop_grace_is_split_between_stages_and_programs_fit_inside(monkeypa
 
 
 def test_the_summary_of_a_job_stopped_before_its_first_evaluation_says_so():
-  from learners import launch  # pylint: disable=import-outside-toplevel
-  assert launch._last_evaluation({}) == 'stopped before its first evaluation finished.'  # pylint: disable=protected-access
+  from learners import launched_job  # pylint: disable=import-outside-toplevel
+  assert launched_job._last_evaluation({}) == 'stopped before its first evaluation finished.'  # pylint: disable=protected-access
   row = {'return': 475.44, 'train_step': 128, 'reached_target': False}
-  assert launch._last_evaluation(row) == (  # pylint: disable=protected-access
+  assert launched_job._last_evaluation(row) == (  # pylint: disable=protected-access
       'last eval return 475.4 at train step 128; reached target: False.')
