@@ -34,6 +34,9 @@ Number = Union[int, float]  # an int where its bound says `integer`
 QUANTILE = 0.2
 FACTORS = (0.8, 1.2)
 RESAMPLE_PROBABILITY = 0.25
+# What runs one member (`learners.pbt --member_program`): a one-process job, or a
+# launched job (learners/trainer_member.py).
+MEMBER_PROGRAMS = ('train_eval', 'launch')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +227,7 @@ def best_member(scores: Mapping[int, float]) -> Optional[int]:
   return max(scored, key=lambda m: (scored[m], -m)) if scored else None
 
 
-# -- Files the runner and its members share (learners/pbt.py, learners/pbt_member.py) --
+# -- Files the runner (learners/population_runner.py) and its members share --------
 
 
 def member_dir(pbt_dir: str, member: int) -> str:
@@ -270,3 +273,18 @@ def define_ready_interval_flag() -> None:
   if 'ready_interval' not in flags.FLAGS:
     flags.DEFINE_integer('ready_interval', 50_000, 'Env steps between ready points (a '
                          "member's first evaluation at or past each multiple).")
+
+
+def define_member_flags() -> None:
+  """--pbt_dir, --member, --ready_interval and --decision_timeout_s, once per process:
+  the one-process member (`learners.pbt_member`), the launcher that runs a launched member
+  (`learners.launch`) and its trainer (`learners.train`) take them, and a process (a
+  test, a notebook) may import all three."""
+  if 'pbt_dir' in flags.FLAGS:
+    return
+  flags.DEFINE_string('pbt_dir', None, "A population's directory: this job is one of its "
+                      'members (`learners.pbt`), which reports at ready points.')
+  flags.DEFINE_integer('member', None, "This member's index in the population.")
+  flags.DEFINE_float('decision_timeout_s', 3600.0, "Seconds a member waits for the "
+                     "population's decision at a ready point.")
+  define_ready_interval_flag()

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from learners import config
 from learners import heartbeat
-from learners import pbt
+from learners import population_runner
 from learners import population
 from learners import ready_points
 from learners import trainer_member
@@ -55,7 +55,7 @@ def test_a_population_copies_records_survives_a_kill_and_an_error_and_names_its_
   python = tmp_path / 'breaks_once.py'
   python.write_text(BREAKS_ONCE.format(python=sys.executable))
   python.chmod(0o755)
-  runner = pbt.Population(root, ['ppo_cartpole.gin'], BINDINGS, pbt.parse_bounds(BOUNDS),
+  runner = population_runner.Population(root, ['ppo_cartpole.gin'], BINDINGS, population_runner.parse_bounds(BOUNDS),
                           population_size=2, ready_interval=2048, seed=0,
                           python=str(python))
   outcome = {}
@@ -89,7 +89,7 @@ def test_a_population_copies_records_survives_a_kill_and_an_error_and_names_its_
   for event in readies:  # each round's report at or past its ready point
     assert event['env_steps'] >= 2048 * event['round']
   # The drawn settings stay inside their bounds, copies included.
-  bounds = pbt.parse_bounds(BOUNDS)
+  bounds = population_runner.parse_bounds(BOUNDS)
   for event in events:
     for name, value in event.get('hyperparameters', {}).items():
       if name in bounds:
@@ -126,13 +126,13 @@ def test_a_population_copies_records_survives_a_kill_and_an_error_and_names_its_
 def test_bad_bounds_are_refused_in_one_line():
   with pytest.raises(ValueError, match=r"--bounds entry 'learning_rate=1e-3': want "
                      r'name=low:high\[:linear\]\[:int\]'):
-    pbt.parse_bounds('learning_rate=1e-3')
+    population_runner.parse_bounds('learning_rate=1e-3')
   with pytest.raises(ValueError, match='unknown options'):
-    pbt.parse_bounds('entropy_cost=0:0.1:lin')
-  assert pbt.parse_bounds('target_update_period=100:1000:int:linear') == {
+    population_runner.parse_bounds('entropy_cost=0:0.1:lin')
+  assert population_runner.parse_bounds('target_update_period=100:1000:int:linear') == {
       'target_update_period': population.Bound(100, 1000, log=False, integer=True)}
   with pytest.raises(ValueError, match='population_size must be >= 2'):
-    pbt.Population('/tmp/unused', [], [], pbt.parse_bounds('learning_rate=1e-4:1e-2'),
+    population_runner.Population('/tmp/unused', [], [], population_runner.parse_bounds('learning_rate=1e-4:1e-2'),
                    population_size=1)
 
 
@@ -161,7 +161,7 @@ def fake_population(tmp_path, zero, zero_code, **kwargs):
   path = tmp_path / 'fake_member.py'
   path.write_text(FAKE_MEMBER.format(zero=zero, zero_code=zero_code))
   path.chmod(0o755)
-  return pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+  return population_runner.Population(str(tmp_path / 'run'), [], [], population_runner.parse_bounds(BOUNDS),
                         population_size=2, python=str(path), **kwargs)
 
 
@@ -187,7 +187,7 @@ def test_a_member_failing_past_its_restarts_ends_the_population_with_an_error(tm
   # Failed with an error before anyone reported: each restart draws fresh settings.
   replaces = [e for e in events if e['event'] == 'replace']
   assert [e['source'] for e in replaces] == [None, None]
-  bounds = pbt.parse_bounds(BOUNDS)
+  bounds = population_runner.parse_bounds(BOUNDS)
   for event in replaces:
     assert all(bounds[n].low <= v <= bounds[n].high for n, v in
                event['hyperparameters'].items()), event
@@ -224,7 +224,7 @@ def test_a_member_that_ends_its_budget_short_of_the_target_has_ended_not_failed(
 
 
 def test_a_failed_member_is_replaced_by_a_copy_of_a_top_member(tmp_path):
-  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+  runner = population_runner.Population(str(tmp_path / 'run'), [], [], population_runner.parse_bounds(BOUNDS),
                           population_size=4, seed=3)
   scores = {0: 10.0, 1: 50.0, 2: -5.0, 3: 20.0}
   for member, score in scores.items():
@@ -266,7 +266,7 @@ def test_a_population_of_launched_jobs_reports_from_its_trainers_and_copies(tmp_
   # its first report can come late (9,472 env steps of a 40-train-step job's 10,496, on a
   # fast machine, which then ended before its second): room for the second round.
   bindings = BINDINGS + ['Experiment.num_train_steps = 72']
-  runner = pbt.Population(root, ['ppo_cartpole.gin'], bindings, pbt.parse_bounds(BOUNDS),
+  runner = population_runner.Population(root, ['ppo_cartpole.gin'], bindings, population_runner.parse_bounds(BOUNDS),
                           population_size=2, ready_interval=2048, seed=1,
                           member_program='launch', member_collectors=1)
   best = runner.run()
@@ -382,7 +382,7 @@ def test_a_finished_population_is_not_trained_again_and_overwrite_starts_afresh(
 def test_a_run_that_scores_no_member_keeps_the_earlier_best(tmp_path):
   """A stopped re-run whose members end before an evaluation must not replace the
   population's result with an empty one."""
-  runner = pbt.Population(str(tmp_path / 'run'), [], [], pbt.parse_bounds(BOUNDS),
+  runner = population_runner.Population(str(tmp_path / 'run'), [], [], population_runner.parse_bounds(BOUNDS),
                           population_size=2)
   earlier = {'best_member': 1, 'scores': {'0': 3.0, '1': 5.0},
              'greedy_policy_dir': '/policies/member_1', 'lineage': runner.lineage.path}
@@ -397,7 +397,7 @@ def test_a_member_with_a_bad_configuration_ends_the_population_with_its_error(tm
       "print('error: SacAgent has no hyperparameter entropy_cost', flush=True); "
       'sys.exit(2)')
   start = time.monotonic()
-  with pytest.raises(pbt.MemberFailed, match=r'population member 0 bad input \(see its '
+  with pytest.raises(population_runner.MemberFailed, match=r'population member 0 bad input \(see its '
                      r'log\) \(exit status 2\) after 0 restarts: SacAgent has no '
                      r'hyperparameter entropy_cost; see .*member_0.log') as caught:
     runner.run()
@@ -412,10 +412,10 @@ def test_real_members_whose_agent_lacks_a_bound_end_the_population_without_resta
     tmp_path):
   """Past the program's check (a runner made in Python skips it): each SAC member
   refuses the bound as it builds its agent, exits 2, and the population ends at once."""
-  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
-                          pbt.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2)
+  runner = population_runner.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          population_runner.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2)
   start = time.monotonic()
-  with pytest.raises(pbt.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
+  with pytest.raises(population_runner.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
                      'SacAgent has no hyperparameter learning_rate a population can '
                      'change; it has: actor_learning_rate') as caught:
     runner.run()
@@ -427,10 +427,10 @@ def test_real_members_whose_agent_lacks_a_bound_end_the_population_without_resta
 
 def test_a_launched_member_whose_agent_lacks_a_bound_ends_the_population_too(tmp_path):
   """The trainer exits 2, and so does its launcher: no restart either."""
-  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
-                          pbt.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2,
+  runner = population_runner.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          population_runner.parse_bounds('learning_rate=1e-4:1e-2'), population_size=2,
                           member_program='launch')
-  with pytest.raises(pbt.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
+  with pytest.raises(population_runner.MemberFailed, match=r'\(exit status 2\) after 0 restarts: '
                      r'.*SacAgent has no hyperparameter learning_rate') as caught:
     runner.run()
   assert caught.value.status == 2
@@ -455,16 +455,16 @@ def test_a_member_whose_agent_lacks_a_bounded_hyperparameter_fails_as_configurat
 
 def test_bounds_the_agent_cannot_take_are_refused_at_configuration():
   sac = config.parse(['sac_pendulum.gin'])
-  pbt.check_bounds(sac, pbt.parse_bounds(
+  population_runner.check_bounds(sac, population_runner.parse_bounds(
       'actor_learning_rate=1e-4:1e-2,critic_learning_rate=1e-4:1e-2,gamma=0.9:0.999'))
   with pytest.raises(config.ConfigError, match='--bounds names entropy_cost, '
                      'learning_rate, which create_sac_agent has no hyperparameter for; it '
                      'has: actor_learning_rate, critic_learning_rate, alpha_learning_rate, '
                      'gamma'):
-    pbt.check_bounds(sac, pbt.parse_bounds('learning_rate=1e-4:1e-2,entropy_cost=0:1:linear'))
+    population_runner.check_bounds(sac, population_runner.parse_bounds('learning_rate=1e-4:1e-2,entropy_cost=0:1:linear'))
   dqn = config.parse(['dqn_cartpole.gin'])  # 5-step transitions
   with pytest.raises(config.ConfigError, match='TransitionReplay.n_step = 5 folds'):
-    pbt.check_bounds(dqn, pbt.parse_bounds('gamma=0.9:0.999'))
+    population_runner.check_bounds(dqn, population_runner.parse_bounds('gamma=0.9:0.999'))
 
 
 def test_the_program_refuses_bounds_the_agent_cannot_take_before_any_member_starts(
@@ -501,8 +501,8 @@ SAC_BOUNDS = ('actor_learning_rate=1e-4:1e-2,critic_learning_rate=1e-4:1e-2,'
 def test_a_sac_population_runs_its_round_with_the_sac_learning_rates(tmp_path):
   """Two SAC Pendulum members, one ready point (256 env steps: the first evaluation
   after the 256 random steps), then their ends."""
-  runner = pbt.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
-                          pbt.parse_bounds(SAC_BOUNDS), population_size=2,
+  runner = population_runner.Population(str(tmp_path / 'run'), ['sac_pendulum.gin'], SAC_BINDINGS,
+                          population_runner.parse_bounds(SAC_BOUNDS), population_size=2,
                           ready_interval=256, seed=0)
   best = runner.run()
   events = population.read(runner.lineage.path)
@@ -538,7 +538,7 @@ def test_the_program_says_an_ended_population_ended_and_overwrite_trains_it_afre
            'greedy_policy_dir': str(root / 'member_1' / 'policies' / 'greedy_policy'),
            'lineage': str(root / 'pbt' / 'lineage.jsonl')}
   population.write_json(str(root / 'pbt' / 'best.json'), ended)
-  population.write_json(str(root / 'pbt' / pbt.FINISHED_FILE), {
+  population.write_json(str(root / 'pbt' / population_runner.FINISHED_FILE), {
       'config': {'gin_files': ['sac_pendulum.gin'], 'gin_bindings': SAC_BINDINGS},
       'best': ended})
   stale = root / 'member_0' / 'train' / 'stale'
