@@ -47,9 +47,12 @@ from absl import logging
 from learners import child_process
 
 ENABLE_ENV = 'TFRL_FORK_SERVER'
-# The programs whose imports the server loads before it forks.
-PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.train', 'learners.collect',
-                      'learners.eval', 'learners.train_eval', 'learners.launch',
+# The programs whose imports the server loads before it forks: each program's entry
+# module, and the body module it imports once its flags are parsed (TensorFlow's side).
+PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.server_program',
+                      'learners.train', 'learners.trainer', 'learners.collect',
+                      'learners.collector', 'learners.eval', 'learners.evaluator',
+                      'learners.train_eval', 'learners.launch', 'learners.launched_job',
                       'learners.pbt_member')
 # The programs that start programs themselves: each gets a fork server of its own (see
 # `_fork_inherited_server`).

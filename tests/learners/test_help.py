@@ -14,19 +14,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # absl's --help prints the usage and exits 1 (absl.app.HelpFlag), in every program.
 HELP_STATUS = 1
 HEAVY = ('tensorflow', 'tf_agents', 'reverb')
-# The programs of setup.py's console scripts. Those marked still import TensorFlow at
-# the top of their module, before absl parses --help.
-PROGRAMS = [
-    'train_eval',
-    pytest.param('launch', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('train', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('collect', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('eval', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('reverb_server',
-                 marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    pytest.param('pbt', marks=pytest.mark.xfail(strict=True, reason='imports TF')),
-    'export_policy',
-]
+# The programs of setup.py's console scripts.
+PROGRAMS = ['train_eval', 'launch', 'train', 'collect', 'eval', 'reverb_server', 'pbt',
+            'export_policy']
 
 
 def _imported_modules(importtime_report: str):
