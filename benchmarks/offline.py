@@ -415,6 +415,22 @@ def _cell(interval: stats.Interval, digits: int = 1, unit: str = '') -> str:
           f'{interval.high:,.{digits}f}]')
 
 
+def _d4rl_line(env: str, by_algo: Dict[str, List[Dict[str, Any]]], central: str
+               ) -> Optional[str]:
+  """Each algorithm's final returns as D4RL normalized scores, beside the returns (None
+  for an env D4RL has no reference returns for). D4RL's reference returns are those of
+  its gym v2 task, so on v5 the scores are a guide."""
+  from tfrl.datasets import d4rl_scores  # pylint: disable=g-import-not-at-top (as rlds)
+  if not d4rl_scores.has_reference(env):
+    return None
+  cells = []
+  for algo, chosen in by_algo.items():
+    scores = [d4rl_scores.normalized_score(env, r['curve'][-1][2]) for r in chosen]
+    cells.append(f'{LABELS[algo]} {_cell(stats.interval(scores))}')
+  return (f'  D4RL normalized score, {central} [95% CI] (reference returns of the v2 '
+          f'task): ' + '; '.join(cells))
+
+
 def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
                    runs: List[Dict[str, Any]]) -> List[str]:
   """The dataset's lines: each algorithm's final return, and tfrl against each peer."""
@@ -439,6 +455,9 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
     lines.append(f'  {LABELS[algo]:<20} {_cell(stats.interval(finals))} | '
                  + ', '.join(f"s{r['seed']} {f:.1f}" for r, f in zip(chosen, finals))
                  + f" | {np.median([r['seconds'] for r in chosen]):,.0f} s")
+  scores = _d4rl_line(DATASETS[dataset].env, by_algo, central) if by_algo else None
+  if scores:
+    lines.append(scores)
   for ours_name in DATASETS[dataset].tfrl_algos:
     ours = by_algo.get(ours_name)
     if not ours:
