@@ -159,6 +159,7 @@ LAYOUT_RULES: Dict[str, Rule] = {
     'shuffle_buffer_batches': integer(0),
     'dataset_fraction': optional(number(0.0, 1.0, low_open=True, high_open=True)),
     'dataset_capacity': integer(1),
+    'cast_dataset_dtypes': BOOLEAN,
     'dataset_only_steps': integer(0),
     'online_every': integer(1),
     'unroll_length': integer(1),

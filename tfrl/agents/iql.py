@@ -46,6 +46,7 @@ from tfrl import logs
 from tfrl.agents import hyperparameters as hyperparameters_lib
 from tfrl.agents import interface
 from tfrl.agents import sac
+from tfrl.datasets import formats
 from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
 
@@ -337,8 +338,9 @@ def create_iql_agent(time_step_spec, action_spec, train_step: tf.Variable,
 
 
 def dataset_reward_scale(dataset_dir: str) -> float:
-  """1000 / (the highest less the lowest episode return) of the RLDS dataset at
-  `dataset_dir`: the IQL authors' reward scale for the D4RL locomotion sets.
+  """1000 / (the highest less the lowest episode return) of the dataset at
+  `dataset_dir` (RLDS, D4RL or Minari: `formats.read`): the IQL authors' reward scale
+  for the D4RL locomotion sets.
 
   Raises:
     rlds.DatasetError: a Reverb checkpoint there, or every episode of one return.
@@ -347,7 +349,7 @@ def dataset_reward_scale(dataset_dir: str) -> float:
     raise rlds.DatasetError(
         f"IQL's reward scale is read from an RLDS dataset's episode returns, and "
         f'{dataset_dir} holds a Reverb checkpoint: set create_iql_agent.reward_scale_factor.')
-  returns = rlds.read(dataset_dir).episode_returns()
+  returns = formats.read(dataset_dir).episode_returns()
   spread = float(np.max(returns) - np.min(returns))
   if spread <= 0:
     raise rlds.DatasetError(

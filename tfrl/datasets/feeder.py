@@ -18,6 +18,7 @@ import tensorflow as tf
 from tf_agents.trajectories import policy_step as policy_step_lib
 
 from tfrl.datasets import dataset_table
+from tfrl.datasets import formats
 from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
 
@@ -121,7 +122,8 @@ class LoadPlan:
 
 
 def plan_load(directory: str, layout: Any, env: Any) -> Any:
-  """Reads the RLDS dataset at `directory` and lays it out for `layout`'s table for
+  """Reads the dataset at `directory` (`formats.read`: RLDS, D4RL HDF5 or Minari; with
+  `layout.cast_dataset_dtypes`, cast to the env's dtypes) and lays it out for `layout`'s table for
   datasets (`layout.make_dataset_writer`: the replay table offline, a table of its own
   for hybrid jobs) as `layout.num_envs` envs' streams; or, when `directory` holds a
   finished job's Reverb checkpoint, finds and counts its items.
@@ -133,7 +135,7 @@ def plan_load(directory: str, layout: Any, env: Any) -> Any:
 
   Raises:
     rlds.DatasetError: no dataset there, observations or actions unlike `env`'s
-      (DatasetSpecError), fewer episodes than envs, or a table too small for it.
+      (DatasetSpecError: another dtype without cast_dataset_dtypes), fewer episodes than envs, or a table too small for it.
     ValueError: a layout other than transition replay.
   """
   # Imported here: tfrl.layouts imports the agents' modules, which need not import
@@ -144,9 +146,9 @@ def plan_load(directory: str, layout: Any, env: Any) -> Any:
                      f'BC, CQL); this agent trains from {type(layout).__name__}.')
   if reverb_checkpoint.find_checkpoint(directory) is not None:
     return reverb_checkpoint.plan(directory, layout)
-  arrays = rlds.read(directory)
-  rlds.check_specs(arrays.specs, env.time_step_spec().observation, env.action_spec(),
-                   directory)
+  arrays = formats.fit(formats.read(directory), env.time_step_spec().observation,
+                       env.action_spec(), directory,
+                       cast=layout.cast_dataset_dtypes)
   indices = padded_indices(arrays, layout.num_envs, flush_steps=layout.n_step - 1)
   # The writer's items: a row is written n - 1 steps after it starts, an item holds
   # steps_per_item steps of envs_per_item envs (a last, partial one is not written).

@@ -25,6 +25,8 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.datasets import tfds_dirs
+
 EXTRA = 'offline'
 # The dataset name inside a directory (TFDS names its files after it).
 DATASET_NAME = 'tfrl_episodes'
@@ -342,18 +344,24 @@ def dataset_specs(directory: str) -> Dict[str, Any]:
 
 
 def _builder(directory: str):
-  """The TFDS builder of the dataset at `directory` (DatasetError where there is none)."""
+  """The TFDS builder of the dataset `directory` names (`tfds_dirs.version_directory`:
+  a version directory, a TFDS data_dir or dataset-name directory, optionally with
+  ':<version>'); DatasetError where there is none."""
   tfds = import_tfds()
-  if not tf.io.gfile.exists(os.path.join(directory, 'dataset_info.json')):
-    raise DatasetError(f'No RLDS dataset at {directory} (no dataset_info.json).')
-  return tfds.builder_from_directory(directory)
+  try:
+    version_dir = tfds_dirs.version_directory(directory)
+  except LookupError as e:
+    raise DatasetError(str(e)) from None
+  return tfds.builder_from_directory(version_dir)
 
 
 def read(directory: str, max_steps: Optional[int] = None) -> EpisodeArrays:
   """Reads an RLDS dataset (tfrl's or any TFDS RLDS directory) into arrays.
 
   Args:
-    directory: the dataset's directory (the one with dataset_info.json).
+    directory: the dataset's directory (the one with dataset_info.json), or a TFDS
+      data_dir or dataset-name directory (its newest version), optionally with
+      ':<version>' appended (that version).
     max_steps: stop after the episode that reaches this many steps (None: all).
 
   Raises:

@@ -70,6 +70,9 @@ class TransitionReplay(base.Layout):
       dataset's own table, in (0, 1); None: a dataset, if the job has one, is the whole
       replay (offline training).
     dataset_capacity: the dataset table's size in transitions (hybrid).
+    cast_dataset_dtypes: cast a dataset's observations and actions to the env's dtypes
+      (float64 to float32, say) where they differ; False: such a dataset is refused,
+      naming the field and both dtypes (`tfrl.datasets.formats.fit`).
     dataset_only_steps, online_every: a hybrid job's schedule, ALF's
       rl_train_after_update_steps and rl_train_every_update_steps
       (`tfrl.datasets.schedule`): the first dataset_only_steps train steps take dataset
@@ -93,6 +96,7 @@ class TransitionReplay(base.Layout):
   shuffle_buffer_batches: int = mixing.DEFAULT_BUFFER_BATCHES
   dataset_fraction: Optional[float] = None
   dataset_capacity: int = 1_000_000
+  cast_dataset_dtypes: bool = False
   dataset_only_steps: int = 0
   online_every: int = 1
 
