@@ -224,3 +224,19 @@ def test_the_converter_program_writes_rlds_and_refuses_in_one_line(episodes, tmp
   assert_episodes_equal(rlds.read(out), episodes)
   again = python_runs.run(command, timeout=300, env=env)
   assert again.returncode == 2 and 'error: --out: ' in again.stderr, again.stderr[-2000:]
+
+
+def test_a_d4rl_files_unfinished_last_rows_are_an_episode_cut_short(episodes, tmp_path):
+  """Rows after the last terminal or timeout (a recording stopped mid-episode) make one
+  more episode, truncated: it bootstraps from its stored next observation."""
+  path = write_d4rl(tmp_path / 'c.hdf5', episodes)
+  with h5py.File(path, 'a') as f:
+    last = len(episodes[-1]['rewards'])
+    for key in ('terminals', 'timeouts'):
+      flags = f[key][()]
+      flags[-last:] = False
+      f[key][...] = flags
+  arrays = formats.read(path)
+  assert arrays.num_episodes == len(episodes)
+  assert not arrays.is_terminal[-1] and arrays.discount[-2] == 1.0
+  np.testing.assert_allclose(arrays.observation[-1], episodes[-1]['observations'][-1])
