@@ -77,7 +77,8 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import population_runner  # pylint: disable=g-import-not-at-top (see the imports)
+  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners import population_runner
   population_runner.main()
 
 
