@@ -96,6 +96,7 @@ setuptools.setup(
         'tfrl-launch=learners.launch:run_main',
         'tfrl-pbt=learners.pbt:run_main',
         'tfrl-export=learners.export_policy:run_main',
+        'tfrl-convert-dataset=learners.convert_dataset:run_main',
     ]},
     classifiers=[
         'Programming Language :: Python :: 3',
