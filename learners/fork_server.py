@@ -378,16 +378,29 @@ class ProgramStarter:
 # The server process.
 
 
+# Imports inside functions (a program's body, imported once its flags are parsed so that
+# --help needs no TensorFlow) are preloaded too, but only tfrl's own and TensorFlow:
+# optional packages imported where they are needed (Ray, MuJoCo, EnvPool) stay unloaded.
+_PRELOADED_LAZY_IMPORTS = ('learners', 'tfrl', 'tensorflow', 'tf_agents', 'reverb')
+
+
 def _imports_of(module: str) -> List[str]:
-  """The modules `module` imports at its top level (from its source, not running it)."""
+  """The modules `module` imports (from its source, not running it): all those at its top
+  level, and those of `_PRELOADED_LAZY_IMPORTS` anywhere in it."""
   with open(importlib.util.find_spec(module).origin) as f:
     tree = ast.parse(f.read())
+  top_level = set(map(id, tree.body))
   names = []
-  for node in tree.body:
+  for node in ast.walk(tree):
     if isinstance(node, ast.Import):
-      names += [alias.name for alias in node.names]
+      found = [alias.name for alias in node.names]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names += [f'{node.module}.{alias.name}' for alias in node.names] + [node.module]
+      found = [f'{node.module}.{alias.name}' for alias in node.names] + [node.module]
+    else:
+      continue
+    if id(node) not in top_level:
+      found = [n for n in found if n.split('.')[0] in _PRELOADED_LAZY_IMPORTS]
+    names += found
   return names
 
 

@@ -208,15 +208,35 @@ def test_a_server_that_ended_is_replaced_at_the_next_request(tmp_path):
 
 def test_the_server_preloads_what_the_programs_import(tmp_path):
   """After `preload`, a program module adds only itself (a few modules at most): its
-  libraries were imported before the fork."""
+  libraries were imported before the fork, those its body imports once the flags are
+  parsed (tfrl's and learners' modules imported inside its functions) included."""
   script = textwrap.dedent("""
-      import json, os, sys
+      import ast, importlib, json, os, sys
       from learners import fork_server
       fork_server.preload()
       before = set(sys.modules)
+
+      def tfrl_imports_anywhere(program):
+        with open(importlib.util.find_spec(program).origin) as f:
+          tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+          if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module + '.' + a.name for a in node.names]
+          elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+          else:
+            continue
+          for name in names:
+            if name.split('.')[0] in ('learners', 'tfrl') and name != program:
+              try:
+                importlib.import_module(name)
+              except ImportError:  # a function or class of a module
+                pass
+
       for program in fork_server.PRELOADED_PROGRAMS:  # each alone: they define flags
         if os.fork() == 0:
           __import__(program)
+          tfrl_imports_anywhere(program)
           print(json.dumps({program: sorted(set(sys.modules) - before - {program})}),
                 flush=True)
           os._exit(0)
