@@ -49,11 +49,11 @@ def weights(agent):
 
 def test_each_agent_names_what_it_reads_from_variables(specs):
   assert ppo_agent(specs).hyperparameters.names == (
-      'learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale')
+      'learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale', 'gamma')
   impala_agent = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
                                             fc_layer_params=(16,))
   assert impala_agent.hyperparameters.names == (
-      'learning_rate', 'entropy_cost', 'reward_scale')  # V-trace: no clip ratio
+      'learning_rate', 'entropy_cost', 'reward_scale', 'gamma')  # V-trace: no clip ratio
   appo_agent = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
                                           fc_layer_params=(16,), policy_loss='ppo')
   assert 'clip_ratio' in appo_agent.hyperparameters
@@ -96,6 +96,24 @@ def test_loss_settings_apply_to_the_same_traced_loss(specs):
   assert loss(data).extra.clip_fraction.numpy() == 0.0
   hyperparameters.assign({'reward_scale': 10.0})
   assert loss(data).extra.value_loss.numpy() != pytest.approx(base.extra.value_loss.numpy())
+  assert loss.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize('builder', ['ppo', 'impala'])
+def test_a_discount_set_while_training_changes_the_traced_returns(specs, builder):
+  """PPO's GAE and IMPALA's V-trace read gamma at each step: with rewards of 1, a gamma
+  of 0 makes every value target 1, a different value loss from the same trace."""
+  agent = (ppo_agent(specs) if builder == 'ppo' else impala.create_impala_agent(
+      *specs, learner_lib.new_train_step(), fc_layer_params=(16,)))
+  data = experience()
+  loss = tf.function(agent.loss)
+  field = 'value_loss' if builder == 'ppo' else 'baseline_loss'
+  value_loss = lambda: getattr(loss(data).extra, field).numpy()
+  with_gamma = value_loss()
+  agent.hyperparameters.assign({'gamma': 0.0})
+  assert value_loss() != pytest.approx(with_gamma)
+  agent.hyperparameters.assign({'gamma': 0.99})
+  assert value_loss() == pytest.approx(with_gamma, rel=1e-6)
   assert loss.experimental_get_tracing_count() == 1
 
 
@@ -358,9 +376,10 @@ def test_a_sac_checkpoint_holds_no_hyperparameter_of_its_own(pendulum_specs, tmp
 def test_an_agent_without_a_bounded_name_is_refused_in_one_line(specs):
   agent = ppo_agent(specs)
   with pytest.raises(hyperparameters_lib.NotTunable,
-                     match='PpoAgent has no hyperparameter gamma a population can change; '
-                     'it has: learning_rate, entropy_cost, clip_ratio, reward_scale'):
-    hyperparameters_lib.require(agent, ['learning_rate', 'gamma'])
+                     match='PpoAgent has no hyperparameter epsilon_end a population can '
+                     'change; it has: learning_rate, entropy_cost, clip_ratio, reward_scale, '
+                     'gamma'):
+    hyperparameters_lib.require(agent, ['learning_rate', 'epsilon_end'])
   with pytest.raises(hyperparameters_lib.NotTunable,
                      match='object has no hyperparameters a population can change'):
     hyperparameters_lib.require(object(), ['learning_rate'])

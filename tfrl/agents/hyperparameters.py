@@ -1,10 +1,10 @@
 """Settings an agent's train step reads from variables, so they can change while it runs.
 
 Population-based training (`learners.pbt`) changes a member's learning rate, entropy
-cost, clip ratio, reward scale or exploration between its train calls. Were these Python
-floats, `tf.function` would bake them into the traced train step: a new value would need
-a new trace (seconds, and a leak of graphs), and a checkpoint would not hold it. Here each
-is a scalar `tf.Variable` the loss reads, so an `assign` takes effect on the next train
+cost, clip ratio, reward scale, discount or exploration between its train calls. Were
+these Python floats, `tf.function` would bake them into the traced train step: a new
+value would need a new trace (seconds, and a leak of graphs), and a checkpoint would not
+hold it. Here each is a scalar `tf.Variable` the loss reads, so an `assign` takes effect on the next train
 step of the same traced function.
 
 They are checkpointed beside the agent, not inside it: `tfrl.learner.Learner` adds them

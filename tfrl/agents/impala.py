@@ -126,7 +126,6 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     if replay_burn_in_steps and not network.is_recurrent:
       raise ValueError(f'replay_burn_in_steps={replay_burn_in_steps} refreshes an LSTM '
                        'state: set lstm_size, or replay_burn_in_steps=0.')
-    self._gamma = gamma
     self._baseline_cost = baseline_cost
     self._reward_clipping = reward_clipping
     self._gradient_clipping = gradient_clipping
@@ -142,7 +141,8 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     self._replay_burn_in_steps = replay_burn_in_steps
     self._num_epochs = num_epochs
     self._num_minibatches = num_minibatches
-    hyperparameters = {'entropy_cost': entropy_cost, 'reward_scale': reward_scale}
+    hyperparameters = {'entropy_cost': entropy_cost, 'reward_scale': reward_scale,
+                       'gamma': gamma}
     if policy_loss == 'ppo':
       hyperparameters['clip_ratio'] = ppo_clip_ratio
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
@@ -232,7 +232,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
         self._hyperparameters['reward_scale'] * time_major.reward[:-1],
         self._reward_clipping)
     # Row weights weight the loss; only their zeros (masked steps) cut the returns.
-    discounts = self._gamma * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
+    discounts = self._hyperparameters['gamma'] * time_major.discount[:-1] * tf.cast(valid > 0, tf.float32)
     head = self._network.head
     info = tf.nest.map_structure(lambda x: x[:-1], time_major.policy_info)
     behaviour = action_heads.params_of(info, head)
@@ -408,7 +408,7 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
 @interface.trains_from(layouts.SequenceQueue)
 @interface.acts_in('discrete', 'continuous')
 # clip_ratio only with policy_loss='ppo' (APPO).
-@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio')
+@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio', 'gamma')
 def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
                         gamma: float = 0.99, learning_rate: float = 1e-3,
                         **kwargs) -> ImpalaAgent:
@@ -435,7 +435,7 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueueAndReplay)
 @interface.acts_in('discrete', 'continuous')
-@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio')
+@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio', 'gamma')
 def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
                        **kwargs) -> ImpalaAgent:
   """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the

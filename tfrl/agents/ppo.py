@@ -105,7 +105,6 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     if shuffle == 'steps' and network.is_recurrent:
       raise ValueError("shuffle='steps' takes steps out of their unrolls, which a "
                        "recurrent network needs whole: use shuffle='rows' with an LSTM.")
-    self._gamma = gamma
     self._lambda = lambda_
     self._value_clip = value_clip
     self._value_cost = value_cost
@@ -118,7 +117,8 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     super().__init__(time_step_spec, action_spec, network, optimizer, train_step_counter,
                      name, hyperparameters={'entropy_cost': entropy_cost,
                                             'clip_ratio': clip_ratio,
-                                            'reward_scale': reward_scale})
+                                            'reward_scale': reward_scale,
+                                            'gamma': gamma})
 
   @property
   def train_inputs(self) -> Tuple[str, ...]:
@@ -138,7 +138,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
     action_info = {name: data.policy_info[name][:-1] for name in head.info_spec}
     old_values = data.policy_info[actor_critic_policy.VALUE]  # [T+1, B]
     actions = data.action[:-1]
-    discounts = self._gamma * data.discount[:-1] * valid
+    discounts = self._hyperparameters['gamma'] * data.discount[:-1] * valid
     rewards = returns_lib.clip_rewards(
         self._hyperparameters['reward_scale'] * data.reward[:-1], self._reward_clipping)
     advantages, value_targets = returns_lib.generalized_advantage_estimation(
@@ -240,7 +240,7 @@ class PpoAgent(actor_critic_agent.ActorCriticAgentBase):
 @gin.configurable
 @interface.trains_from(layouts.SequenceQueue)
 @interface.acts_in('discrete', 'continuous')
-@interface.tunable('learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale')
+@interface.tunable('learning_rate', 'entropy_cost', 'clip_ratio', 'reward_scale', 'gamma')
 def create_ppo_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      gamma: float = 0.99, learning_rate: float = 3e-4,
                      **kwargs) -> PpoAgent:
