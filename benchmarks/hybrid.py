@@ -20,6 +20,10 @@ over seeds.
         --datasets=halfcheetah_medium_replay     # once: the dataset
     .venv/bin/python benchmarks/hybrid.py --seeds=0,1,2 --jobs=2
 
+Each run's line in --hybrid_out names the dataset's content checksum
+(`dataset_checksum`, `tfrl.datasets.rlds.checksum`) and the summary prints it (per seed
+where the seeds trained on different data).
+
 The defaults are the best measured recipe, the one of both records on
 docs/results/hybrid.md; the pilots ran --nocritic_layer_norm --warmup_steps=5000
 --dataset_only_steps=0.
@@ -117,10 +121,11 @@ def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
     result = json.load(f)
   curve = [(row['env_steps'], row['seconds'], row['eval_return'])
            for row in result['history']]
+  checksum = offline.dataset_checksum(DATASET)
   print(f'done hybrid SAC seed {seed}: return {curve[-1][2]:.1f} at {curve[-1][0]:,} env '
-        f"steps, {result['seconds']:.0f} s", flush=True)
-  return {'seed': seed, **settings(), 'curve': curve,
-          'seconds': result['seconds'], 'load': common.load_1min()}
+        f"steps, {result['seconds']:.0f} s (dataset checksum {checksum})", flush=True)
+  return {'seed': seed, **settings(), 'dataset': DATASET, 'dataset_checksum': checksum,
+          'curve': curve, 'seconds': result['seconds'], 'load': common.load_1min()}
 
 
 def online_curves() -> List[List[List[float]]]:
@@ -162,6 +167,10 @@ def report(runs: List[Dict[str, Any]]) -> None:
   critic = ', layer-normalized critic' if FLAGS.critic_layer_norm else ''
   print(f'hybrid SAC ({FLAGS.fraction:.0%} dataset rows, {FLAGS.utd} gradient steps per '
         f'env step{critic}), {len(runs)} seeds:')
+  checksums = sorted({run.get('dataset_checksum', 'not recorded') for run in runs})
+  print(f'  dataset {DATASET}, checksum ' + (
+      checksums[0] if len(checksums) == 1 else ', '.join(
+          f"s{run['seed']} {run.get('dataset_checksum', 'not recorded')}" for run in runs)))
   within = sum(steps <= third for steps in hybrid_steps)
   print(f'  env steps to {bar:,.0f}, {stats.NAMES[stats.STATISTIC]} [95% CI]: '
         f'{_cell(hybrid_steps)} | '
@@ -200,6 +209,7 @@ def main(argv):
   if not os.path.exists(offline.path(DATASET)):
     raise app.UsageError(f'{offline.path(DATASET)} is missing: make it first with '
                          f'benchmarks/offline.py --stages=datasets --datasets={DATASET}')
+  print(f'dataset {DATASET}: checksum {offline.dataset_checksum(DATASET)}', flush=True)
   done = []
   if os.path.exists(FLAGS.hybrid_out):
     with open(FLAGS.hybrid_out) as f:

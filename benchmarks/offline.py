@@ -6,13 +6,26 @@ Three stages (--stages, in this order):
             kept), each also as <name>.npz for d3rlpy (benchmarks/d3rlpy_data.py):
             - halfcheetah_medium_replay: every episode SAC (sac_halfcheetah.gin)
               collected until its eval return reached --medium_return, about a third
-              of its final return (D4RL's "medium-replay"; `Experiment.record_dir`);
+              of its final return (D4RL's "medium-replay"; `Experiment.record_dir`):
+              about 36,000 transitions, where D4RL's v2 set holds about 202,000 (the
+              replay of a SAC trained to D4RL's medium policy), sized for this 2-core
+              machine (about five minutes of SAC, against half an hour for 202,000 env
+              steps). --medium_replay_env_steps=202000 records SAC's first ~202,000 env
+              steps instead (docs/guides/datasets.md, "Making benchmark datasets");
             - halfcheetah_medium: --medium_episodes episodes of that SAC's collect
-              (stochastic) policy (D4RL's "medium");
+              (stochastic) policy (D4RL's "medium"): 200,000 transitions against
+              D4RL's 1,000,000;
             - lunarlander_mixed: DQN (dqn_lunarlander.gin) trained to --half_return
               (half-trained) and, from scratch, to 200 (trained); --mixed_episodes
               episodes of the half-trained greedy policy and as many of the trained one
-              with epsilon 0.3, merged (`tfrl.datasets.rlds.merge`).
+              with epsilon 0.3, merged (`tfrl.datasets.rlds.merge`): about 89,000
+              transitions (D4RL has no LunarLander set).
+            The data jobs run with --data_seed and `Experiment.deterministic = True`.
+            Each dataset's description (data_dir/datasets.json, and the printed
+            `dataset <name>: ...` line) ends with its content checksum
+            (`tfrl.datasets.rlds.checksum`); every training run's --json_out line
+            carries the checksum of the dataset it trained on (`dataset_checksum`), and
+            the report prints it beside each dataset.
   train     Per dataset, algorithm and seed, --grad_steps gradient steps with an
             evaluation every --eval_interval: tfrl's CQL (cql_halfcheetah.gin,
             cql_lunarlander.gin) and, on HalfCheetah, IQL (iql_halfcheetah.gin), and
@@ -75,10 +88,14 @@ flags.DEFINE_integer('eval_interval', 5_000, 'Gradient steps between evaluations
 flags.DEFINE_integer('jobs', 2, 'Runs at a time (each pinned to one CPU when 2).')
 flags.DEFINE_float('medium_return', 2_000.0, "SAC's eval return that ends the HalfCheetah "
                    "data job (tfrl's SAC ends near 6,000 at 150k env steps).")
+flags.DEFINE_integer('medium_replay_env_steps', 0, "With N > 0, the HalfCheetah data job "
+                     "runs to about N env steps instead of stopping at --medium_return "
+                     "(202000: D4RL's halfcheetah-medium-replay size).")
 flags.DEFINE_integer('medium_episodes', 200, 'Episodes of the medium policy.')
 flags.DEFINE_float('half_return', 100.0, "The half-trained DQN's eval return.")
 flags.DEFINE_float('trained_return', 200.0, "The trained DQN's eval return.")
 flags.DEFINE_integer('mixed_episodes', 100, 'Episodes of each LunarLander policy.')
+flags.DEFINE_integer('data_seed', 0, "The data jobs' Experiment.seed (their recordings' too).")
 flags.DEFINE_list('data_job_bindings', [], 'Extra gin bindings for the data jobs.')
 flags.DEFINE_list('train_bindings', [], "Extra gin bindings for tfrl's CQL runs.")
 flags.DEFINE_bool('skip_peer', False, 'Train tfrl only (no d3rlpy venv).')
@@ -186,11 +203,19 @@ def run_logged(what: str, command: List[str], log_path: str, cpu: Optional[int] 
     raise RuntimeError(f'{what} exited {done.returncode}; see {log_path}')
 
 
+def data_job_bindings() -> List[str]:
+  """What every data job binds first: --data_seed and deterministic ops, so that a
+  remade dataset's checksum is the same where the job's data path allows (the replay
+  jobs' do up to their first gradient step; docs/guides/datasets.md, "Checksums")."""
+  return [f'Experiment.seed = {FLAGS.data_seed}', 'Experiment.deterministic = True']
+
+
 def train_eval(root: str, gin_file: str, bindings: Sequence[str]) -> None:
   print(f'  training {os.path.relpath(root, REPO)} ({gin_file}) ...', flush=True)
   command = [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root}',
              '--overwrite', f'--gin_file={gin_file}',
-             *[f'--gin_bindings={b}' for b in [*bindings, *FLAGS.data_job_bindings]]]
+             *[f'--gin_bindings={b}' for b in [*data_job_bindings(), *bindings,
+                                               *FLAGS.data_job_bindings]]]
   run_logged(f'train_eval {gin_file}', command, root + '.log')
 
 
@@ -201,7 +226,8 @@ def record(gin_file: str, policy_dir: str, out: str, episodes: int,
   command = [sys.executable, '-m', 'learners.eval', f'--gin_file={gin_file}',
              f'--root_dir={out}_recorder', f'--saved_model_dir={policy_dir}',
              f'--record_dir={out}', f'--num_episodes={episodes}', f'--record_noise={noise}',
-             *[f'--gin_bindings={b}' for b in FLAGS.data_job_bindings]]
+             *[f'--gin_bindings={b}' for b in [f'Experiment.seed = {FLAGS.data_seed}',
+                                               *FLAGS.data_job_bindings]]]
   run_logged(f'recording {policy_dir}', command, out + '.log')
 
 
@@ -212,15 +238,23 @@ def path(name: str) -> str:
   return os.path.join(FLAGS.data_dir, name)
 
 
+SAC_WARMUP, SAC_ITERATION = 10_000, 64  # sac_halfcheetah.gin's random steps, train steps
+
+
 def make_halfcheetah() -> None:
   """SAC until --medium_return: its collected episodes (medium-replay), then (where
   --datasets names it) its collect policy's episodes (medium)."""
   sac = path('sac_halfcheetah')
   if not os.path.exists(path('halfcheetah_medium_replay')):
+    if FLAGS.medium_replay_env_steps > 0:
+      # sac_halfcheetah.gin: 10,000 random env steps, then one gradient step per env step.
+      length = ['Experiment.target_return = None', 'Experiment.num_train_steps = '
+                f'{max(SAC_ITERATION, FLAGS.medium_replay_env_steps - SAC_WARMUP)}']
+    else:
+      length = [f'Experiment.target_return = {FLAGS.medium_return}',
+                'Experiment.num_train_steps = 300000']
     train_eval(sac, 'sac_halfcheetah.gin', [
-        f'Experiment.target_return = {FLAGS.medium_return}',
-        f"Experiment.record_dir = '{path('halfcheetah_medium_replay')}'",
-        'Experiment.num_train_steps = 300000'])
+        *length, f"Experiment.record_dir = '{path('halfcheetah_medium_replay')}'"])
   if 'halfcheetah_medium' in FLAGS.datasets and not os.path.exists(path('halfcheetah_medium')):
     record('sac_halfcheetah.gin', os.path.join(sac, 'policies', 'collect_policy'),
            path('halfcheetah_medium'), FLAGS.medium_episodes)
@@ -246,7 +280,8 @@ def make_lunarlander() -> None:
 
 
 def describe_dataset(name: str) -> Dict[str, Any]:
-  """Writes <name>.npz for d3rlpy (once) and returns the dataset's size and returns."""
+  """Writes <name>.npz for d3rlpy (once) and returns the dataset's size, returns and
+  content checksum (`tfrl.datasets.rlds.checksum`)."""
   from tfrl.datasets import rlds  # pylint: disable=g-import-not-at-top
   arrays = rlds.read(path(name))
   if not os.path.exists(path(name) + '.npz'):
@@ -254,7 +289,8 @@ def describe_dataset(name: str) -> Dict[str, Any]:
   returns = arrays.episode_returns()
   return {'name': name, 'episodes': arrays.num_episodes,
           'transitions': arrays.num_transitions, 'mean_return': float(np.mean(returns)),
-          'min_return': float(np.min(returns)), 'max_return': float(np.max(returns))}
+          'min_return': float(np.min(returns)), 'max_return': float(np.max(returns)),
+          'checksum': arrays.checksum()}
 
 
 def make_datasets() -> Dict[str, Dict[str, Any]]:
@@ -271,7 +307,7 @@ def make_datasets() -> Dict[str, Dict[str, Any]]:
   for d in made.values():
     print(f"dataset {d['name']}: {d['episodes']} episodes, {d['transitions']:,} "
           f"transitions, mean return {d['mean_return']:.1f} (min {d['min_return']:.1f}, "
-          f"max {d['max_return']:.1f})", flush=True)
+          f"max {d['max_return']:.1f}), checksum {d['checksum']}", flush=True)
   return made
 
 
@@ -300,6 +336,27 @@ def described() -> Dict[str, Dict[str, Any]]:
     return {}
   with open(path('datasets.json')) as f:
     return json.load(f)
+
+
+_CHECKSUMS: Dict[str, str] = {}
+
+
+def dataset_checksum(name: str) -> str:
+  """The content checksum of the dataset `name` (`tfrl.datasets.rlds.checksum`): its
+  datasets.json entry's, else (a description written before checksums) from its files.
+
+  Raises:
+    tfrl.datasets.rlds.DatasetError: the dataset is missing (make it first:
+      --stages=datasets).
+  """
+  if name not in _CHECKSUMS:
+    info = described().get(name, {})
+    if 'checksum' in info:
+      _CHECKSUMS[name] = info['checksum']
+    else:
+      from tfrl.datasets import rlds  # pylint: disable=g-import-not-at-top
+      _CHECKSUMS[name] = rlds.checksum(path(name))
+  return _CHECKSUMS[name]
 
 
 def tfrl_run(dataset: str, algo: str, seed: int, root: str, cpu: Optional[int]
@@ -375,6 +432,7 @@ def train_all() -> None:
   """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2)."""
   done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs() if same_run(r)}
   todo = [run for run in planned_runs() if run not in done]
+  checksums = {dataset: dataset_checksum(dataset) for dataset, _, _ in todo}
   if not FLAGS.skip_peer and any(not algo.startswith('tfrl') for _, algo, _ in todo):
     common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
                        os.path.join(PEERS, 'd3rlpy_requirements.txt'))
@@ -385,13 +443,14 @@ def train_all() -> None:
     print(f'run {dataset} {algo} seed {seed} (cpu {cpu}) ...', flush=True)
     result = (tfrl_run(dataset, algo, seed, root, cpu) if algo.startswith('tfrl')
               else peer_run(algo, dataset, seed, root, cpu))
-    record = {'dataset': dataset, 'algo': algo, 'seed': seed,
-              'grad_steps': FLAGS.grad_steps, 'hidden': hidden(dataset),
+    record = {'dataset': dataset, 'dataset_checksum': checksums[dataset], 'algo': algo,
+              'seed': seed, 'grad_steps': FLAGS.grad_steps, 'hidden': hidden(dataset),
               'train_bindings': FLAGS.train_bindings if algo == 'tfrl_cql' else [],
               'load': common.load_1min(), **result}
     final = record['curve'][-1][2] if record['curve'] else float('nan')
     print(f"done {dataset} {algo} seed {seed}: return {final:.1f} after "
-          f"{FLAGS.grad_steps:,} gradient steps, {record['seconds']:.0f} s", flush=True)
+          f"{FLAGS.grad_steps:,} gradient steps, {record['seconds']:.0f} s (dataset "
+          f"checksum {record['dataset_checksum']})", flush=True)
     return record
 
   os.makedirs(os.path.dirname(FLAGS.json_out) or '.', exist_ok=True)
@@ -437,7 +496,8 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
   central = stats.NAMES[stats.STATISTIC]
   lines = [f'{dataset} ({DATASETS[dataset].env})' + (
       f": {info['episodes']} episodes, {info['transitions']:,} transitions, mean return "
-      f"{info['mean_return']:.1f}" if info else ': (no datasets.json)')]
+      f"{info['mean_return']:.1f}, checksum {info.get('checksum', 'not recorded')}"
+      if info else ': (no datasets.json)')]
   by_algo = {}
   for algo in [*DATASETS[dataset].tfrl_algos, *DATASETS[dataset].peers]:
     chosen = sorted((r for r in runs if r['dataset'] == dataset and r['algo'] == algo
@@ -445,6 +505,12 @@ def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
                     key=lambda r: r['seed'])
     if chosen:
       by_algo[algo] = chosen
+  trained_on = sorted({r.get('dataset_checksum', 'not recorded')
+                       for chosen in by_algo.values() for r in chosen})
+  if trained_on and (not info or trained_on != [info.get('checksum')]):
+    lines.append(f"  the runs below trained on data of checksum {', '.join(trained_on)}"
+                 + (f" (this dataset's: {info.get('checksum', 'not recorded')})" if info
+                    else ''))
   widths = 'x'.join(map(str, hidden(dataset)))
   lines.append(f'  return after {FLAGS.grad_steps:,} gradient steps ({widths} networks), '
                f'{central} [95% CI] over seeds | per seed | process seconds, median'

@@ -121,7 +121,10 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                         'create_ppo_agent.num_minibatches=4'],
 }
 NUMBER = r'[0-9][0-9,]*(?:\.[0-9]+)?'
-# What each run must print: a regex whose groups are figures that must be > 0.
+# A dataset's content checksum (tfrl.datasets.rlds.checksum), named where first printed
+# and matched again (?P=checksum) wherever a run names the data it trained on.
+CHECKSUM = r'(?P<checksum>[0-9a-f]{16})'
+# What each run must print: a regex whose unnamed groups are figures that must be > 0.
 EXPECTED = {
     'atari_throughput': rf'(?m)^raw\s+({NUMBER})\s+({NUMBER})\s+random actions(?:.*\n)*?'
                         rf'^raw-envpool\s+({NUMBER})\s+({NUMBER})\s+the raw path on EnvPool',
@@ -152,9 +155,15 @@ EXPECTED = {
                   rf'env steps, ([1-9]\d*) evaluations(?:.*\n)*?^launch      seed 0: target '
                   rf'NOT reached \(exit 0\) at ({NUMBER}) env steps(?:.*\n)*?^Curves: ',
     'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
-    'offline': rf'(?m)^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
-               rf'transitions(?:.*\n)*?^  tfrl CQL .* \| ({NUMBER}) s\n(?:.*\n)*?^  Curves: ',
-    'hybrid': rf"online SAC's return at 150,000 env steps \(3 seeds, [^)]*\): ({NUMBER}) \["
+    'offline': rf'(?m)^dataset lunarlander_mixed: .*, checksum {CHECKSUM}$(?:.*\n)*?'
+               rf'^done lunarlander_mixed tfrl_cql seed 0: .* \(dataset checksum (?P=checksum)\)$'
+               rf'(?:.*\n)*?^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
+               rf'transitions, mean return -?{NUMBER}, checksum (?P=checksum)\n'
+               rf'(?:.*\n)*?^  tfrl CQL .* \| ({NUMBER}) s\n(?:.*\n)*?^  Curves: ',
+    'hybrid': rf'(?m)^dataset halfcheetah_medium_replay: .*checksum {CHECKSUM}$(?:.*\n)*?'
+              rf'^done hybrid SAC seed 0: .* \(dataset checksum (?P=checksum)\)$(?:.*\n)*?'
+              rf"online SAC's return at 150,000 env steps \(3 seeds, [^)]*\): ({NUMBER}) \["
+              rf'(?:.*\n)*?  dataset halfcheetah_medium_replay, checksum (?P=checksum)\n'
               rf'(?:.*\n)*?  env steps to {NUMBER}, IQM \[95% CI\]: .*\(bar: <= [0-9,]+; '
               r'[01] of 1 seeds within it\)\n(?:.*\n)*?  seconds per run, median: '
               rf'({NUMBER})\n  Curves: ',
@@ -272,5 +281,7 @@ def test_benchmark_runs_and_prints_its_figures(runs, name):
   assert run.returncode == 0, f'{name} exited {run.returncode}:\n{run.output[-3000:]}'
   found = re.search(EXPECTED[name], run.output)
   assert found, f'{name} printed no figure like {EXPECTED[name]!r}:\n{run.output[-3000:]}'
-  figures = [float(group.replace(',', '')) for group in found.groups()]
+  named = set(found.re.groupindex.values())  # a checksum, not a figure
+  figures = [float(group.replace(',', '')) for i, group in enumerate(found.groups(), 1)
+             if i not in named]
   assert all(figure > 0 for figure in figures), (name, found.group(0))

@@ -17,6 +17,7 @@ TFDS comes with tfrl's 'offline' extra (`pip install 'tfrl[offline]'`), imported
 only when a dataset is written or read.
 """
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
@@ -323,6 +324,56 @@ class EpisodeArrays:
 
   def actions(self, indices: np.ndarray) -> Any:
     return tf.nest.map_structure(lambda x: x[indices], self.action)
+
+  def checksum(self) -> str:
+    """The content checksum of these episodes (`checksum`, without reading files)."""
+    digest = hashlib.sha256(b'tfrl-rlds-checksum-1')
+    fields = [('observation', self.observation), ('action', self.action),
+              *((name, getattr(self, name)) for name in _STEP_FIELDS)]
+    for name, nest in fields:
+      # Paths name each array of a Dict observation (its keys sorted), so the same arrays
+      # under other keys hash differently.
+      for key, array in _flatten_with_paths(nest, name):
+        array = np.ascontiguousarray(array)
+        digest.update(f'{key}|{array.dtype.str}|{array.shape}|'.encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:CHECKSUM_HEX_DIGITS]
+
+
+# EpisodeArrays' per-step fields other than observation and action, in hashing order.
+_STEP_FIELDS = ('reward', 'discount', 'is_first', 'is_last', 'is_terminal')
+CHECKSUM_HEX_DIGITS = 16
+
+
+def _flatten_with_paths(nest: Any, prefix: str) -> List[Any]:
+  if isinstance(nest, dict) or hasattr(nest, 'items'):
+    return [pair for key in sorted(nest) for pair in _flatten_with_paths(
+        nest[key], f'{prefix}/{key}')]
+  return [(prefix, np.asarray(nest))]
+
+
+def checksum(directory: str) -> str:
+  """A checksum of a dataset's content: equal for equal episodes, whatever the files.
+
+  It hashes (SHA-256) every step's observation, action, reward, discount and
+  `is_first` / `is_last` / `is_terminal`, in episode order, each array with its dtype
+  and shape (a Dict observation's arrays by key), as `read` returns them. TFDS's
+  metadata (dataset_info.json, `read_metadata`'s facts, shard names and file bytes) is
+  not hashed: two writes of the same episodes have the same checksum, and one changed
+  reward, action or episode boundary changes it.
+
+  Args:
+    directory: the dataset, as `read` takes it (any RLDS directory).
+
+  Returns:
+    The first 16 hex digits of the SHA-256 (`EpisodeArrays.checksum`).
+
+  Raises:
+    DatasetError: as `read` (no dataset there, no episodes in it, steps outside
+      episodes).
+    ImportError: the 'offline' extra is not installed.
+  """
+  return read(directory).checksum()
 
 
 def _specs_of(features) -> Dict[str, Any]:
