@@ -1,7 +1,6 @@
 """What every program shares of its configuration: gin parsing, with errors that name
 the problem, and options declared once as dataclass fields that are also its flags."""
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -181,7 +180,7 @@ class CommonOptions:
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
   """Where the programs of a launcher (tfrl-launch, tfrl-pbt) run: this host, or a Ray
-  cluster (`define_ray_flags`, `ray_backend_from_flags`)."""
+  cluster (`define_ray_flags`; `learners.ray_backend.from_flags` reads them)."""
   backend: str = option(
       'local', 'local: every program a subprocess of this host. ray: processes placed by '
       "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path every "
@@ -247,40 +246,6 @@ def define_ray_flags() -> None:
   """Defines --backend, --ray_address and --ray_resources (once per process)."""
   if 'backend' not in flags.FLAGS:
     define_flags(RayOptions)
-
-
-def ray_backend_from_flags(trainer_gpus: Optional[float] = None,
-                           member_gpus: float = 0.0) -> Optional['ray_backend.RayBackend']:
-  """The backend --backend asks for: None for this host, else a connected
-  `ray_backend.RayBackend`. Bad flags, no Ray or no cluster end the program (`fail`).
-
-  Args:
-    trainer_gpus, member_gpus: GPUs a trainer, a population member asks for (see
-      `ray_backend.RayBackend`).
-
-  Returns:
-    The connected backend, or None for --backend=local.
-  """
-  options = options_from_flags(RayOptions)
-  if options.backend != 'ray':
-    return None
-  from learners import ray_backend  # pylint: disable=g-import-not-at-top (it imports Ray)
-  if not options.ray_address:
-    fail('--backend=ray needs --ray_address=HOST:PORT (the Ray head node).')
-  try:
-    resources = json.loads(options.ray_resources)
-    unknown = set(resources) - set(ray_backend.DEFAULT_RESOURCES)
-    if unknown or not all(isinstance(r, dict) for r in resources.values()):
-      raise ValueError(f'programs are {sorted(ray_backend.DEFAULT_RESOURCES)}, each with a '
-                       f'{{resource: amount}} object; got {options.ray_resources}')
-  except ValueError as e:
-    fail(f'--ray_resources: {e}')
-  try:
-    return ray_backend.RayBackend(options.ray_address, resources, trainer_gpus, member_gpus)
-  except ImportError as e:
-    fail(str(e))
-  except ConnectionError as e:
-    fail(f'No Ray cluster at --ray_address={options.ray_address}: {e}')
 
 
 def define_reverb_address_flag() -> None:

@@ -14,6 +14,7 @@ from learners import config
 from learners import finished_job
 from learners import heartbeat
 from learners import process
+from learners import ray_backend
 from learners import ready_points
 from learners import trainer_member
 from learners import validation
@@ -78,7 +79,7 @@ def main(options: Any) -> None:
   Args:
     options: how the launcher runs the job, from its flags.
   """
-  backend = config.ray_backend_from_flags(
+  backend = ray_backend.from_flags(
       trainer_gpus=None if options.ray_trainer_gpus < 0 else options.ray_trainer_gpus)
   try:
     validation.check_flags(options, ('port', 'num_collectors', 'status_interval_s',

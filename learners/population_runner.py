@@ -18,6 +18,7 @@ from learners import config
 from learners import fork_server
 from learners import population
 from learners import process
+from learners import ray_backend
 from tfrl import files
 from tfrl import layouts
 from tfrl import logs
@@ -482,8 +483,7 @@ def main() -> None:
     check_bounds(config.parse(FLAGS.gin_file, FLAGS.gin_bindings), bounds)
   except ValueError as e:  # config.ConfigError included
     config.fail(str(e))
-  backend = config.ray_backend_from_flags(trainer_gpus=0.0,
-                                         member_gpus=FLAGS.ray_member_gpus)
+  backend = ray_backend.from_flags(trainer_gpus=0.0, member_gpus=FLAGS.ray_member_gpus)
   try:
     runner = Population(FLAGS.root_dir, FLAGS.gin_file, FLAGS.gin_bindings,
                         bounds, FLAGS.population_size,

@@ -16,6 +16,7 @@ write their checkpoints, exports, logs and eval results there, and the launcher 
 the logs and results from it. Ray Core only (`pip install 'tfrl[ray]'`). Ray runs any code a client
 submits to its cluster: see README.md's trust model.
 """
+import json
 import os
 import signal
 import subprocess
@@ -166,7 +167,7 @@ class RayBackend:
 
   def _options(self, program: str) -> dict:
     # The actor only starts and watches a process: it must not load TensorFlow, which
-    # `import learners` (this module's package) would (seconds and ~400 MB per actor).
+    # this module's `import tfrl` would (seconds and ~400 MB per actor).
     options = {'num_cpus': 0, 'resources': self._resources[program],
                'runtime_env': {'env_vars': {tfrl.NO_TENSORFLOW_VARIABLE: '1'}}}
     if self._gpus.get(program):
@@ -183,3 +184,39 @@ class RayBackend:
     runner = self._runner.options(**self._options(program)).remote(command, log_path, env,
                                                                    port_flag)
     return RayProcess(runner, ray.get(runner.where.remote(), timeout=CALL_TIMEOUT_S))
+
+
+def from_flags(trainer_gpus: Optional[float] = None,
+               member_gpus: float = 0.0) -> Optional[RayBackend]:
+  """The backend --backend asks for (`config.RayOptions`): None for this host, else a
+  connected `RayBackend`. Bad flags, no Ray or no cluster end the program
+  (`config.fail`).
+
+  Args:
+    trainer_gpus, member_gpus: GPUs a trainer, a population member asks for (see
+      `RayBackend`).
+
+  Returns:
+    The connected backend, or None for --backend=local.
+  """
+  # Here, not at the top: the actors import this module, and need no flags or gin.
+  from learners import config  # pylint: disable=g-import-not-at-top
+  options = config.options_from_flags(config.RayOptions)
+  if options.backend != 'ray':
+    return None
+  if not options.ray_address:
+    config.fail('--backend=ray needs --ray_address=HOST:PORT (the Ray head node).')
+  try:
+    resources = json.loads(options.ray_resources)
+    unknown = set(resources) - set(DEFAULT_RESOURCES)
+    if unknown or not all(isinstance(r, dict) for r in resources.values()):
+      raise ValueError(f'programs are {sorted(DEFAULT_RESOURCES)}, each with a '
+                       f'{{resource: amount}} object; got {options.ray_resources}')
+  except ValueError as e:
+    config.fail(f'--ray_resources: {e}')
+  try:
+    return RayBackend(options.ray_address, resources, trainer_gpus, member_gpus)
+  except ImportError as e:
+    config.fail(str(e))
+  except ConnectionError as e:
+    config.fail(f'No Ray cluster at --ray_address={options.ray_address}: {e}')
