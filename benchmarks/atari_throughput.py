@@ -56,8 +56,8 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from learners import config
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration.experiment import Experiment
 import tfrl.actors
 import tfrl.envs
 import tfrl.learner

@@ -44,11 +44,11 @@ def run_python(args: Sequence[str], timeout: Optional[float] = None,
   """
   env = dict(os.environ if env is None else env)
   if not _INHERITED_FORK_SERVER:
-    from learners import fork_server  # pylint: disable=g-import-not-at-top (TensorFlow)
+    from learners.processes import fork_server  # pylint: disable=g-import-not-at-top (TensorFlow)
     _INHERITED_FORK_SERVER.append(fork_server.ForkServer.inherited())
   forks = _INHERITED_FORK_SERVER[0]
   if forks is not None:
-    from learners import fork_server  # pylint: disable=g-import-not-at-top
+    from learners.processes import fork_server  # pylint: disable=g-import-not-at-top
     return fork_server.run_to_end(forks, args, env, timeout, cwd=cwd, log_path=log_path)
   command = [sys.executable, *args]
   if log_path is None:

@@ -125,7 +125,7 @@ def report(mode: str, seed: str, run: Dict[str, Any], thresholds: Dict[str, floa
 def main(argv):
   del argv
   common.check_choices('modes', FLAGS.modes, MODES)
-  from learners import config  # pylint: disable=g-import-not-at-top (TensorFlow)
+  from learners.configuration import config  # pylint: disable=g-import-not-at-top (TensorFlow)
   experiment = config.parse([GIN_FILE], FLAGS.gin_bindings)
   target, names = experiment.target, experiment.task_names
   # Each task's threshold (with a target on the tasks' mean, that for each).

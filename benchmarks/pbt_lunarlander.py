@@ -102,7 +102,7 @@ def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
       [f'--gin_bindings={b}' for b in FLAGS.gin_bindings +
        [f'Experiment.num_train_steps = {budget_steps}']],
       cwd=REPO)
-  from learners import population  # pylint: disable=g-import-not-at-top
+  from learners.population import population  # pylint: disable=g-import-not-at-top
   events = population.read(os.path.join(root, 'pbt', 'lineage.jsonl'))
   ends = [e for e in events if e['event'] == 'end']
   reached = [e for e in ends if e.get('reached_target')]
@@ -165,7 +165,7 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  from learners import population  # pylint: disable=g-import-not-at-top
+  from learners.population import population  # pylint: disable=g-import-not-at-top
   results = [r for r in results if 'population' in r]
   # The summaries kept in the repository (benchmarks/runs/pbt) have no runs to draw.
   drawable = [r for r in results if os.path.exists(os.path.join(

@@ -120,7 +120,7 @@ def checkpoint_chunk_bytes(checkpoint_path: str) -> ChunkBytes:
 
 def measure(layout_name: str) -> dict:
   """Fills a fresh server through `layout_name`'s writer; returns the figures."""
-  from learners.experiment import Experiment  # pylint: disable=g-import-not-at-top
+  from learners.configuration.experiment import Experiment  # pylint: disable=g-import-not-at-top
   from tfrl import actors  # pylint: disable=g-import-not-at-top
   from tfrl import replay  # pylint: disable=g-import-not-at-top
   from tfrl.agents import dqn  # pylint: disable=g-import-not-at-top

@@ -92,10 +92,10 @@ import portpicker
 import reverb
 import tensorflow as tf
 
-from learners import child_process
-from learners import config as config_lib
-from learners import process
-from learners.experiment import Experiment
+from learners.configuration import config as config_lib
+from learners.configuration.experiment import Experiment
+from learners.processes import child_process
+from learners.processes import process
 import tfrl.replay
 
 FLAGS = flags.FLAGS
@@ -111,7 +111,8 @@ SYSTEMS = ('tfrl', 'tf-agents')
 TFRL_BINDINGS = (
     'Experiment.samples_per_insert = None',
     'Experiment.num_train_steps = 1000000000',
-    # Intervals must be >= 1 (learners/validation.py): past the run, so no saves.
+    # Intervals must be >= 1 (learners/configuration/validation.py): past the run, so no
+    # saves.
     'Experiment.checkpoint_interval = 1000000000',
     'Experiment.policy_checkpoint_interval = 1000000000',
 )

@@ -1,7 +1,19 @@
-"""tfrl's programs: train_eval (one process), and reverb_server, collect, train, eval and
-launch (separate programs)."""
+"""tfrl's programs and the packages they are built from.
+
+The programs are the modules here, each run as `python -m learners.<program>` (all but
+pbt_member also as a `tfrl-*` console script): train_eval (one process),
+reverb_server, collect, train, eval and launch (separate programs), pbt and pbt_member
+(population-based training), export_policy and convert_dataset. Their parts:
+- `learners.configuration`: what a job is (gin parsing, `Experiment`, its checks, task
+  sequences);
+- `learners.processes`: how programs run as processes (the shared entry, signals and
+  exit statuses, starting and watching children, the launcher);
+- `learners.population`: population-based training's decisions, records and runner;
+- `learners.job`: the parts of one job (the one-process loop, trainer, collector,
+  evaluator, server) and what they share.
+"""
 # First: a program started by the launcher ends with it, even if killed before TF loads.
-from learners import child_process as _child_process
+from learners.processes import child_process as _child_process
 _child_process.die_with_parent_if_asked()
 # TensorFlow is not imported here: a program parses its flags (and answers --help)
 # first. Each module that needs it imports `tfrl` before it, which imports TensorFlow

@@ -12,7 +12,7 @@ says (`Layout.warm_up`): task 0 of a replay layout collects
 Experiment.initial_collect_steps random env steps first, while the trainer starts; each
 collector of a sequence layout acts one step after the push, which aligns its unrolls
 with its pulls. A collector of an on-policy agent (PPO) starts each unroll only once
-the trainer has pushed the version that will train on it (learners/pacing.py). If the
+the trainer has pushed the version that will train on it (learners/job/pacing.py). If the
 server goes away it logs, retries with backoff for up to --reconnect_timeout_s, and
 carries on when it returns; any other error (from the environment or the policy) ends
 it with that error and a non-zero status. SIGTERM/SIGINT stop it cleanly, also while a rate limiter holds its
@@ -23,10 +23,10 @@ from typing import Optional
 
 from absl import flags
 
-# Only what parsing the command line needs: the collector (learners/collector.py, which
+# Only what parsing the command line needs: the collector (learners/job/collector.py, which
 # imports TensorFlow) is imported in `_main`, so --help imports no TensorFlow.
-from learners import config
-from learners import program
+from learners.configuration import config
+from learners.processes import program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import collector  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners.job import collector  # pylint: disable=g-import-not-at-top (see the imports)
   collector.main(config.options_from_flags(Options, FLAGS))
 
 

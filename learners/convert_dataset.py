@@ -13,8 +13,8 @@ from absl import flags
 
 # Only what parsing the command line needs: tfrl (TensorFlow with it) is imported in
 # `_main`, so `--help` and a bad command line import no TensorFlow.
-from learners import config
-from learners import program
+from learners.configuration import config
+from learners.processes import program
 
 flags.DEFINE_string('source', None, 'The dataset to convert (D4RL .hdf5, Minari or '
                     'TFDS directory).')

@@ -12,7 +12,7 @@ root_dir/eval/results.csv and results.json as (train_step, env_steps, return) an
 as TensorBoard summaries to root_dir/eval. It exits 0 once the train step budget is
 evaluated, or once Experiment.target_return is reached and confirmed by a second
 evaluation (what `launch` stops on). Before it confirms a candidate it has the trainer
-hold still, and judges the policy held there (see learners/eval_barrier.py), so a job
+hold still, and judges the policy held there (see learners/job/eval_barrier.py), so a job
 that ends on its target exports exactly the confirmed policy.
 """
 import dataclasses
@@ -20,10 +20,10 @@ from typing import Optional
 
 from absl import flags
 
-# Only what parsing the command line needs: the evaluator (learners/evaluator.py, which
+# Only what parsing the command line needs: the evaluator (learners/job/evaluator.py, which
 # imports TensorFlow) is imported in `_main`, so --help imports no TensorFlow.
-from learners import config
-from learners import program
+from learners.configuration import config
+from learners.processes import program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import evaluator  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners.job import evaluator  # pylint: disable=g-import-not-at-top (see the imports)
   evaluator.main(config.options_from_flags(Options, FLAGS))
 
 

@@ -10,8 +10,8 @@ from absl import flags
 
 # Only what parsing the command line needs: tfrl (TensorFlow with it) is imported in
 # `_main`, so `--help` and a bad command line import no TensorFlow.
-from learners import config
-from learners import program
+from learners.configuration import config
+from learners.processes import program
 
 flags.DEFINE_string('saved_model_dir', None, 'The exported policy to convert.')
 flags.DEFINE_string('tflite', None, 'Write a TensorFlow Lite model of it here.')

@@ -18,29 +18,29 @@ Exit status 0 means every process ended cleanly and the trainer wrote its final
 checkpoint and exports. If a process dies on its own, the launcher says which, repeats
 its 'error:' line and the tail of its log, stops the rest and exits 1; 3 when a process
 had to be killed at the stop; 5 when a process stalled or stopped answering for
---stall_timeout_s (learners/heartbeat.py); 2 for bad flags or settings, before anything
-starts. Children also get SIGTERM if the launcher itself is killed, so none are
-orphaned. The programs reach each other on loopback addresses; the Reverb server
-listens on every interface (docs/trust-model.md).
+--stall_timeout_s (learners/processes/heartbeat.py); 2 for bad flags or settings, before
+anything starts. Children also get SIGTERM if the launcher itself is killed, so none are
+orphaned. The programs reach each other on loopback addresses; the Reverb server listens
+on every interface (docs/trust-model.md).
 
 With --pbt_dir and --member the job is a member of a population (`tfrl-pbt
 --member_program=launch`): the trainer reports at the ready points
-(learners/trainer_member.py) and the launcher writes the member's result at the end.
+(learners/job/trainer_member.py) and the launcher writes the member's result at the end.
 
-This module is the command line; the job it runs is in learners/launched_job.py, the
-`Launcher` that drives it (also the notebooks' API) in learners/launcher.py, its status
-line in learners/job_status.py.
+This module is the command line; the job it runs is in learners/job/launched_job.py, the
+`Launcher` that drives it (also the notebooks' API) in learners/processes/launcher.py,
+its status line in learners/processes/job_status.py.
 """
 import dataclasses
 
 from absl import flags
 
-# Only what parsing the command line needs: the job (learners/launched_job.py, which
+# Only what parsing the command line needs: the job (learners/job/launched_job.py, which
 # imports TensorFlow) is imported in `_main`, so --help imports no TensorFlow.
-from learners import config
-from learners import population
-from learners import program
-from learners import stop_plan
+from learners.configuration import config
+from learners.population import population
+from learners.processes import program
+from learners.processes import stop_plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import launched_job  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners.job import launched_job  # pylint: disable=g-import-not-at-top (see the imports)
   launched_job.main(config.options_from_flags(Options, FLAGS))
 
 

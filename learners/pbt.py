@@ -2,14 +2,16 @@
 
 Starts `--population_size` members, each a one-process job (`learners.pbt_member`) or,
 with `--member_program=launch`, a launched job (`learners.launch`, its trainer reporting:
-`learners.trainer_member`) in `<root_dir>/member_<i>` with hyperparameters drawn from
+`learners.job.trainer_member`) in `<root_dir>/member_<i>` with hyperparameters drawn from
 `--bounds`. The rounds are synchronous: at each ready point (every `--ready_interval`
 env steps, at the member's next evaluation, a greedy one) every member reports that
 evaluation's return and waits at the barrier; once all running members have reported,
 the bottom `--quantile` (20%, at least one member) each copy a random top-quantile
-member's checkpoint and take its hyperparameters, perturbed (`learners.population`).
-The history goes to `<root_dir>/pbt/lineage.jsonl` and TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final evaluation
-is the population's result (`<root_dir>/pbt/best.json`, its exported policies).
+member's checkpoint and take its hyperparameters, perturbed
+(`learners.population.population`). The history goes to `<root_dir>/pbt/lineage.jsonl`
+and TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final
+evaluation is the population's result (`<root_dir>/pbt/best.json`, its exported
+policies).
 
 A member that reaches the config's target ends the population: the others are stopped
 (they save). A member killed (a signal, a stalled simulator) restarts from its last
@@ -23,8 +25,8 @@ before any member starts (`check_bounds`: the agent builder declares its names,
 `tfrl.agents.interface.tunable`).
 
 `--backend=ray --ray_address=HOST:PORT` places the members on a Ray cluster's nodes, as
-tfrl-launch places its programs (`learners.ray_backend`; Ray Core actors, each running
-one member process): root_dir must be on a path every node sees, and
+tfrl-launch places its programs (`learners.processes.ray_backend`; Ray Core actors, each
+running one member process): root_dir must be on a path every node sees, and
 `--ray_resources='{"pbt_member": {...}}'` pins members to nodes with those resources.
 
 One runner holds a population's root_dir at a time (its lock, `tfrl.run_dir`). Run again
@@ -32,7 +34,7 @@ on the same root_dir, a population that was stopped resumes: every member from i
 checkpoint, the rounds from its reports. One that ended (every member's job ended, or one
 reached the target: `<root_dir>/pbt/finished.json`) is not trained again with the same
 gin files and bindings: the runner says so and returns its best.json, as a finished
-single job does (`learners.finished_job`); with others (more train steps, a target) it
+single job does (`learners.job.finished_job`); with others (more train steps, a target) it
 resumes, and each member's job decides, as a single job does, whether it asks for more.
 `--overwrite` starts afresh: the population's records (`pbt/`) and each member's
 root_dir are deleted first, each member's under its job lock (as `tfrl.run_dir.claim`
@@ -45,11 +47,12 @@ running is named rather than deleted under.
 """
 from absl import flags
 
-# Only what parsing the command line needs: the runner (learners/population_runner.py,
-# which imports TensorFlow) is imported in `_main`, so --help imports no TensorFlow.
-from learners import config
-from learners import population
-from learners import program
+# Only what parsing the command line needs: the runner
+# (learners/population/population_runner.py, which imports TensorFlow) is imported in
+# `_main`, so --help imports no TensorFlow.
+from learners.configuration import config
+from learners.population import population
+from learners.processes import program
 
 flags.DEFINE_integer('population_size', 4, 'Members.')
 population.define_ready_interval_flag()
@@ -78,7 +81,7 @@ FLAGS = flags.FLAGS
 
 def _main() -> None:
   # pylint: disable=g-import-not-at-top (see the imports)
-  from learners import population_runner
+  from learners.population import population_runner
   population_runner.main()
 
 

@@ -3,7 +3,8 @@ ready point to report and to apply the population's decision.
 
 The member is `train_eval` with a `PopulationMember` callback: at the first evaluation at
 or past each multiple of `--ready_interval` env steps it reports that evaluation and
-applies the decision (`learners.ready_points`, which a launched member's trainer shares).
+applies the decision (`learners.population.ready_points`, which a launched member's
+trainer shares).
 
 Run by the population runner, or alone for a look:
 
@@ -14,12 +15,12 @@ from typing import Any, Dict, Optional
 
 from absl import flags
 
-from learners import callbacks as callbacks_lib
-from learners import config
-from learners import population
-from learners import program
-from learners import ready_points
 from learners import train_eval
+from learners.configuration import config
+from learners.job import callbacks as callbacks_lib
+from learners.population import population
+from learners.population import ready_points
+from learners.processes import program
 from tfrl.agents import hyperparameters as hyperparameters_lib
 
 # Where the tests and notebooks have imported it from.

@@ -17,10 +17,10 @@ import dataclasses
 
 from absl import flags
 
-# Only what parsing the command line needs: the server (learners/server_program.py,
+# Only what parsing the command line needs: the server (learners/job/server_program.py,
 # which imports TensorFlow and Reverb) is imported in `_main`, so --help imports neither.
-from learners import config
-from learners import program
+from learners.configuration import config
+from learners.processes import program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import server_program  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners.job import server_program  # pylint: disable=g-import-not-at-top (see the imports)
   server_program.main(config.options_from_flags(Options, FLAGS))
 
 

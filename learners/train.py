@@ -17,17 +17,17 @@ policy exports at the final train step; a trainer waiting for experience notices
 trainer waits for it (up to --reconnect_timeout_s); once it is back, training goes on if
 Reverb's sample stream resumes, and otherwise the trainer restarts itself from its latest
 checkpoint (a sample blocked on a lost server cannot be cancelled in-process).
-Exit statuses: see learners/process.py.
+Exit statuses: see learners/processes/process.py.
 """
 import dataclasses
 
 from absl import flags
 
-# Only what parsing the command line needs: the trainer (learners/trainer.py, which
+# Only what parsing the command line needs: the trainer (learners/job/trainer.py, which
 # imports TensorFlow) is imported in `_main`, so --help imports no TensorFlow.
-from learners import config
-from learners import population
-from learners import program
+from learners.configuration import config
+from learners.population import population
+from learners.processes import program
 
 # `tfrl.distribute.STRATEGIES`, repeated: importing tfrl imports TensorFlow, which
 # --help must not (`distribute.get_strategy` refuses a name it does not know).
@@ -61,12 +61,12 @@ flags.DEFINE_enum('strategy', 'default', list(STRATEGIES),
                   'default | mirrored (local GPUs) | multi_worker (TF_CONFIG) | tpu.')
 flags.DEFINE_string('tpu', None, 'TPU name or address, for --strategy=tpu.')
 config.define_flags(Options)
-population.define_member_flags()  # a population's member (learners/trainer_member.py)
+population.define_member_flags()  # a population's member (learners/job/trainer_member.py)
 FLAGS = flags.FLAGS
 
 
 def _main() -> None:
-  from learners import trainer  # pylint: disable=g-import-not-at-top (see the imports)
+  from learners.job import trainer  # pylint: disable=g-import-not-at-top (see the imports)
   trainer.main(config.options_from_flags(Options, FLAGS))
 
 

@@ -23,14 +23,14 @@ from absl import flags
 
 # Only what parsing the command line needs: the rest (TensorFlow with it) is imported
 # where it is used, so `--help` and a bad command line import no TensorFlow.
-from learners import config
-from learners import program
-from learners import validation
+from learners.configuration import config
+from learners.configuration import validation
+from learners.processes import program
 
 if TYPE_CHECKING:  # annotations only
-  from learners import callbacks as callbacks_lib
-  from learners import training_result
-  from learners.experiment import Experiment
+  from learners.configuration.experiment import Experiment
+  from learners.job import callbacks as callbacks_lib
+  from learners.job import training_result
 
 OnEvaluation = Callable[[Dict[str, Any]], None]
 OnProgress = Callable[[Dict[str, Any]], None]
@@ -63,29 +63,30 @@ def train_eval(root_dir: str, strategy: str = 'default',
       checkpoint and exports at the last train step.
     overwrite: start from scratch, deleting root_dir's checkpoints and exports, instead
       of resuming or refusing (see `tfrl.run_dir.claim`).
-    callbacks: `learners.callbacks.Callback`s: they see progress lines and evaluations
+    callbacks: `learners.job.callbacks.Callback`s: they see progress lines and evaluations
       and may stop training (which then ends as at its budget), save, or add triggers.
 
   Returns:
-    A `learners.training_result.TrainingResult`: `predict` acts with the trained
+    A `learners.job.training_result.TrainingResult`: `predict` acts with the trained
     policy, `policy_dir` is its export; as a dict, train_step, env_steps, eval_return
     (last evaluation), reached_target, stopped_by (the name of the callback that
     stopped training, or None), confirmation_seed (the seed that replays the confirming evaluation's episodes, see
     `tfrl.actors.Evaluator`; None without one), greedy_policy_dir, train_seconds (from
     the first train step), history (evals), progress (the rows of every progress line);
     for a job that had already ended where these settings end it (its target reached or
-    its train steps spent, `learners.finished_job`), that end, with already_finished
+    its train steps spent, `learners.job.finished_job`), that end, with already_finished
     True, and nothing is trained.
 
   Raises:
-    learners.config.ConfigError: the agent cannot act in the env's action space.
+    learners.configuration.config.ConfigError: the agent cannot act in the env's
+      action space.
     tfrl.run_dir.RootDirBusy: another job holds root_dir.
     tfrl.run_dir.RootDirNotResumable: exports but no checkpoint, without `overwrite`.
     tfrl.checkpoints.NoReadableCheckpoint (a RootDirNotResumable): checkpoints, none
       readable.
     RuntimeError: the loop's own data did not reach its train step in time.
     ValueError: the agent does not fit the data layout.
-    TypeError: a callback that is not a `learners.callbacks.Callback`.
+    TypeError: a callback that is not a `learners.job.callbacks.Callback`.
   """
   # pylint: disable=g-import-not-at-top (see the module's imports)
   from tfrl import distribute  # first: tfrl imports TensorFlow without its noise
@@ -93,12 +94,12 @@ def train_eval(root_dir: str, strategy: str = 'default',
   from tfrl import logs
   from tfrl import run_dir
   import tensorflow as tf
-  from learners import callbacks as callbacks_lib
-  from learners import finished_job
-  from learners import one_process_job
-  from learners import progress_bar as progress_bar_lib
-  from learners import training_result
-  from learners.experiment import Experiment
+  from learners.configuration.experiment import Experiment
+  from learners.job import callbacks as callbacks_lib
+  from learners.job import finished_job
+  from learners.job import one_process_job
+  from learners.job import progress_bar as progress_bar_lib
+  from learners.job import training_result
   # pylint: enable=g-import-not-at-top
   exp = experiment or Experiment()
   config.check_agent_fits_env(exp)
@@ -158,8 +159,8 @@ def run(root_dir: str, gin_files: Sequence[str] = (), gin_bindings: Sequence[str
     What `train_eval` returns: the figures, and `predict` with the trained policy.
 
   Raises:
-    learners.config.ConfigError: a missing gin file, a bad binding, or a root_dir that
-      is a file.
+    learners.configuration.config.ConfigError: a missing gin file, a bad binding, or a
+      root_dir that is a file.
   """
   try:
     validation.check_root_dir(root_dir, 'root_dir')
@@ -195,8 +196,8 @@ def main(callbacks: Sequence['callbacks_lib.Callback'] = ()) -> None:
   from tfrl import metrics
   from tfrl import run_dir
   from tfrl.datasets import rlds
-  from learners import disk_full
-  from learners import process
+  from learners.processes import disk_full
+  from learners.processes import process
   # pylint: enable=g-import-not-at-top
   experiment = config.parse_from_flags(one_process=True)
   stopped = threading.Event()

@@ -3,9 +3,10 @@
 A test that runs `python -m learners.<program>` or `python -c <script>` pays 4-7
 CPU-seconds for the child's imports (TensorFlow, TF-Agents, Reverb, tfrl) before the
 child does anything; the suite starts hundreds. `start` and `run` start them through one
-`learners.fork_server.ForkServer` per test process instead, as the launcher starts its
-programs: each child is still a real process (its own pid, session, signals, exit
-status, files), the test process's child, running exactly what the command line says.
+`learners.processes.fork_server.ForkServer` per test process instead, as the launcher
+starts its programs: each child is still a real process (its own pid, session, signals,
+exit status, files), the test process's child, running exactly what the command line
+says.
 With TFRL_FORK_SERVER=0 every child is exec'd instead.
 """
 import atexit
@@ -16,7 +17,7 @@ import tempfile
 import threading
 from typing import Mapping, Optional, Sequence
 
-from learners import fork_server
+from learners.processes import fork_server
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
@@ -89,7 +90,8 @@ def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = 
   """Runs `python <args>` to its end, as `subprocess.run(..., capture_output=True,
   text=True, timeout=timeout)` would (with `stderr_to_stdout`, as
   `stdout=PIPE, stderr=STDOUT`). `with_fork_server` gives the child a fork server of
-  its own for the Python programs it starts (`learners.fork_server.ForkServer.inherited`).
+  its own for the Python programs it starts
+  (`learners.processes.fork_server.ForkServer.inherited`).
 
   Raises:
     subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).

@@ -91,3 +91,28 @@ def test_a_cycle_is_found_where_there_is_one():
   graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}
   assert cycles(graph) == [['a', 'b', 'c']]
   assert cycles({'a': {'b'}, 'b': set()}) == []
+
+
+# learners' packages, lowest first. Each imports only itself and those before it, never a
+# program (a module at learners' top); tfrl imports none of learners. The packages'
+# __init__ docstrings say the same.
+LEARNERS_PACKAGES = ('learners.configuration', 'learners.processes',
+                     'learners.population', 'learners.job')
+
+
+def _learners_package(module: str) -> Optional[str]:
+  return next((p for p in LEARNERS_PACKAGES if module == p or module.startswith(p + '.')),
+              None)
+
+
+def test_imports_go_down_learners_packages_and_never_from_tfrl_to_learners():
+  wrong = []
+  for module, imported in sorted(imports(modules()).items()):
+    into_learners = sorted(m for m in imported if m.split('.')[0] == 'learners')
+    if module.split('.')[0] == 'tfrl':
+      wrong += [(module, m) for m in into_learners]
+    package = _learners_package(module)
+    if package:
+      allowed = LEARNERS_PACKAGES[:LEARNERS_PACKAGES.index(package) + 1]
+      wrong += [(module, m) for m in into_learners if _learners_package(m) not in allowed]
+  assert wrong == []

@@ -32,7 +32,7 @@ def _run(installed, args, cwd):
 
 def test_the_configs_are_installed_with_the_package(installed, tmp_path):
   result = _run(installed, [sys.executable, '-c',
-                            'from learners import config; '
+                            'from learners.configuration import config; '
                             'print(config.resolve_gin_file("ppo_atari.gin"))'], tmp_path)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip() == os.path.join(str(installed), 'learners', 'configs',

@@ -17,9 +17,9 @@ from tf_agents.networks import q_network
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from learners import config
 from learners import train_eval
-from learners import validation
+from learners.configuration import config
+from learners.configuration import validation
 from tfrl import export
 from tfrl import files
 from tfrl import run_dir
@@ -138,7 +138,7 @@ def test_a_remote_root_dir_that_cannot_be_reached_is_one_config_error():
 
 
 def test_evaluator_results_on_ram_are_whole_files_that_a_restart_continues(local_cwd):
-  from learners import evaluator  # pylint: disable=import-outside-toplevel
+  from learners.job import evaluator  # pylint: disable=import-outside-toplevel
   root = _ram_dir('eval')
   log = evaluator.ResultsLog(root)
   log.add({'train_step': 10, 'env_steps': 100, 'return': 1.5})

@@ -11,7 +11,7 @@ import os as _os
 from tfrl import logs as _logs
 
 # Set in processes that run no TensorFlow: env workers (tfrl.envs.worker_env) and the
-# Ray actors that start a job's programs (learners/ray_backend.py).
+# Ray actors that start a job's programs (learners/processes/ray_backend.py).
 NO_TENSORFLOW_VARIABLE = 'TFRL_NO_TENSORFLOW'
 
 __version__ = '0.1.0'

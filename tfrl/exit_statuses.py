@@ -8,8 +8,8 @@ import signal
 
 EXIT_STOP_TIMEOUT = 3  # did not stop within the grace period after a signal: no final save
 EXIT_SERVER_LOST = 4  # the Reverb server stayed unreachable past the reconnect timeout
-EXIT_STALLED = 5  # a process or an env step stopped progressing (learners/heartbeat.py)
-EXIT_DISK_FULL = 6  # a write failed with ENOSPC/EDQUOT (learners.disk_full)
+EXIT_STALLED = 5  # a process or an env step stalled (learners/processes/heartbeat.py)
+EXIT_DISK_FULL = 6  # a write failed with ENOSPC/EDQUOT (learners.processes.disk_full)
 EXIT_STATUS_MEANING = {
     1: 'failed (see its log)',
     2: 'bad input (see its log)',

@@ -20,8 +20,8 @@ _SUMMARY_WRITERS = weakref.WeakSet()
 def create_summary_writer(logdir: str, **kwargs) -> tf.summary.SummaryWriter:
   """`tf.summary.create_file_writer(logdir, **kwargs)`, remembered so that
   `flush_summary_writers` reaches it: a program that ends with `os._exit` (see
-  learners/process.py) skips the destructors that would otherwise flush what is still
-  buffered."""
+  learners/processes/process.py) skips the destructors that would otherwise flush
+  what is still buffered."""
   writer = tf.summary.create_file_writer(logdir, **kwargs)
   _SUMMARY_WRITERS.add(writer)
   return writer

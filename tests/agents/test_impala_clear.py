@@ -16,7 +16,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from learners import train_eval
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 from tfrl import learner as learner_lib
 from tfrl.agents import impala
 from tfrl.networks import actor_critic

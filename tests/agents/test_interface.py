@@ -17,7 +17,7 @@ from tfrl.agents import impala
 from tfrl.agents import interface
 from tfrl.agents import ppo
 from tfrl.agents import sac
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 
 
 @pytest.fixture(scope='module')

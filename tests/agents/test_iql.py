@@ -10,7 +10,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 from tfrl.agents import iql
 import strategy_runs  # tests/agents/strategy_runs.py
 from test_bc import transitions  # tests/agents/test_bc.py

@@ -16,7 +16,7 @@ from tfrl.agents import impala
 from tfrl.agents import ppo
 from tfrl.envs import toy
 from tfrl.networks import encoders
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 import strategy_runs  # tests/agents/strategy_runs.py
 
 ENVS = [toy.PIXEL_CATCH, toy.PIXEL_CATCH_DICT]
@@ -199,7 +199,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     from tfrl.agents import ppo
     from tfrl.envs import toy
     from tfrl.networks import encoders
-    from learners.experiment import Experiment
+    from learners.configuration.experiment import Experiment
 
     B = 8  # rows: 2 items of 4 envs, one per replica under MirroredStrategy
 

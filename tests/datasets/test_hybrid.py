@@ -11,7 +11,7 @@ import python_runs  # tests/python_runs.py
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 from tfrl import actors
 from tfrl import replay
 from tfrl.datasets import feeder

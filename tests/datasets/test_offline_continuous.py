@@ -12,7 +12,7 @@ import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 from tfrl import envs
 from tfrl import export
 from tfrl.agents import iql

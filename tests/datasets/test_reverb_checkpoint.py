@@ -7,8 +7,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from learners import one_process_job
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
+from learners.job import one_process_job
 from tfrl import actors
 from tfrl import layouts
 from tfrl import replay

@@ -84,7 +84,7 @@ def test_a_discount_outside_0_1_is_refused(gamma):
 
 
 def test_an_experiment_normalizes_with_its_own_gamma():
-  from learners import experiment  # pylint: disable=g-import-not-at-top
+  from learners.configuration import experiment  # pylint: disable=g-import-not-at-top
   job = experiment.Experiment(env_name='Pendulum-v1', gamma=GAMMA, normalize_reward=True,
                               num_envs=2, seed=0, env_workers=0)
   assert job.env_options()['normalize_reward'] == GAMMA

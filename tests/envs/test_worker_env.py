@@ -160,9 +160,9 @@ if __name__ == '__main__':
 
 @pytest.mark.parametrize('declared', [True, False])
 def test_workers_of_a_program_skip_its_main_module_and_tensorflow(tmp_path, declared):
-  """A tfrl program (`learners/program.py` declares it) spawns env workers that load no
-  TensorFlow; a user's script, whose main module may define envs, still has it imported
-  in its workers (and, importing TensorFlow, TensorFlow with it)."""
+  """A tfrl program (`learners/processes/program.py` declares it) spawns env workers that
+  load no TensorFlow; a user's script, whose main module may define envs, still has it
+  imported in its workers (and, importing TensorFlow, TensorFlow with it)."""
   (tmp_path / 'probe_env.py').write_text(_PROBE_ENV)
   script = tmp_path / 'main_script.py'
   script.write_text(_PROGRAM)

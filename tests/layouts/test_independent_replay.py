@@ -21,7 +21,7 @@ from tf_agents.trajectories import policy_step as policy_step_lib
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import replay
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -163,7 +163,7 @@ _MIRRORED_SCRIPT = textwrap.dedent('''
     import tensorflow as tf
     sys.path.insert(0, {tests!r})
     import test_independent_replay as t
-    from learners.experiment import Experiment
+    from learners.configuration.experiment import Experiment
     from tfrl import replay
 
     strategy = tf.distribute.MirroredStrategy(devices)

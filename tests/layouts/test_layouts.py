@@ -25,7 +25,7 @@ from tfrl import replay
 from tfrl.agents import dqn
 from tfrl.agents import impala
 from tfrl.agents import interface
-from learners.experiment import Experiment
+from learners.configuration.experiment import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -134,7 +134,7 @@ _MIRRORED_PER_SCRIPT = textwrap.dedent('''
     import tensorflow as tf
     from tf_agents.agents import tf_agent
     from tf_agents.agents.dqn import dqn_agent
-    from learners.experiment import Experiment
+    from learners.configuration.experiment import Experiment
     from tfrl import replay
 
     exp = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=4,

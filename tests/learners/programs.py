@@ -148,9 +148,10 @@ def checkpoint_step(checkpoint_dir: str) -> int:
 
 def evaluate_export(path: str, seed: int) -> float:
   """Average return of the exported greedy policy at `path`, loaded as a user would, on
-  the episodes an evaluator of the gin-bound Experiment (call `learners.config.parse`
-  first) played from `seed`: an eval row's 'confirmation_seed' replays its confirmation."""
-  from learners.experiment import Experiment  # pylint: disable=g-import-not-at-top
+  the episodes an evaluator of the gin-bound Experiment (call
+  `learners.configuration.config.parse` first) played from `seed`: an eval row's
+  'confirmation_seed' replays its confirmation."""
+  from learners.configuration.experiment import Experiment  # pylint: disable=g-import-not-at-top
   experiment = Experiment()
   env = experiment.make_eval_env()
   try:

@@ -19,13 +19,13 @@ import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
 import tfrl.envs
-from learners import config
-from learners import disk_full
-from learners import launcher as launcher_lib
-from learners import process
 from learners import train_eval
-from learners import validation
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration import validation
+from learners.configuration.experiment import Experiment
+from learners.processes import disk_full
+from learners.processes import launcher as launcher_lib
+from learners.processes import process
 from tfrl import export
 from tfrl import layouts
 from tfrl import replay

@@ -1,12 +1,12 @@
-"""Callbacks in a one-process job (learners/callbacks.py): they stop training through
+"""Callbacks in a one-process job (learners/job/callbacks.py): they stop training through
 the job's own end (final checkpoint and exports), save on demand, and add triggers."""
 import glob
 import os
 
 import pytest
 
-from learners import callbacks
 from learners import train_eval
+from learners.job import callbacks
 from tfrl import export
 
 TINY = dict(num_envs=4, batch_size=8, initial_collect_steps=64, collect_steps_per_iteration=1,

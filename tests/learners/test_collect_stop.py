@@ -16,8 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _SCRIPT = textwrap.dedent('''
     import json, sys, threading, time
     from learners import collect
-    from learners import collector
-    from learners.experiment import Experiment
+    from learners.configuration.experiment import Experiment
+    from learners.job import collector
     from tfrl import layouts, replay
 
     # Nobody samples, so the limiter holds inserts back soon after the table's minimum.

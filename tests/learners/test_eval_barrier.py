@@ -1,9 +1,10 @@
-"""learners/eval_barrier: the trainer holds still while the evaluator confirms a policy."""
+"""learners/job/eval_barrier.py: the trainer holds still while the evaluator confirms a
+policy."""
 import json
 import os
 import threading
 
-from learners import eval_barrier
+from learners.job import eval_barrier
 
 
 def test_request_hold_confirm_and_release(tmp_path):

@@ -27,8 +27,8 @@ from tfrl.agents import impala
 from tfrl.agents import ppo
 from tfrl.agents import sac
 from tfrl.layouts import QUEUE_TABLE, REPLAY_TABLE
-from learners import config
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration.experiment import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -256,8 +256,8 @@ _MIRRORED_CLEAR_SCRIPT = textwrap.dedent('''
     from tfrl import distribute
     devices = distribute.split_cpu(2)
     import tensorflow as tf
-    from learners import config
-    from learners.experiment import Experiment
+    from learners.configuration import config
+    from learners.configuration.experiment import Experiment
     from tfrl import actors, replay
     config.parse(['clear_cartpole.gin'], ['Experiment.batch_size = 32'])
     exp = Experiment()

@@ -22,10 +22,10 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-from learners import config
-from learners import job_status
-from learners import stop_plan
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration.experiment import Experiment
+from learners.processes import job_status
+from learners.processes import stop_plan
 from programs import (GIN, REPO, SMALL, answers, checkpoint_step, evaluate_export,
                       final_state, gin_args, program_env, wait_until)
 from tfrl import export
@@ -425,7 +425,7 @@ def test_reverb_checkpoint_of_other_tables_stops_the_server_naming_the_differenc
 
 
 def test_launcher_status_does_not_wait_for_the_first_variables_push(tmp_path):
-  from learners import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
+  from learners.processes import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
   launcher = launcher_lib.Launcher(str(tmp_path), ['dqn_cartpole.gin'],
                              port=ports.free_port())
   experiment = Experiment()
@@ -478,7 +478,7 @@ _UP_AND_SLEEP = ('import signal, time; signal.signal(signal.SIGTERM, signal.{act
 
 
 def test_launcher_reports_what_did_not_stop_cleanly(tmp_path):
-  from learners import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
+  from learners.processes import launcher as launcher_lib  # pylint: disable=g-import-not-at-top
   launcher = launcher_lib.Launcher(str(tmp_path), ['dqn_cartpole.gin'])
   scripts = {
       # SIGTERM's default action (set: pytest may have been started ignoring it): -15

@@ -1,5 +1,5 @@
-"""The fork server (learners/fork_server.py): programs start as forks of one process
-that imported their libraries, and behave as exec'd programs do."""
+"""The fork server (learners/processes/fork_server.py): programs start as forks of one
+process that imported their libraries, and behave as exec'd programs do."""
 import concurrent.futures
 import json
 import os
@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from learners import child_process
-from learners import fork_server
+from learners.processes import child_process
+from learners.processes import fork_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -89,7 +89,7 @@ def test_a_program_slow_to_run_after_its_fork_starts_without_waiting(tmp_path):
 _STARTS_A_PROGRAM = textwrap.dedent("""
     import json, os, sys
     import psutil
-    from learners import fork_server
+    from learners.processes import fork_server
     forks = fork_server.ForkServer.inherited()
     assert forks is not None and fork_server.INHERITED_SERVER_ENV not in os.environ
     child = forks.start(['-m', 'forked_target', '4'], dict(os.environ), sys.argv[1])
@@ -116,7 +116,7 @@ def test_a_program_that_starts_programs_gets_its_own_fork_server(server, tmp_pat
 
 def test_only_programs_that_start_programs_get_a_fork_server(server, tmp_path):
   out = tmp_path / 'out'
-  code = ('import os; from learners import fork_server; '
+  code = ('import os; from learners.processes import fork_server; '
           'print(fork_server.ForkServer.inherited() is None)')
   child = server.start(['-c', code], _env(**{fork_server.INHERITED_SERVER_ENV: '1:5:6'}),
                        str(out))
@@ -152,7 +152,7 @@ def test_programs_die_with_the_process_that_asked_for_them(tmp_path):
   launcher's exec'd programs do."""
   script = textwrap.dedent(f"""
       import os, sys, time
-      from learners import child_process, fork_server
+      from learners.processes import child_process, fork_server
       env = child_process.child_env(dict(os.environ, PYTHONPATH={REPO + os.pathsep + HERE!r}))
       child = fork_server.ForkServer().start(['-m', 'forked_target', '0', '300'], env,
                                              {str(tmp_path / 'out')!r})
@@ -212,7 +212,7 @@ def test_the_server_preloads_what_the_programs_import(tmp_path):
   parsed (tfrl's and learners' modules imported inside its functions) included."""
   script = textwrap.dedent("""
       import ast, importlib, json, os, sys
-      from learners import fork_server
+      from learners.processes import fork_server
       fork_server.preload()
       before = set(sys.modules)
 

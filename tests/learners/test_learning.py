@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import python_runs  # tests/python_runs.py
-from learners import config
+from learners.configuration import config
 from programs import evaluate_export, final_state, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,12 +1,13 @@
-"""Program options are declared once (`learners.config.option`): the dataclass field is
-the absl flag, with its type, default and help, and the parsed flags fill it back."""
+"""Program options are declared once (`learners.configuration.config.option`): the
+dataclass field is the absl flag, with its type, default and help, and the parsed flags
+fill it back."""
 import dataclasses
 from typing import List, Optional
 
 import pytest
 from absl import flags
 
-from learners import config
+from learners.configuration import config
 
 
 @dataclasses.dataclass(frozen=True)

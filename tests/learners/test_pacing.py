@@ -1,9 +1,10 @@
-"""learners/pacing.py: when a collector of an on-policy agent may act its next unroll."""
+"""learners/job/pacing.py: when a collector of an on-policy agent may act its next
+unroll."""
 import threading
 
 import pytest
 
-from learners import pacing
+from learners.job import pacing
 
 
 def simulate(num_collectors, items_per_unroll, items_per_push, pushes=40, restarts=(),

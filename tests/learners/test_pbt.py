@@ -14,12 +14,12 @@ import types
 import pytest
 import tensorflow as tf
 
-from learners import config
-from learners import heartbeat
-from learners import population_runner
-from learners import population
-from learners import ready_points
-from learners import trainer_member
+from learners.configuration import config
+from learners.job import trainer_member
+from learners.population import population
+from learners.population import population_runner
+from learners.population import ready_points
+from learners.processes import heartbeat
 from programs import REPO, evaluate_export  # tests/learners/programs.py
 from tfrl.agents import hyperparameters as hyperparameters_lib
 

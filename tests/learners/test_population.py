@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from learners import population
+from learners.population import population
 
 BOUNDS = {'learning_rate': population.Bound(1e-5, 1e-2),
           'entropy_cost': population.Bound(0.0, 0.05, log=False),

@@ -1,4 +1,5 @@
-"""learners/process: a program that cannot stop in time says so with its exit status."""
+"""learners/processes/process.py: a program that cannot stop in time says so with its
+exit status."""
 import signal
 import subprocess
 import sys
@@ -8,13 +9,13 @@ import time
 import pytest
 
 import ports  # tests/ports.py
-from learners import process
+from learners.processes import process
 from programs import REPO, program_env
 from tfrl import replay
 
 BLOCKED_WORK = textwrap.dedent('''
     import threading, time
-    from learners import process
+    from learners.processes import process
     def work(stop_event):
       print('working', flush=True)
       threading.Event().wait()   # blocked where the stop signal cannot be seen
@@ -22,7 +23,7 @@ BLOCKED_WORK = textwrap.dedent('''
 ''')
 
 CLEAN_WORK = textwrap.dedent('''
-    from learners import process
+    from learners.processes import process
     def work(stop_event):
       print('working', flush=True)
       stop_event.wait()
@@ -51,7 +52,7 @@ def test_sigterm_exit_status_says_whether_the_work_finished(script, status):
 # server can end it early.
 BLOCKED_ON_A_SERVER = textwrap.dedent('''
     import sys, threading
-    from learners import process
+    from learners.processes import process
     def work(stop_event):
       print('working', flush=True)
       threading.Event().wait()   # as a sample from a server that went away

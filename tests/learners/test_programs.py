@@ -112,7 +112,7 @@ def test_killed_trainer_resumes_from_latest_checkpoint(programs):
 
 
 def test_a_starved_ppo_trainer_pushes_again_so_paced_collectors_get_a_turn(programs):
-  """PPO's collectors act only after the trainer's pushes (learners/pacing.py). A batch
+  """PPO's collectors act only after the trainer's pushes (learners/job/pacing.py). A batch
   that never reached the trainer (a launched LunarLander member's stream ended during
   an evaluator's hold; docs/results/pbt.md, "launched members") left trainer and
   collector waiting on each other for good. A paced trainer now pushes at each sample

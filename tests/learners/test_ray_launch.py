@@ -21,8 +21,8 @@ import textwrap
 import psutil
 import pytest
 
-from learners import config
-from learners import population
+from learners.configuration import config
+from learners.population import population
 from tfrl.metrics import format_return
 from programs import evaluate_export, final_state
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py

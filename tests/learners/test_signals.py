@@ -17,7 +17,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A parent that starts a child the launcher's way (without importing TensorFlow: the
-# child loads learners/child_process.py alone), prints the child's PID and waits.
+# child loads learners/processes/child_process.py alone), prints the child's PID and
+# waits.
 _LOAD = ('import importlib.util, subprocess, sys, time\n'
          "spec = importlib.util.spec_from_file_location('cp', sys.argv[1])\n"
          'cp = importlib.util.module_from_spec(spec); spec.loader.exec_module(cp)\n')
@@ -47,8 +48,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize('parent_sigterm', ['default', 'ignore'])
 def test_kill_9_of_the_parent_ends_the_child(parent_sigterm):
   parent = subprocess.Popen(
-      [sys.executable, '-c', _PARENT, os.path.join(REPO, 'learners', 'child_process.py'),
-       _CHILD, parent_sigterm],
+      [sys.executable, '-c', _PARENT,
+       os.path.join(REPO, 'learners', 'processes', 'child_process.py'), _CHILD,
+       parent_sigterm],
       stdout=subprocess.PIPE, text=True)
   try:
     child_pid = int(parent.stdout.readline())
@@ -66,7 +68,7 @@ def test_kill_9_of_the_parent_ends_the_child(parent_sigterm):
 
 def test_a_child_whose_parent_already_died_ends_itself(monkeypatch):
   # The race prctl cannot close: the recorded parent is not this process's parent.
-  from learners import child_process  # pylint: disable=import-outside-toplevel
+  from learners.processes import child_process  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(child_process.PARENT_PID_ENV, '1' if os.getppid() != 1 else '2')
   sent = []
   monkeypatch.setattr(os, 'kill', lambda pid, sig: sent.append((pid, sig)))
@@ -76,7 +78,7 @@ def test_a_child_whose_parent_already_died_ends_itself(monkeypatch):
 
 
 def test_run_until_signal_stops_on_sighup():
-  from learners import process  # pylint: disable=import-outside-toplevel
+  from learners.processes import process  # pylint: disable=import-outside-toplevel
 
   # Under `nohup` the suite inherits SIGHUP ignored, which on_stop_signals rightly keeps
   # ignored: this test is of the handler, so it starts from the default disposition
@@ -97,7 +99,7 @@ def test_a_stop_signal_sets_the_event_even_while_the_main_thread_holds_its_lock(
   # What deadlocked a launched server and trainer after kill -9 of the launcher: the
   # kernel sent one SIGTERM per launcher thread, and a handler calling Event.set() ran
   # inside another Event.set() (the same holds inside Event.wait after its timeout).
-  from learners import process  # pylint: disable=import-outside-toplevel
+  from learners.processes import process  # pylint: disable=import-outside-toplevel
   stop_event = threading.Event()
   process.set_on_stop_signals(stop_event)
   with stop_event._cond:  # pylint: disable=protected-access  # as Event.set/wait hold it
@@ -110,7 +112,7 @@ def test_a_stop_signal_sets_the_event_even_while_the_main_thread_holds_its_lock(
 
 
 def test_stop_signals_are_handled_but_an_inherited_ignore_of_sigint_or_sighup_stays():
-  from learners import process  # pylint: disable=import-outside-toplevel
+  from learners.processes import process  # pylint: disable=import-outside-toplevel
 
   def handler(unused_signum, unused_frame):
     pass
@@ -255,7 +257,7 @@ def test_sigterm_to_train_eval_exits_0_with_final_saves(tmp_path):
 
 
 def test_the_stop_grace_is_split_between_stages_and_programs_fit_inside(monkeypatch):
-  from learners import stop_plan  # pylint: disable=import-outside-toplevel
+  from learners.processes import stop_plan  # pylint: disable=import-outside-toplevel
   shares = stop_plan.shares(30)
   assert set(shares) == {'eval', 'train', 'collect', 'reverb_server'}
   assert sum(shares.values()) == pytest.approx(30)
@@ -270,7 +272,7 @@ def test_the_stop_grace_is_split_between_stages_and_programs_fit_inside(monkeypa
 
 
 def test_the_summary_of_a_job_stopped_before_its_first_evaluation_says_so():
-  from learners import launched_job  # pylint: disable=import-outside-toplevel
+  from learners.job import launched_job  # pylint: disable=import-outside-toplevel
   assert launched_job._last_evaluation({}) == 'stopped before its first evaluation finished.'  # pylint: disable=protected-access
   row = {'return': 475.44, 'train_step': 128, 'reached_target': False}
   assert launched_job._last_evaluation(row) == (  # pylint: disable=protected-access

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import python_runs  # tests/python_runs.py
-from learners import config
+from learners.configuration import config
 from programs import evaluate_export, final_state, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,8 +63,9 @@ LAUNCHED = ['dqn_lunarlander.gin', 'sac_halfcheetah.gin', 'dqn_atari.gin']
 _SCRIPT = textwrap.dedent('''
     import json, os, sys
     import numpy as np
-    from learners import config, train_eval
-    from learners.experiment import Experiment
+    from learners import train_eval
+    from learners.configuration import config
+    from learners.configuration.experiment import Experiment
     from tfrl import actors, export
     root, runs = sys.argv[1], json.loads(sys.argv[2])
     for gin_file, bindings in runs.items():

@@ -1,6 +1,6 @@
-"""Task sequences (`learners/tasks.py`, `Experiment.tasks`): the schedule, what is
-refused, evaluation on every task, a resume that goes on with the task it was on, and
-the forgetting figures against a hand-computed history."""
+"""Task sequences (`learners/configuration/tasks.py`, `Experiment.tasks`): the schedule,
+what is refused, evaluation on every task, a resume that goes on with the task it was
+on, and the forgetting figures against a hand-computed history."""
 import json
 import math
 import os
@@ -11,10 +11,10 @@ import pytest
 import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
-from learners import tasks
 from learners import train_eval
-from learners import validation
-from learners.experiment import Experiment
+from learners.configuration import tasks
+from learners.configuration import validation
+from learners.configuration.experiment import Experiment
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 SECOND = 'task_envs:long_pole_cartpole'  # tests/learners/task_envs.py
@@ -267,7 +267,10 @@ LAUNCHED_TASKS = "Experiment.tasks = ('CartPole-v1', 'CartPole-v0')"  # 500 and 
 
 
 def test_multi_task_launch_needs_a_collector_per_task(tmp_path):
-  from learners import config, launcher  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from learners.configuration import config
+  from learners.processes import launcher
+  # pylint: enable=g-import-not-at-top
   with pytest.raises(config.ConfigError, match='use --num_collectors=2 or more'):
     launcher.Launcher(str(tmp_path), ['dqn_cartpole.gin'], [
         LAUNCHED_TASKS, "Experiment.task_mode = 'multi_task'"], num_collectors=1)

@@ -15,10 +15,10 @@ import pytest
 import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
-from learners import callbacks
-from learners import config
-from learners import one_process_job
 from learners import train_eval
+from learners.configuration import config
+from learners.job import callbacks
+from learners.job import one_process_job
 from tfrl import export
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -202,7 +202,7 @@ def test_cli_prints_its_progress_and_result_and_nothing_else(tmp_path):
   # The embedded server's exposure warning, once, then progress lines only.
   warning, *lines = env_run.stderr.splitlines()
   assert warning.startswith('WARNING: Reverb server on port '), warning
-  # The job's phases log from learners/one_process_job.py, the CLI from train_eval.
+  # The job's phases log from learners/job/one_process_job.py, the CLI from train_eval.
   assert lines and all(re.match(r'I\d{4} [\d:.]+ (train_eval|one_process_job)\] ', l)
                        for l in lines), lines
   assert [l.split('] ')[1][:14] for l in lines] == (

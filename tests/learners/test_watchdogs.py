@@ -1,5 +1,5 @@
-"""Heartbeat files and the Monitor that reads them (learners/heartbeat.py), and the
-hanging test env (faulty_env.py)."""
+"""Heartbeat files and the Monitor that reads them (learners/processes/heartbeat.py), and
+the hanging test env (faulty_env.py)."""
 import json
 import re
 import signal
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import faulty_env
-from learners import heartbeat
-from learners import process
+from learners.processes import heartbeat
+from learners.processes import process
 from programs import REPO, SMALL, final_state, gin_args, program_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))

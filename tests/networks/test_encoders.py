@@ -244,8 +244,8 @@ def test_ppo_minigrid_doorkey_builds_its_network_with_a_one_hot_direction():
   """The config's agent builds on the env's raw Dict observation: its direction MLP
   takes 4 one-hot inputs, and the collect policy acts on raw observations."""
   import gin  # pylint: disable=g-import-not-at-top
-  from learners import config  # pylint: disable=g-import-not-at-top
-  from learners import experiment  # pylint: disable=g-import-not-at-top
+  from learners.configuration import config  # pylint: disable=g-import-not-at-top
+  from learners.configuration import experiment  # pylint: disable=g-import-not-at-top
   config.parse(['ppo_minigrid_doorkey.gin'])
   try:
     exp = experiment.Experiment()

@@ -12,7 +12,7 @@ An agent may declare (each optional; any tf-agents agent trains without them):
 - `collect_policy_for_task(task_id, num_tasks)`: the collect policy of one of several
   collectors, e.g. a spread of exploration rates (Ape-X).
 - `on_policy = True`: its loss assumes the data was acted by the policy it trains
-  (PPO), so separate collectors are paced to the trainer (`learners.pacing`).
+  (PPO), so separate collectors are paced to the trainer (`learners.job.pacing`).
   tf-agents' PPOAgent counts as on-policy without saying so.
 - `hyperparameters`: a `tfrl.agents.hyperparameters.Hyperparameters`, the settings its
   train step reads from variables (what population-based training may change).
@@ -110,7 +110,7 @@ def layout_of(builder: Callable) -> type:
 def acts_in(*kinds: str) -> Callable[[Callable], Callable]:
   """Marks an agent builder with the action spaces its agents act in, so a job that
   pairs it with an env of another kind is refused at configuration
-  (`learners.experiment_checks`). Put it under `@gin.configurable`.
+  (`learners.configuration.experiment_checks`). Put it under `@gin.configurable`.
 
   Args:
     *kinds: from ACTION_KINDS: 'discrete' (a gymnasium Discrete space) and/or

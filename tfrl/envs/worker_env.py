@@ -112,9 +112,9 @@ def main_module_defines_no_envs() -> None:
   """Declares that this process's `__main__` defines nothing an env worker needs.
 
   A spawned process imports its parent's main module first (a user's script may define
-  the env class its workers build). tfrl's programs (`learners/program.py`) define no env
-  and import TensorFlow and the agents: seconds and hundreds of MB per worker. After this
-  call, workers started here skip the main module.
+  the env class its workers build). tfrl's programs (`learners/processes/program.py`)
+  define no env and import TensorFlow and the agents: seconds and hundreds of MB per
+  worker. After this call, workers started here skip the main module.
   """
   global _main_module_needed_by_workers
   _main_module_needed_by_workers = False

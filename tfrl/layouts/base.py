@@ -4,7 +4,7 @@ As in Acme, each layout is a small builder whose methods every program calls
 unchanged: the Reverb server calls `tables`, a collector `make_writer`, the trainer
 `dataset_fn`, `train_inputs_fn` and `after_train_step_fn`, the one-process loop all of
 them plus `warm_up` and `train_steps_available`. A job's settings (env, seed, budgets,
-intervals) live in `learners.experiment.Experiment`, which picks the layout.
+intervals) live in `learners.configuration.experiment.Experiment`, which picks the layout.
 
 An agent builder names its layout (`tfrl.agents.interface.trains_from`); the layout's
 own settings bind in gin on its class (`SequenceQueue.unroll_length = 32`), and a

@@ -55,7 +55,7 @@ class VariableContainer:
     """How many pushes the server's table has taken since the server started.
 
     One small RPC (the table's insert count), far cheaper than a pull: what a
-    collector polls while it waits for a policy version (`learners.pacing`).
+    collector polls while it waits for a policy version (`learners.job.pacing`).
 
     Raises:
       ReplayServerUnreachableError: the server did not answer within `timeout_s`.

@@ -3,7 +3,7 @@
 A tfrl program spends 4-7 CPU-seconds importing TensorFlow, TF-Agents, Reverb, gin and
 tfrl before it does anything, and a launched job starts four to six programs. The
 launcher (and the test suite's program runner) instead start one fork server: a plain
-`python -m learners.fork_server` that imports what the programs import, once, then
+`python -m learners.processes.fork_server` that imports what the programs import, once, then
 forks a copy of itself for each program, which runs `python -m learners.<program>`
 exactly as an exec'd interpreter would (same `sys.argv`, environment, working
 directory, standard streams, and `__main__`).
@@ -18,7 +18,8 @@ Each program is still the caller's child: the server forks twice and the middle
 process exits at once, so Linux re-parents the program to the nearest ancestor marked
 as a child subreaper, which `ForkServer` makes the calling process. `ForkedProcess`
 then waits for it, reads its exit status and signals it as `subprocess.Popen` would,
-and the program dies with its launcher (`learners.child_process`) once re-parented.
+and the program dies with its launcher (`learners.processes.child_process`) once
+re-parented.
 
 Used where Linux offers subreapers; with `TFRL_FORK_SERVER=0` every program is exec'd.
 The server ends when its caller closes it or dies.
@@ -44,15 +45,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
-from learners import child_process
+from learners.processes import child_process
 
 ENABLE_ENV = 'TFRL_FORK_SERVER'
 # The programs whose imports the server loads before it forks: each program's entry
 # module, and the body module it imports once its flags are parsed (TensorFlow's side).
-PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.server_program',
-                      'learners.train', 'learners.trainer', 'learners.collect',
-                      'learners.collector', 'learners.eval', 'learners.evaluator',
-                      'learners.train_eval', 'learners.launch', 'learners.launched_job',
+PRELOADED_PROGRAMS = ('learners.reverb_server', 'learners.job.server_program',
+                      'learners.train', 'learners.job.trainer',
+                      'learners.collect', 'learners.job.collector',
+                      'learners.eval', 'learners.job.evaluator',
+                      'learners.train_eval', 'learners.launch', 'learners.job.launched_job',
                       'learners.pbt_member')
 # The programs that start programs themselves: each gets a fork server of its own (see
 # `_fork_inherited_server`).
@@ -193,9 +195,9 @@ class ForkServer:
     # not by PR_SET_PDEATHSIG: that follows the thread that started it, and a request
     # from a short-lived thread (a pool's) would take the server down when it ends.
     self._server = subprocess.Popen(
-        [self._python, '-u', '-m', 'learners.fork_server', ROOM_ARG], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=self._log, env=self._without_parent(self._env),
-        start_new_session=True)
+        [self._python, '-u', '-m', 'learners.processes.fork_server', ROOM_ARG],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+        env=self._without_parent(self._env), start_new_session=True)
     return self._server
 
   def start(self, args: Sequence[str], env: Mapping[str, str], stdout_path: str,

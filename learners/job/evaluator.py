@@ -13,12 +13,12 @@ from absl import logging
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import config
-from learners import eval_barrier
-from learners import heartbeat
-from learners import process
-from learners import tasks as tasks_lib
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration import tasks as tasks_lib
+from learners.configuration.experiment import Experiment
+from learners.job import eval_barrier
+from learners.processes import heartbeat
+from learners.processes import process
 from tfrl import actors
 from tfrl import export
 from tfrl import files

@@ -10,17 +10,17 @@ from absl import flags
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import config
-from learners import finished_job
-from learners import heartbeat
-from learners import process
-from learners import ray_backend
-from learners import ready_points
-from learners import trainer_member
-from learners import validation
-from learners.launcher import JobFailedError
-from learners.launcher import JobStalledError
-from learners.launcher import Launcher
+from learners.configuration import config
+from learners.configuration import validation
+from learners.job import finished_job
+from learners.job import trainer_member
+from learners.population import ready_points
+from learners.processes import heartbeat
+from learners.processes import process
+from learners.processes import ray_backend
+from learners.processes.launcher import JobFailedError
+from learners.processes.launcher import JobStalledError
+from learners.processes.launcher import Launcher
 from tfrl import checkpoints
 from tfrl import export
 from tfrl import learner as learner_lib
@@ -112,7 +112,7 @@ def main(options: Any) -> None:
 
 def _record_end(launcher: Launcher, last: dict) -> None:
   """Records the job's end where it reached its target or its train steps
-  (`learners.finished_job`): the final checkpoint's step, the last evaluation."""
+  (`learners.job.finished_job`): the final checkpoint's step, the last evaluation."""
   prefixes = checkpoints.checkpoint_prefixes(os.path.join(
       launcher.root_dir, learner_lib.TRAIN_DIR, learner_lib.CHECKPOINT_DIR))
   if not last or not prefixes:

@@ -27,9 +27,9 @@ import tfrl  # pylint: disable=unused-import (first: TensorFlow without its star
 import tensorflow as tf
 
 import tfrl.envs
-from learners import experiment_checks
-from learners import tasks as tasks_lib
-from learners import validation
+from learners.configuration import experiment_checks
+from learners.configuration import tasks as tasks_lib
+from learners.configuration import validation
 from tfrl import actors
 from tfrl import layouts
 from tfrl import learner as learner_lib
@@ -143,8 +143,9 @@ class Experiment:
     tasks: (one process) several tasks in place of env_name: env names (as env_name
       takes them) whose envs have the same observation and action specs. Every
       evaluation evaluates every task (the job's eval return is their mean), and the
-      result reports each one's best and final return (`learners/tasks.py`). How they
-      are trained is `task_mode`. None: train on env_name.
+      result reports each one's best and final return
+      (`learners/configuration/tasks.py`). How they are trained is `task_mode`. None:
+      train on env_name.
     task_mode: 'sequence': trained in order, `task_env_steps` env steps each,
       `task_cycles` times round (CLEAR's setting: the report says what each task
       forgot); 'multi_task': all at once, sub-env i of the num_envs running task
@@ -159,9 +160,9 @@ class Experiment:
       tasks' mean return.
     task_index_input: tell the agent which task each observation comes from: every
       task's observations gain a Discrete entry 'task' (a Dict; a plain observation
-      becomes {'observation': ..., 'task': ...}; `learners.tasks.TaskIndexObservation`),
-      which the networks' encoders one-hot. Off by default, as in CLEAR, whose agent is
-      not told the task.
+      becomes {'observation': ..., 'task': ...};
+      `learners.configuration.tasks.TaskIndexObservation`), which the networks' encoders
+      one-hot. Off by default, as in CLEAR, whose agent is not told the task.
   """
   env_name: Any = 'CartPole-v1'  # str, a function or a gymnasium.Env: see above
   observation_indices: Optional[Tuple[int, ...]] = None
@@ -208,11 +209,12 @@ class Experiment:
 
   def __post_init__(self):
     """Raises:
-      learners.validation.ValidationError: a field outside what it accepts (one line
-        naming the field, its value and what is allowed), an agent builder's setting
-        outside its range (`validation.AGENT_RULES`), or an unknown env id.
-      ValueError: settings that do not fit together (`learners.experiment_checks`,
-        and the layout's).
+      learners.configuration.validation.ValidationError: a field outside what it
+        accepts (one line naming the field, its value and what is allowed), an agent
+        builder's setting outside its range (`validation.AGENT_RULES`), or an unknown
+        env id.
+      ValueError: settings that do not fit together
+        (`learners.configuration.experiment_checks`, and the layout's).
     """
     validation.validate_experiment(self)
     validation.validate_agent_settings(self.agent_fn, builders.AGENT_CLASSES)
@@ -225,8 +227,8 @@ class Experiment:
 
     Raises:
       tfrl.agents.interface.AgentProtocolError: agent_fn names no layout.
-      learners.validation.ValidationError: a layout setting outside what it accepts,
-        or one this layout does not have.
+      learners.configuration.validation.ValidationError: a layout setting outside what
+        it accepts, or one this layout does not have.
       ValueError: gin bindings on a layout the agent does not train from, or layout
         settings that do not fit together.
     """

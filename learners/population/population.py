@@ -35,7 +35,7 @@ QUANTILE = 0.2
 FACTORS = (0.8, 1.2)
 RESAMPLE_PROBABILITY = 0.25
 # What runs one member (`learners.pbt --member_program`): a one-process job, or a
-# launched job (learners/trainer_member.py).
+# launched job (learners/job/trainer_member.py).
 MEMBER_PROGRAMS = ('train_eval', 'launch')
 
 
@@ -227,7 +227,7 @@ def best_member(scores: Mapping[int, float]) -> Optional[int]:
   return max(scored, key=lambda m: (scored[m], -m)) if scored else None
 
 
-# -- Files the runner (learners/population_runner.py) and its members share --------
+# -- Files the runner (population_runner.py) and its members share -----------------
 
 
 def member_dir(pbt_dir: str, member: int) -> str:

@@ -11,8 +11,8 @@ checkpoint as before.
 import os
 from typing import Any, Dict, Optional
 
-from learners import tasks as tasks_lib
-from learners.experiment import Experiment
+from learners.configuration import tasks as tasks_lib
+from learners.configuration.experiment import Experiment
 from tfrl import checkpoints
 from tfrl import files
 from tfrl import learner as learner_lib

@@ -9,12 +9,12 @@ from absl import flags
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import config
-from learners import disk_full
-from learners import heartbeat
-from learners import process
-from learners import validation
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration import validation
+from learners.configuration.experiment import Experiment
+from learners.processes import disk_full
+from learners.processes import heartbeat
+from learners.processes import process
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
@@ -27,7 +27,7 @@ from tfrl.datasets import rlds
 # `python -m`.
 FLAGS = flags.FLAGS
 REVERB_DIR = 'reverb'
-PORT_FILE = 'reverb_server.port'  # read by learners/launcher.py
+PORT_FILE = 'reverb_server.port'  # read by learners/processes/launcher.py
 REPLAY_SUMMARY_DIR = 'replay'
 
 

@@ -14,11 +14,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from absl import flags
 import numpy as np
 
-from learners import config
-from learners import fork_server
-from learners import population
-from learners import process
-from learners import ray_backend
+from learners.configuration import config
+from learners.population import population
+from learners.processes import fork_server
+from learners.processes import process
+from learners.processes import ray_backend
 from tfrl import files
 from tfrl import layouts
 from tfrl import logs
@@ -67,7 +67,7 @@ def check_bounds(exp, bounds: Mapping[str, population.Bound]) -> None:
   discount is one the data agrees with.
 
   Args:
-    exp: the parsed config (`learners.config.parse`).
+    exp: the parsed config (`learners.configuration.config.parse`).
     bounds: the population's bounds.
 
   Raises:
@@ -145,7 +145,8 @@ class Population:
       population_size: members (>= 2).
       ready_interval: env steps between ready points.
       seed: the population's seed (member i trains with seed * 1000 + i).
-      quantile, resample_probability: exploit and explore (`learners.population`).
+      quantile, resample_probability: exploit and explore
+        (`learners.population.population`).
       max_restarts: restarts of one member (after a kill or an error) before the
         population fails.
       python: the interpreter that runs the members (on every node).
@@ -153,7 +154,8 @@ class Population:
         (root_dir on a path every node sees); None: subprocesses of this host.
       member_program: 'train_eval': each member is one process (`learners.pbt_member`);
         'launch': each is a launched job (`learners.launch`: its own Reverb server,
-        trainer, collectors and evaluator; the trainer reports, `learners.trainer_member`).
+        trainer, collectors and evaluator; the trainer reports,
+        `learners.job.trainer_member`).
       member_collectors: collectors of each launched member.
       overwrite: start afresh (`run` deletes the population's records and its members'
         jobs) instead of resuming or, once ended, not training again.
@@ -186,7 +188,7 @@ class Population:
     self._stopping = False  # once set, members that exit have ended, not failed
     self._stop_requested = False  # stopped from outside: the population has not ended
     # Members (and restarts) start as forks of one preloaded process
-    # (learners/fork_server.py), which lives until the run ends.
+    # (learners/processes/fork_server.py), which lives until the run ends.
     self._starter = fork_server.ProgramStarter(
         python, os.path.join(self.pbt_dir, 'fork_server.log'))
 

@@ -20,7 +20,7 @@ from typing import Dict, Iterator, Optional
 # Waiting ('wait for server', 'wait for data') is not: the process waits on another.
 WORK_ACTIVITIES = frozenset({'env step', 'sample', 'push', 'insert', 'train', 'eval'})
 # A job held still on purpose: a population member's trainer waits for the population's
-# decision (learners/trainer_member.py) for as long as the slowest member takes to
+# decision (learners/job/trainer_member.py) for as long as the slowest member takes to
 # report. The collectors blocked behind it (a rate limiter holds their inserts) are not
 # stalled while it holds, and their stall clock starts again when it lets go.
 HOLD_ACTIVITIES = frozenset({'wait for the population'})

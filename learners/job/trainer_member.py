@@ -1,6 +1,6 @@
 """A launched job's trainer as a member of a population (`learners.pbt
 --member_program=launch`): `learners.train --pbt_dir=... --member=i` reports at its ready
-points and applies the population's decisions (`learners.ready_points`).
+points and applies the population's decisions (`learners.population.ready_points`).
 
 What differs from a one-process member is where the numbers come from:
 - Env steps: what the job's Reverb server took in since this trainer started, on top of
@@ -25,9 +25,9 @@ from typing import Any, Dict, Optional
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import eval_barrier
-from learners import heartbeat as heartbeat_lib
-from learners import ready_points
+from learners.job import eval_barrier
+from learners.population import ready_points
+from learners.processes import heartbeat as heartbeat_lib
 from tfrl import layouts
 from tfrl import replay
 from tfrl import triggers

@@ -10,13 +10,14 @@ from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 from absl import flags
 import gin
 
-from learners import validation
+from learners.configuration import validation
 
 # The flags `define_flags` defines below belong to the program that asks for them (its
 # --helpshort, and absl's duplicate-flag check), not to this module.
 flags.disclaim_key_flags()
 
-CONFIG_DIR = os.path.join(os.path.dirname(__file__), 'configs')
+# The bundled configs: learners/configs, beside the programs that name them.
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs')
 
 
 class ConfigError(ValueError):
@@ -53,7 +54,7 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()
   """
   files = [resolve_gin_file(f) for f in gin_files]
   # Registers Experiment and the agent builders with gin (imports TensorFlow).
-  from learners import experiment  # pylint: disable=g-import-not-at-top
+  from learners.configuration import experiment  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   # `include 'dqn_cartpole.gin'` in a config means the bundled file. Searched first,
   # so gin does not log a "Path not found" error for the cwd-relative try.
@@ -78,12 +79,12 @@ def parse(gin_files: Sequence[str] = (), gin_bindings: Sequence[str] = ()
 
 
 def check_agent_fits_env(exp: 'experiment.Experiment') -> None:
-  """`learners.experiment_checks.check_agent_fits_env`, naming the bundled configs.
+  """`experiment_checks.check_agent_fits_env`, naming the bundled configs.
 
   Raises:
     ConfigError: the agent cannot act in the env's action space.
   """
-  from learners import experiment_checks  # pylint: disable=g-import-not-at-top (TF)
+  from learners.configuration import experiment_checks  # pylint: disable=g-import-not-at-top (TF)
   try:
     experiment_checks.check_agent_fits_env(exp, bundled_configs())
   except ValueError as e:
@@ -180,7 +181,7 @@ class CommonOptions:
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
   """Where the programs of a launcher (tfrl-launch, tfrl-pbt) run: this host, or a Ray
-  cluster (`define_ray_flags`; `learners.ray_backend.from_flags` reads them)."""
+  cluster (`define_ray_flags`; `learners.processes.ray_backend.from_flags` reads them)."""
   backend: str = option(
       'local', 'local: every program a subprocess of this host. ray: processes placed by '
       "Ray on the cluster at --ray_address (the 'ray' extra; root_dir on a path every "

@@ -29,7 +29,7 @@ def run_main(main: Callable[[], None], root_dir_required: bool = True,
     # Only now, with the flags parsed: --help and a bad command line import no
     # TensorFlow (tfrl imports it).
     # pylint: disable=g-import-not-at-top
-    from learners import process
+    from learners.processes import process
     from tfrl import logs
     from tfrl.envs import worker_env
     # pylint: enable=g-import-not-at-top

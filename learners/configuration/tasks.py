@@ -5,7 +5,7 @@ other (A, then B, then C, optionally cycling): an agent that forgets loses its r
 A while it trains on C. An `Experiment` with `tasks` trains on task k for
 `task_env_steps` env steps (one count, or one per task), then on task k + 1,
 `task_cycles` times round the list, and evaluates every task at each evaluation
-(`learners/one_process_job.py`). Also here: the multi-task envs (`TaskRoundRobin`), the
+(`learners/job/one_process_job.py`). Also here: the multi-task envs (`TaskRoundRobin`), the
 task index input, the evaluation of every task (`TaskEvaluators`) and the job's target
 (`Target`: on the tasks' mean return, or a threshold per task).
 

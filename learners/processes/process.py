@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 
 from absl import logging
 
-from learners import disk_full
-from learners import stop_plan
+from learners.processes import disk_full
+from learners.processes import stop_plan
 from tfrl import metrics
 from tfrl import envs
 from tfrl import replay

@@ -13,13 +13,13 @@ import numpy as np
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import config
-from learners import eval_barrier
-from learners import heartbeat as heartbeat_lib
-from learners import process
-from learners import ready_points
-from learners import trainer_member
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration.experiment import Experiment
+from learners.job import eval_barrier
+from learners.job import trainer_member
+from learners.population import ready_points
+from learners.processes import heartbeat as heartbeat_lib
+from learners.processes import process
 from tfrl import distribute
 from tfrl import logs
 from tfrl import metrics
@@ -153,7 +153,7 @@ def train(experiment: Experiment, root_dir: str, address: str,
     strategy: the `tf.distribute` strategy to train under.
     stop_event: set to stop (after the current run, with the final saves).
     options: see `learners.train.Options`.
-    member: this job is a member of a population (`learners.trainer_member`).
+    member: this job is a member of a population (`learners.job.trainer_member`).
 
   Returns:
     The final train step.

@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 import tensorflow as tf
 
-from learners import population
+from learners.population import population
 from tfrl import logs
 from tfrl.agents import hyperparameters as hyperparameters_lib
 

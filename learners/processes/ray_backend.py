@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 import portpicker
 
-from learners import child_process
+from learners.processes import child_process
 import tfrl
 
 # Program -> the Ray resources its process asks for (on top of the CPU below). The
@@ -200,7 +200,7 @@ def from_flags(trainer_gpus: Optional[float] = None,
     The connected backend, or None for --backend=local.
   """
   # Here, not at the top: the actors import this module, and need no flags or gin.
-  from learners import config  # pylint: disable=g-import-not-at-top
+  from learners.configuration import config  # pylint: disable=g-import-not-at-top
   options = config.options_from_flags(config.RayOptions)
   if options.backend != 'ray':
     return None

@@ -16,21 +16,21 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from absl import logging
 
-from learners import config
-from learners import fork_server
-from learners import heartbeat
-from learners import job_status
-from learners import process
-from learners import ray_backend
-from learners import stop_plan
-from learners import validation
+from learners.configuration import config
+from learners.configuration import validation
+from learners.processes import fork_server
+from learners.processes import heartbeat
+from learners.processes import job_status
+from learners.processes import process
+from learners.processes import ray_backend
+from learners.processes import stop_plan
 from tfrl import logs
 from tfrl import replay
 from tfrl.replay import fallback
 
 LOG_DIR = 'logs'
-REVERB_DIR = 'reverb'  # the server's checkpoints (learners/server_program.py)
-# Where the server writes the port it listens on (learners/server_program.py).
+REVERB_DIR = 'reverb'  # the server's checkpoints (learners/job/server_program.py)
+# Where the server writes the port it listens on (learners/job/server_program.py).
 PORT_FILE = 'reverb_server.port'
 
 
@@ -47,7 +47,7 @@ class JobFailedError(RuntimeError):
 
 
 class JobStalledError(JobFailedError):
-  """A process stopped progressing or answering (learners/heartbeat.py)."""
+  """A process stopped progressing or answering (learners/processes/heartbeat.py)."""
 
 class Launcher:
   """Runs the programs of one job as subprocesses (also the notebooks' API)."""
@@ -70,8 +70,8 @@ class Launcher:
       trainer_args: more flags for the trainer (a population member's: --pbt_dir, ...).
 
     Raises:
-      learners.config.ConfigError: a missing gin file, a bad binding or Experiment
-        setting, a root_dir that cannot be a directory, a port in use.
+      learners.configuration.config.ConfigError: a missing gin file, a bad binding or
+        Experiment setting, a root_dir that cannot be a directory, a port in use.
     """
     self.root_dir = os.path.abspath(root_dir)
     # Fail here, before starting anything, so no child reports (and blames) it.
@@ -115,7 +115,7 @@ class Launcher:
     self.processes: Dict[str, Union[subprocess.Popen, fork_server.ForkedProcess,
                                     'ray_backend.RayProcess']] = {}
     # Local programs start as forks of one process that imported their libraries once
-    # (learners/fork_server.py).
+    # (learners/processes/fork_server.py).
     self._starter = fork_server.ProgramStarter(python, self.log_path('fork_server'))
     self.experiment = experiment
     self._status = job_status.StatusReader(experiment.layout, experiment.offline)

@@ -119,7 +119,7 @@ class Hooks:
     """
     for callback in callbacks:
       if not isinstance(callback, Callback):
-        raise TypeError(f'callbacks takes tfrl Callback objects (learners.callbacks), '
+        raise TypeError(f'callbacks takes tfrl Callback objects (learners.job.callbacks), '
                         f'got {callback!r}; a plain function goes in on_evaluation= or '
                         'on_progress=.')
     self.callbacks = list(callbacks)

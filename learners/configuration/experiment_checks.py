@@ -1,9 +1,9 @@
 """The `Experiment` settings that do not fit together, refused at configuration time.
 
-Each field's own range is `learners.validation`'s; these are the rules between fields
-(Atari options without Atari, a dataset for an agent that cannot use one, tasks and
-their per-task counts), each one line that says what to change. The data layout's own
-rules (a batch its items cannot fill) run last, by building it.
+Each field's own range is `learners.configuration.validation`'s; these are the rules
+between fields (Atari options without Atari, a dataset for an agent that cannot use one,
+tasks and their per-task counts), each one line that says what to change. The data
+layout's own rules (a batch its items cannot fill) run last, by building it.
 """
 from typing import Optional, Sequence, Tuple
 
@@ -14,13 +14,13 @@ from tfrl import layouts
 from tfrl.agents import builders
 from tfrl.agents import interface
 
-# (gin file, env_name, agent builder name) of a config; see `learners.config`.
+# (gin file, env_name, agent builder name) of a config; see `learners.configuration.config`.
 ConfigSummary = Tuple[str, Optional[str], Optional[str]]
 
 
 def check_settings_fit(experiment) -> None:
-  """Refuses settings of `experiment` (a `learners.experiment.Experiment`) that do not
-  fit together.
+  """Refuses settings of `experiment` (a `learners.configuration.experiment.Experiment`)
+  that do not fit together.
 
   Args:
     experiment: the Experiment, its fields already validated one by one.
@@ -96,7 +96,7 @@ def check_agent_fits_env(experiment, configs: Sequence[ConfigSummary] = ()) -> N
   job's env (each task's) does not have, before anything is built.
 
   Args:
-    experiment: a `learners.experiment.Experiment`.
+    experiment: a `learners.configuration.experiment.Experiment`.
     configs: the bundled configs, to name those that fit the env.
 
   Raises:

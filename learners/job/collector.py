@@ -10,12 +10,12 @@ from absl import logging
 import tfrl  # pylint: disable=unused-import (first: TensorFlow without its start-up noise)
 from tf_agents.policies import random_tf_policy
 
-from learners import config
-from learners import heartbeat
-from learners import pacing
-from learners import process
-from learners import stop_plan
-from learners.experiment import Experiment
+from learners.configuration import config
+from learners.configuration.experiment import Experiment
+from learners.job import pacing
+from learners.processes import heartbeat
+from learners.processes import process
+from learners.processes import stop_plan
 from tfrl import actors
 from tfrl import logs
 from tfrl import metrics as tfrl_metrics
@@ -146,7 +146,7 @@ class _Collector:
                           stop_event=self.stop_event)
 
   def _new_pacing(self) -> Optional[pacing.UnrollPacing]:
-    """PPO's unrolls each wait for the push that trains on them (learners/pacing.py)."""
+    """PPO's unrolls each wait for the push that trains on them (learners/job/pacing.py)."""
     layout = self.layout
     if not (layout.trains_on_collected_items and interface.on_policy(self.agent)):
       return None

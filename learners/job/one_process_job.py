@@ -24,12 +24,12 @@ from tfrl import triggers
 from tfrl.datasets import feeder
 from tfrl.datasets import reverb_checkpoint
 from tfrl.datasets import rlds
-from learners import callbacks as callbacks_lib
-from learners import collected_training
-from learners import process
-from learners import progress_bar as progress_bar_lib
-from learners import tasks as tasks_lib
-from learners.experiment import Experiment
+from learners.configuration import tasks as tasks_lib
+from learners.configuration.experiment import Experiment
+from learners.job import callbacks as callbacks_lib
+from learners.job import collected_training
+from learners.job import progress_bar as progress_bar_lib
+from learners.processes import process
 
 SAMPLE_TIMEOUT_MS = 60_000
 # Where a Reverb checkpoint named as the dataset is rewritten for this job's tables
