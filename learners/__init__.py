@@ -11,10 +11,8 @@ reverb_server, collect, train, eval and launch (separate programs), pbt and pbt_
 - `learners.population`: population-based training's decisions, records and runner;
 - `learners.job`: the parts of one job (the one-process loop, trainer, collector,
   evaluator, server) and what they share.
+
+Importing this package, or any of those, only defines things: no TensorFlow, nothing
+run. A program asks to die with the process that started it first thing in its main
+(`learners.processes.program.run_main`).
 """
-# First: a program started by the launcher ends with it, even if killed before TF loads.
-from learners.processes import child_process as _child_process
-_child_process.die_with_parent_if_asked()
-# TensorFlow is not imported here: a program parses its flags (and answers --help)
-# first. Each module that needs it imports `tfrl` before it, which imports TensorFlow
-# without its start-up noise.

@@ -4,8 +4,9 @@ this module and nothing heavy.
 
 The parent starts each child with `start_new_session=True` (a terminal's Ctrl-C then
 reaches only the parent, which stops its children in order) and with `child_env`; the
-child calls `die_with_parent_if_asked` first thing (`learners/__init__.py` does), which
-asks Linux for SIGTERM when the parent dies. This replaces `preexec_fn`, which Python
+child calls `die_with_parent_if_asked` first thing (every program does, at the start
+of `program.run_main`; the fork server does it for a forked one too), which asks Linux
+for SIGTERM when the parent dies. This replaces `preexec_fn`, which Python
 documents as unsafe in a parent that runs threads, as the launcher does."""
 import ctypes
 import os

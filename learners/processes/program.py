@@ -4,10 +4,13 @@ from typing import Callable
 from absl import app
 from absl import flags
 
+from learners.processes import child_process
+
 
 def run_main(main: Callable[[], None], root_dir_required: bool = True,
              extra_arguments_ok: bool = True) -> None:
-  """Parses the command line, runs `main()`, and exits 0 without interpreter teardown.
+  """Dies with the parent if asked (`child_process`), parses the command line, runs
+  `main()`, and exits 0 without interpreter teardown.
 
   `main` reads the parsed FLAGS; it ends the process itself for any other status (bad
   input, an error it reports in one line). absl's own logging stays quiet unless asked
@@ -20,6 +23,10 @@ def run_main(main: Callable[[], None], root_dir_required: bool = True,
     extra_arguments_ok: whether arguments that are not flags are ignored; if not, absl
       prints the usage and exits 1.
   """
+  # First, before the flags are parsed (and, in the programs whose --help loads no
+  # TensorFlow, before it loads): a program its launcher started ends with it, even if
+  # the launcher is killed in the seconds before.
+  child_process.die_with_parent_if_asked()
   if root_dir_required:
     flags.mark_flag_as_required('root_dir')
 

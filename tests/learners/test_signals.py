@@ -1,6 +1,7 @@
 """Signals and children: a child started as the launcher starts it ends with its parent,
-also under kill -9 of the parent; process.run_until_signal stops on SIGHUP too; an
-ignored SIGINT or SIGHUP inherited (nohup, background jobs) stays ignored."""
+also under kill -9 of the parent, and every program asks for that before it parses its
+flags; process.run_until_signal stops on SIGHUP too; an ignored SIGINT or SIGHUP
+inherited (nohup, background jobs) stays ignored."""
 import json
 import os
 import re
@@ -35,6 +36,9 @@ _PARENT = _LOAD + (
     'time.sleep(300)\n')
 
 
+_CHILD_PROCESS_PY = os.path.join(REPO, 'learners', 'processes', 'child_process.py')
+
+
 def _alive(pid: int) -> bool:
   try:
     with open(f'/proc/{pid}/stat') as f:
@@ -43,25 +47,30 @@ def _alive(pid: int) -> bool:
     return False
 
 
+def _kill_parent_and_expect_the_end_of(parent: subprocess.Popen, child_pid: int,
+                                       timeout_s: float) -> None:
+  """kill -9 of `parent`; `child_pid` must then end within `timeout_s` (generous: what
+  is checked is that it did not go on)."""
+  parent.kill()
+  parent.wait(timeout=60)
+  deadline = time.monotonic() + timeout_s
+  while _alive(child_pid) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not _alive(child_pid), f'{child_pid} outlived its parent'
+
+
 # 'ignore': the parent ignores SIGTERM, and its child inherits that through exec (a job
 # run under a tool that ignores it); the child must still end with the parent.
 @pytest.mark.parametrize('parent_sigterm', ['default', 'ignore'])
 def test_kill_9_of_the_parent_ends_the_child(parent_sigterm):
   parent = subprocess.Popen(
-      [sys.executable, '-c', _PARENT,
-       os.path.join(REPO, 'learners', 'processes', 'child_process.py'), _CHILD,
-       parent_sigterm],
+      [sys.executable, '-c', _PARENT, _CHILD_PROCESS_PY, _CHILD, parent_sigterm],
       stdout=subprocess.PIPE, text=True)
   try:
     child_pid = int(parent.stdout.readline())
     assert _alive(child_pid)
     assert os.getsid(child_pid) == child_pid  # its own session: Ctrl-C reaches the parent only
-    parent.kill()
-    parent.wait(timeout=60)
-    deadline = time.monotonic() + 60  # generous: did not hang
-    while _alive(child_pid) and time.monotonic() < deadline:
-      time.sleep(0.1)
-    assert not _alive(child_pid), f'child {child_pid} outlived its parent'
+    _kill_parent_and_expect_the_end_of(parent, child_pid, 60)
   finally:
     parent.kill()
 
@@ -75,6 +84,69 @@ def test_a_child_whose_parent_already_died_ends_itself(monkeypatch):
   child_process.die_with_parent_if_asked()
   assert sent == [(os.getpid(), signal.SIGTERM)]
   assert child_process.PARENT_PID_ENV not in os.environ
+
+
+def _console_script_programs():
+  """The programs behind setup.py's console scripts (their --help loads no TensorFlow:
+  test_help.py)."""
+  with open(os.path.join(REPO, 'setup.py')) as f:
+    return re.findall(r"'tfrl-[\w-]+=learners\.(\w+):run_main'", f.read())
+
+
+def _not_its_parent() -> str:
+  """A PID that is not the parent of a child this process starts."""
+  return '1' if os.getpid() != 1 else '2'
+
+
+@pytest.mark.parametrize('program', _console_script_programs() + ['pbt_member'])
+def test_a_program_asks_to_die_with_its_parent_before_it_parses_its_flags(program):
+  # The parent it was told to die with is not its parent (that one died before the
+  # program asked): it ends itself by SIGTERM before it answers --help, so before the
+  # flags are parsed and, but for pbt_member (whose callback, imported by tests and
+  # notebooks, imports TensorFlow at its top), before any TensorFlow is imported.
+  from learners.processes import child_process  # pylint: disable=import-outside-toplevel
+  run = subprocess.run(
+      [sys.executable, '-X', 'importtime', '-m', f'learners.{program}', '--help'],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, PYTHONPATH=REPO,
+               **{child_process.PARENT_PID_ENV: _not_its_parent()}))
+  assert run.returncode == -signal.SIGTERM, (run.returncode, run.stderr[-2000:])
+  assert run.stdout == ''  # no usage: the flags were not parsed
+  imported = set(re.findall(r'^import time:.*\|\s*(\S+)\s*$', run.stderr, re.MULTILINE))
+  assert 'learners.processes.child_process' in imported  # the report was read
+  if program != 'pbt_member':
+    assert not imported & {'tensorflow', 'tf_agents', 'reverb'}
+
+
+# A launcher: starts a real program the launcher's way, prints its PID at once, waits.
+# The program would train for hours (no target, a huge budget) if nothing stopped it.
+_PROGRAM_PARENT = _LOAD + (
+    'import os\n'
+    'child = subprocess.Popen(\n'
+    '    [sys.executable, "-m", "learners.train_eval", "--root_dir=" + sys.argv[2],\n'
+    '     "--gin_file=dqn_cartpole.gin", "--gin_bindings=Experiment.target_return=None",\n'
+    '     "--gin_bindings=Experiment.num_train_steps=100000000"],\n'
+    '    env=cp.child_env(os.environ), start_new_session=True,\n'
+    '    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n'
+    'print(child.pid, flush=True)\n'
+    'time.sleep(300)\n')
+
+
+def test_kill_9_of_the_parent_ends_a_program_that_is_still_starting(tmp_path):
+  # Killed while its program still loads its libraries (TensorFlow takes seconds): the
+  # program ends too, within seconds, rather than train on as an orphan.
+  parent = subprocess.Popen(
+      [sys.executable, '-c', _PROGRAM_PARENT, _CHILD_PROCESS_PY, str(tmp_path / 'run')],
+      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2'),
+      stdout=subprocess.PIPE, text=True)
+  child_pid = None
+  try:
+    child_pid = int(parent.stdout.readline())
+    _kill_parent_and_expect_the_end_of(parent, child_pid, 90)
+  finally:
+    parent.kill()
+    if child_pid and _alive(child_pid):
+      os.kill(child_pid, signal.SIGKILL)
 
 
 def test_run_until_signal_stops_on_sighup():
