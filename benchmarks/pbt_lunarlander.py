@@ -52,6 +52,9 @@ flags.DEFINE_list('gin_bindings', [], 'Extra bindings for every run (a smoke run
 flags.DEFINE_enum('member_program', 'train_eval', ['train_eval', 'launch'],
                   "The population's members: one-process jobs, or launched jobs.")
 flags.DEFINE_integer('member_collectors', 1, 'Collectors of each launched member.')
+flags.DEFINE_enum('mode', 'sync', ['sync', 'async'], "tfrl-pbt's --mode: rounds at a "
+                  'barrier, or each report decided at once (its populations run beside the '
+                  "other mode's, against the same tuned run and starting points).")
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'pbt'),
                     "Where each run's directory and summary go.")
 flags.DEFINE_bool('report_only', False, 'Report and draw what --runs_dir holds; run '
@@ -98,7 +101,7 @@ def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
        f'--gin_file={FLAGS.gin_file}', f'--population_size={FLAGS.population_size}',
        f'--ready_interval={FLAGS.ready_interval}', f'--bounds={FLAGS.bounds}',
        f'--seed={seed}', f'--member_program={FLAGS.member_program}',
-       f'--member_collectors={FLAGS.member_collectors}'] +
+       f'--member_collectors={FLAGS.member_collectors}', f'--mode={FLAGS.mode}'] +
       [f'--gin_bindings={b}' for b in FLAGS.gin_bindings +
        [f'Experiment.num_train_steps = {budget_steps}']],
       cwd=REPO)
@@ -117,9 +120,11 @@ def _population(root: str, seed: int, budget_steps: int) -> Dict[str, Any]:
 
 
 def _population_dir() -> str:
-  """Where a seed's population runs: launched members beside one-process ones, so both
-  compare with the same tuned run and starting points."""
-  return 'population' if FLAGS.member_program == 'train_eval' else 'population_launch'
+  """Where a seed's population runs: launched members beside one-process ones, and
+  asynchronous beside synchronous, so all compare with the same tuned run and starting
+  points."""
+  name = 'population' if FLAGS.member_program == 'train_eval' else 'population_launch'
+  return name if FLAGS.mode == 'sync' else f'{name}_async'
 
 
 def _seed(seed: int) -> Dict[str, Any]:

@@ -3,12 +3,14 @@
 Starts `--population_size` members, each a one-process job (`learners.pbt_member`) or,
 with `--member_program=launch`, a launched job (`learners.launch`, its trainer reporting:
 `learners.job.trainer_member`) in `<root_dir>/member_<i>` with hyperparameters drawn from
-`--bounds`. The rounds are synchronous: at each ready point (every `--ready_interval`
-env steps, at the member's next evaluation, a greedy one) every member reports that
-evaluation's return and waits at the barrier; once all running members have reported,
-the bottom `--quantile` (20%, at least one member) each copy a random top-quantile
-member's checkpoint and take its hyperparameters, perturbed
-(`learners.population.population`). The history goes to `<root_dir>/pbt/lineage.jsonl`
+`--bounds`. At each ready point (every `--ready_interval` env steps, at the member's
+next evaluation, a greedy one) a member reports that evaluation's return and waits for
+its decision. With `--mode=sync` (the default) the rounds are synchronous: once all
+running members have reported, the bottom `--quantile` (20%, at least one member) each
+copy a random top-quantile member's checkpoint and take its hyperparameters, perturbed
+(`learners.population.population`). With `--mode=async` each report is decided at
+once, against the other running members' latest scores, each the mean of a member's
+last `--score_window` reports (3): no member waits for another. The history goes to `<root_dir>/pbt/lineage.jsonl`
 and TensorBoard (`<root_dir>/pbt/tensorboard`); the member with the best final
 evaluation is the population's result (`<root_dir>/pbt/best.json`, its exported
 policies).
@@ -70,6 +72,12 @@ flags.DEFINE_integer('max_restarts', 2, 'Restarts of one member (killed: from it
 flags.DEFINE_enum('member_program', 'train_eval', list(population.MEMBER_PROGRAMS),
                   'train_eval: each member is one process; launch: each is a launched job '
                   '(Reverb server, trainer, collectors, evaluator), its trainer reporting.')
+flags.DEFINE_enum('mode', 'sync', list(population.MODES), "sync: a round is decided once "
+                  'every running member has reported it (members wait at the barrier); '
+                  'async: each report is decided at once against the other members\' latest '
+                  "scores (as Sample Factory's PBT), no member waiting for another.")
+flags.DEFINE_integer('score_window', None, "Reports a member's score is the mean of "
+                     '(default: 1 with --mode=sync, 3 with --mode=async).', lower_bound=1)
 flags.DEFINE_integer('member_collectors', 1, 'With --member_program=launch: collectors of '
                      'each member.')
 flags.DEFINE_float('ray_member_gpus', 0.0, 'With --backend=ray: GPUs each member asks for '

@@ -37,6 +37,14 @@ RESAMPLE_PROBABILITY = 0.25
 # What runs one member (`learners.pbt --member_program`): a one-process job, or a
 # launched job (learners/job/trainer_member.py).
 MEMBER_PROGRAMS = ('train_eval', 'launch')
+# How the runner decides (`learners.pbt --mode`): 'sync' at a barrier once every running
+# member has reported the round; 'async' for each member as soon as it reports, against
+# the others' latest scores (as Sample Factory's PBT does).
+MODES = ('sync', 'async')
+# Reports a member's score is the mean of, by mode: a synchronous round compares
+# evaluations made at the same env steps; an asynchronous decision compares members at
+# different points, each score then smoothed over its last few reports.
+SCORE_WINDOWS = {'sync': 1, 'async': 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +150,41 @@ def exploit_and_explore(scores: Mapping[int, float],
     decisions.append(Exploit(member, source, perturb(hyperparameters[source], bounds, rng,
                                                      **perturb_kwargs)))
   return decisions
+
+
+def smoothed(history: Sequence[float], window: int) -> float:
+  """A member's score: the mean of its last `window` reported scores (NaN: none yet).
+
+  Raises:
+    ValueError: window < 1.
+  """
+  if window < 1:
+    raise ValueError(f'score window must be >= 1 report, got {window}')
+  recent = [score for score in history[-window:] if not math.isnan(score)]
+  return float(np.mean(recent)) if recent else math.nan
+
+
+def exploit_one(member: int, scores: Mapping[int, float],
+                hyperparameters: Mapping[int, Mapping[str, Number]],
+                bounds: Mapping[str, Bound], rng: np.random.Generator,
+                quantile: float = QUANTILE, **perturb_kwargs) -> Optional[Exploit]:
+  """An asynchronous decision: `member`, at its ready point, copies a top-`quantile`
+  member if its own score is in the bottom `quantile` of the members' latest scores.
+
+  Args:
+    member: the member that reported.
+    scores: the latest (smoothed) score of each member that has reported, `member`'s
+      included; members yet to report are left out.
+    hyperparameters, bounds, rng, quantile, **perturb_kwargs: as for
+      `exploit_and_explore`.
+
+  Returns:
+    The copy `member` makes, or None (it carries on): also while fewer than two members
+    have scores.
+  """
+  decisions = exploit_and_explore(scores, hyperparameters, bounds, rng, quantile,
+                                  **perturb_kwargs)
+  return next((d for d in decisions if d.member == member), None)
 
 
 def replace_failed(member: int, scores: Mapping[int, float],

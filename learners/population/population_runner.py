@@ -15,6 +15,7 @@ from absl import flags
 import numpy as np
 
 from learners.configuration import config
+from learners.population import decisions
 from learners.population import population
 from learners.processes import fork_server
 from learners.processes import process
@@ -137,7 +138,8 @@ class Population:
                python: str = sys.executable,
                backend: Optional['ray_backend.RayBackend'] = None,
                member_program: str = 'train_eval', member_collectors: int = 1,
-               overwrite: bool = False):
+               overwrite: bool = False, mode: str = 'sync',
+               score_window: Optional[int] = None):
     """Args:
       root_dir: the population's directory: member_<i>/ (each member's job) and pbt/.
       gin_files, gin_bindings: the config every member trains.
@@ -159,9 +161,15 @@ class Population:
       member_collectors: collectors of each launched member.
       overwrite: start afresh (`run` deletes the population's records and its members'
         jobs) instead of resuming or, once ended, not training again.
+      mode: 'sync': each round is decided once every running member has reported it
+        (the others wait at the barrier); 'async': each member's report is decided at
+        once, against the other members' latest scores (`population.MODES`).
+      score_window: reports a member's score is the mean of (None: the mode's default,
+        `population.SCORE_WINDOWS`).
 
     Raises:
-      ValueError: population_size < 2, an unknown member_program, member_collectors < 1.
+      ValueError: population_size < 2, an unknown member_program or mode,
+        member_collectors < 1, score_window < 1.
     """
     if population_size < 2:
       raise ValueError(f'population_size must be >= 2, got {population_size}')
@@ -180,11 +188,11 @@ class Population:
     self.overwrite = overwrite
     self.rng = np.random.default_rng(seed)
     self.lineage = population.Lineage(os.path.join(self.pbt_dir, 'lineage.jsonl'))
+    self.decider = decisions.Decider(self.pbt_dir, self.lineage, self.bounds, self.rng,
+                                     quantile, resample_probability, mode, score_window)
     self.members = [_Member(i, os.path.join(root_dir, f'member_{i}'),
                             os.path.join(self.pbt_dir, f'member_{i}.log'))
                     for i in range(population_size)]
-    self.round = 1
-    self._writer = None
     self._stopping = False  # once set, members that exit have ended, not failed
     self._stop_requested = False  # stopped from outside: the population has not ended
     # Members (and restarts) start as forks of one preloaded process
@@ -248,10 +256,7 @@ class Population:
     os.makedirs(self.pbt_dir, exist_ok=True)  # the lineage appends to a file in it
 
   def _run(self, stop_event: Optional[threading.Event]) -> Dict[str, Any]:
-    # A resumed population goes on at the first round not every member has a decision of.
-    while all(population.last_round(population.member_dir(self.pbt_dir, m.index),
-                                    'decision') >= self.round for m in self.members):
-      self.round += 1
+    self.decider.resume([m.index for m in self.members])
     for member in self.members:
       self._start(member, first=True)
     try:
@@ -260,8 +265,7 @@ class Population:
           self._stop_requested = True
           self._stop_all('stop requested')
         self._check_processes()
-        if self._round_ready():
-          self._decide()
+        self.decider.decide([m.index for m in self.members if not m.done])
         time.sleep(_POLL_S)
     finally:
       self._stop_all('the runner is ending')
@@ -348,29 +352,9 @@ class Population:
     self._start(member)
 
   def _replace(self, member: _Member) -> None:
-    """Gives a member that failed with an error a copy of a top member (checkpoint and
-    perturbed hyperparameters) to take on restart: `member_<i>/replacement_<n>.json`;
-    before any member has reported, fresh hyperparameters on its own weights."""
-    latest = {}
-    for other in self.members:
-      report = self._report(other, population.last_round(
-          population.member_dir(self.pbt_dir, other.index), 'report'))
-      if report is not None:
-        latest[other.index] = report
-    copy = population.replace_failed(
-        member.index, {i: r['score'] for i, r in latest.items()},
-        {i: r['hyperparameters'] for i, r in latest.items()}, self.bounds, self.rng,
-        self.quantile, resample_probability=self.resample_probability)
-    source = None if copy is None else copy.source
-    values = (population.sample_all(self.bounds, self.rng) if copy is None
-              else copy.hyperparameters)
-    directory = population.member_dir(self.pbt_dir, member.index)
-    number = population.last_round(directory, 'replacement') + 1
-    population.write_json(os.path.join(directory, f'replacement_{number}.json'), {
-        'action': 'exploit', 'source': source, 'hyperparameters': values,
-        'checkpoint': None if copy is None else latest[source]['checkpoint']})
-    self.lineage.record('replace', member.index, source=source, hyperparameters=values,
-                        env_steps=latest.get(member.index, {}).get('env_steps', 0))
+    """Gives a member that failed with an error a copy of a top member to take on
+    restart (`decisions.Decider.replace`)."""
+    source = self.decider.replace(member.index, [m.index for m in self.members])
     logs.progress('Member %d failed with an error: it restarts as a copy of %s.',
                   member.index, 'nobody (no member has reported yet; fresh hyperparameters)'
                   if source is None else f'member {source}')
@@ -388,58 +372,6 @@ class Population:
       except subprocess.TimeoutExpired:
         member.process.kill()
         member.process.wait()
-
-  def _report(self, member: _Member, round_: int) -> Optional[Dict[str, Any]]:
-    return population.read_json(os.path.join(
-        population.member_dir(self.pbt_dir, member.index), f'report_{round_}.json'))
-
-  def _round_ready(self) -> bool:
-    running = [m for m in self.members if not m.done]
-    return bool(running) and all(self._report(m, self.round) is not None for m in running)
-
-  def _decide(self) -> None:
-    running = [m for m in self.members if not m.done]
-    reports = {m.index: self._report(m, self.round) for m in running}
-    for index, report in reports.items():
-      self.lineage.record('ready', index, round=self.round, env_steps=report['env_steps'],
-                          score=report['score'], hyperparameters=report['hyperparameters'])
-    decisions = population.exploit_and_explore(
-        {i: r['score'] for i, r in reports.items()},
-        {i: r['hyperparameters'] for i, r in reports.items()}, self.bounds, self.rng,
-        self.quantile, resample_probability=self.resample_probability)
-    copies = {d.member: d for d in decisions}
-    for index, report in reports.items():
-      path = os.path.join(population.member_dir(self.pbt_dir, index),
-                          f'decision_{self.round}.json')
-      if index in copies:
-        decision = copies[index]
-        source = reports[decision.source]
-        self.lineage.record('exploit', index, round=self.round, source=decision.source,
-                            env_steps=report['env_steps'],
-                            source_train_step=source['train_step'],
-                            hyperparameters=decision.hyperparameters)
-        population.write_json(path, {'action': 'exploit', 'source': decision.source,
-                                     'checkpoint': source['checkpoint'],
-                                     'hyperparameters': decision.hyperparameters})
-      else:
-        population.write_json(path, {'action': 'continue'})
-    self._summaries(reports)
-    logs.progress('Round %d: scores %s; %s.', self.round, ', '.join(
-        f'{i}: {r["score"]:.1f}' for i, r in sorted(reports.items())), '; '.join(
-            f'{d.member} takes {d.source}' for d in decisions) or 'no copies')
-    self.round += 1
-
-  def _summaries(self, reports: Mapping[int, Dict[str, Any]]) -> None:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top (only here: start-up)
-    if self._writer is None:
-      self._writer = tf.summary.create_file_writer(os.path.join(self.pbt_dir, 'tensorboard'))
-    with self._writer.as_default():
-      for index, report in reports.items():
-        step = report['env_steps']
-        tf.summary.scalar(f'member_{index}/score', report['score'], step=step)
-        for name, value in report['hyperparameters'].items():
-          tf.summary.scalar(f'member_{index}/{name}', value, step=step)
-    self._writer.flush()
 
   def _member_result(self, member: _Member) -> Dict[str, Any]:
     """What the member's job returned at its end (`member_<i>/result.json`), or {}."""
@@ -493,7 +425,8 @@ def main() -> None:
                         FLAGS.resample_probability, FLAGS.max_restarts, backend=backend,
                         member_program=FLAGS.member_program,
                         member_collectors=FLAGS.member_collectors,
-                        overwrite=FLAGS.overwrite)
+                        overwrite=FLAGS.overwrite, mode=FLAGS.mode,
+                        score_window=FLAGS.score_window)
   except ValueError as e:  # bounds, sizes
     config.fail(str(e))
   try:

@@ -250,6 +250,98 @@ def test_a_failed_member_is_replaced_by_a_copy_of_a_top_member(tmp_path):
   assert [e['member'] for e in population.read(runner.lineage.path)] == [1, 2, 1]
 
 
+# Stands in for a member that reports (scores below) and waits for each decision: member
+# 0 reports three times before member 1 reports at all, then once more after member 1's
+# decision; member 1 reports once member 0 has its third decision. A barrier would hold
+# member 0 at its first.
+REPORTER = '''#!/usr/bin/env python3
+import json, os, sys, time
+args = dict(a[2:].split('=', 1) for a in sys.argv if a.startswith('--') and '=' in a)
+pbt, member = args['pbt_dir'], args['member']
+directory = os.path.join(pbt, 'member_' + member)
+def wait_for(path):
+  deadline = time.monotonic() + 60
+  while not os.path.exists(path):
+    if time.monotonic() > deadline:
+      print('error: no ' + path, flush=True)
+      sys.exit(1)
+    time.sleep(0.05)
+  time.sleep(0.05)  # written whole (write_json renames into place; this is cheap)
+  with open(path) as f:
+    return json.load(f)
+values = wait_for(os.path.join(directory, 'start.json'))['hyperparameters']
+def report(k, score):
+  with open(os.path.join(directory, 'report_%d.json' % k), 'w') as f:
+    json.dump({'round': k, 'env_steps': 100 * k, 'train_step': k, 'score': score,
+               'checkpoint': '/ckpt/%s/%d' % (member, k), 'hyperparameters': values}, f)
+  return wait_for(os.path.join(directory, 'decision_%d.json' % k))
+if member == '0':
+  for k in (1, 2, 3):
+    assert report(k, 0.0)['action'] == 'continue'
+  wait_for(os.path.join(pbt, 'member_1', 'decision_1.json'))
+  print('DECISION ' + json.dumps(report(4, 0.0)), flush=True)
+else:
+  wait_for(os.path.join(pbt, 'member_0', 'decision_3.json'))
+  print('DECISION ' + json.dumps(report(1, 10.0)), flush=True)
+  wait_for(os.path.join(pbt, 'member_0', 'decision_4.json'))  # running while it is made
+with open(os.path.join(directory, 'result.json'), 'w') as f:
+  json.dump({'train_step': 9, 'env_steps': 400, 'eval_return': 0.0,
+             'reached_target': False, 'greedy_policy_dir': directory}, f)
+'''
+
+
+def test_an_asynchronous_population_decides_each_report_without_a_barrier(tmp_path):
+  path = tmp_path / 'reporter.py'
+  path.write_text(REPORTER)
+  path.chmod(0o755)
+  runner = population_runner.Population(
+      str(tmp_path / 'run'), [], [], population_runner.parse_bounds(BOUNDS),
+      population_size=2, python=str(path), mode='async')
+  runner.run()
+  assert [m.returncode for m in runner.members] == [0, 0], [
+      open(m.log_path).read()[-2000:] for m in runner.members]
+  readies = [(e['member'], e['round'], e['smoothed_score'])
+             for e in population.read(runner.lineage.path) if e['event'] == 'ready']
+  # Member 0's first three reports were decided before member 1 had reported.
+  assert readies == [(0, 1, 0.0), (0, 2, 0.0), (0, 3, 0.0), (1, 1, 10.0), (0, 4, 0.0)]
+  with open(runner.members[0].log_path) as f:
+    last = json.loads(f.read().split('DECISION ')[-1].splitlines()[0])
+  assert last['action'] == 'exploit' and last['source'] == 1, last
+  assert last['checkpoint'] == '/ckpt/1/1', last  # member 1's latest report's
+
+
+@pytest.mark.parametrize('window,copier,source', [(1, 1, 0), (2, 0, 1)])
+def test_asynchronous_scores_are_smoothed_over_the_last_reports(tmp_path, window, copier,
+                                                                 source):
+  """Member 1 scored 100 then -10, member 0 0 and 0: over one report member 1 is the
+  bottom, over two (mean 45) member 0 is."""
+  runner = population_runner.Population(
+      str(tmp_path / 'run'), [], [], population_runner.parse_bounds(BOUNDS),
+      population_size=2, mode='async', score_window=window)
+  for member, scores in ((0, (0.0, 0.0)), (1, (100.0, -10.0))):
+    directory = population.member_dir(runner.pbt_dir, member)
+    for k, score in enumerate(scores, start=1):
+      population.write_json(os.path.join(directory, f'report_{k}.json'), {
+          'round': k, 'env_steps': 100 * k, 'train_step': k, 'score': score,
+          'checkpoint': f'/ckpt/{member}/{k}', 'hyperparameters': {
+              'learning_rate': 1e-3, 'entropy_cost': 0.01}})
+    population.write_json(os.path.join(directory, 'decision_1.json'), {'action': 'continue'})
+  runner.decider.decide([0, 1])
+  decisions = {m: population.read_json(os.path.join(population.member_dir(
+      runner.pbt_dir, m), 'decision_2.json')) for m in (0, 1)}
+  assert decisions[source] == {'action': 'continue'}, decisions
+  assert decisions[copier]['source'] == source, decisions
+  assert decisions[copier]['checkpoint'] == f'/ckpt/{source}/2', decisions
+
+
+def test_a_mode_or_score_window_out_of_range_is_refused():
+  bounds = population_runner.parse_bounds(BOUNDS)
+  with pytest.raises(ValueError, match=r"mode must be one of \['sync', 'async'\]"):
+    population_runner.Population('/tmp/unused', [], [], bounds, mode='barrier')
+  with pytest.raises(ValueError, match='score_window must be >= 1 report'):
+    population_runner.Population('/tmp/unused', [], [], bounds, score_window=0)
+
+
 def test_the_runner_and_its_member_program_import_into_one_process():
   """Both take --ready_interval (a notebook or a test may import both)."""
   from learners import pbt_member  # pylint: disable=g-import-not-at-top
