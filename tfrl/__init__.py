@@ -22,10 +22,3 @@ __version__ = '0.1.0'
 if not _os.environ.get(NO_TENSORFLOW_VARIABLE):
   _logs.import_tensorflow_quietly()
 
-
-def __getattr__(name):
-  # Lazy, so `import tfrl.envs` does not pay for the learner's imports.
-  if name == 'Learner':
-    from tfrl.learner import Learner  # pylint: disable=g-import-not-at-top
-    return Learner
-  raise AttributeError(f'module tfrl has no attribute {name!r}')

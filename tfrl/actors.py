@@ -12,7 +12,7 @@ from tf_agents.trajectories import time_step as ts
 from tfrl import metrics as metrics_lib
 from tfrl import envs as envs_lib
 from tfrl import quotas
-from tfrl.envs import BatchedEnv
+from tfrl.envs.batched_env import BatchedEnv
 from tfrl.envs import video
 
 PolicyVersion = Union[int, tf.Variable, Callable[[], int]]
@@ -95,7 +95,7 @@ class Actor:
                name: str = 'collect',
                stop_event: Optional[threading.Event] = None):
     """Args:
-      env: a `tfrl.envs.BatchedEnv`.
+      env: a `tfrl.envs.batched_env.BatchedEnv`.
       policy: any tf-agents `TFPolicy` (random, epsilon-greedy, greedy, stochastic).
       writers: objects with `write(time_step, policy_step, next_time_step,
         policy_version)`, e.g. `tfrl.replay.NStepTransitionWriter`.
@@ -232,7 +232,7 @@ class Evaluator:
                recorder: Optional[Any] = None,
                stop_event: Optional[threading.Event] = None):
     """Args:
-      env: a `tfrl.envs.BatchedEnv`, ideally with num_envs <= num_episodes.
+      env: a `tfrl.envs.batched_env.BatchedEnv`, ideally with num_envs <= num_episodes.
       policy: the policy to evaluate (usually greedy).
       num_episodes: K.
       seed: when given, evaluation i resets the env with seed + 1000 * i, so results

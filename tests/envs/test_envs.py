@@ -8,6 +8,8 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from tfrl import envs
+from tfrl.envs import batched_env
+from tfrl.envs import specs
 
 FIRST, MID, LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST))
 
@@ -117,7 +119,7 @@ def test_make_cartpole_specs_and_reset():
         id='nested_tuple'),
 ])
 def test_space_to_spec(space, expected):
-  spec = envs.space_to_spec(space, name='obs')
+  spec = specs.space_to_spec(space, name='obs')
 
   tf.nest.assert_same_structure(spec, expected)
   for got, want in zip(tf.nest.flatten(spec), tf.nest.flatten(expected)):
@@ -134,7 +136,7 @@ def test_space_to_spec(space, expected):
 ])
 def test_space_to_spec_rejects_spaces_without_fixed_shape(space, name):
   with pytest.raises(TypeError, match=name):
-    envs.space_to_spec(space)
+    specs.space_to_spec(space)
 
 
 def test_terminated_episode_ends_with_discount_zero_then_restarts():
@@ -321,7 +323,7 @@ def test_non_finite_reward_or_observation_raises_naming_where(make_kwargs, messa
     actions = np.zeros(4, np.int64)
     for _ in range(make_kwargs['bad_step'] - 1):
       env.step(actions)  # Finite until then.
-    with pytest.raises(envs.NonFiniteEnvError) as error:
+    with pytest.raises(batched_env.NonFiniteEnvError) as error:
       env.step(actions)
 
   assert isinstance(error.value, ValueError)
@@ -329,6 +331,6 @@ def test_non_finite_reward_or_observation_raises_naming_where(make_kwargs, messa
 
 
 def test_non_finite_observation_at_reset_raises():
-  with pytest.raises(envs.NonFiniteEnvError,
+  with pytest.raises(batched_env.NonFiniteEnvError,
                      match=r"observation\['pos'\] \(nan\) in sub-env 1 at reset"):
     envs.make(NON_FINITE_ID, num_envs=2, seed=0, what='pos', bad_step=0, bad_envs=(1,))

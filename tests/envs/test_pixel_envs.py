@@ -1,5 +1,9 @@
 """Pixel environments: the toy catch envs, uint8 and Dict specs, frame stacking through
 gymnasium's wrappers, and the Atari preset's wiring (without ale-py)."""
+import os
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -49,6 +53,7 @@ def _columns(frame, cell=2):
 
 @pytest.mark.parametrize('follow, reward', [(True, 1.0), (False, -1.0)])
 def test_pixel_catch_game(follow, reward):
+  toy.register()
   env = gym.make(toy.PIXEL_CATCH)
   frame, _ = env.reset(seed=3)
   ball, paddle = _columns(frame)
@@ -84,6 +89,7 @@ def test_frame_stack_is_channel_last_newest_last_and_keeps_uint8():
 
 
 def test_frame_stack_of_multichannel_images_groups_channels_by_frame():
+  toy.register()
   env = gym.make(toy.PIXEL_CATCH, render_mode=None)
   rgb = gym.wrappers.TransformObservation(
       env, lambda x: np.repeat(x, 3, axis=-1),
@@ -164,3 +170,16 @@ def test_atari_preset_wires_gymnasiums_preprocessing_and_stacks_four_frames(monk
   # Without the preset, the env keeps its own frame skip (which the wrapper refuses).
   with envs.make('tfrl_test/FakeAle-v0', num_envs=1) as env:
     assert env.vector_env.envs[0].unwrapped._frameskip == 4  # pylint: disable=protected-access
+
+
+def test_importing_tfrl_envs_registers_nothing_until_an_id_names_a_toy_env():
+  """As an env worker imports it (no TensorFlow): the package only defines; naming a
+  'tfrl/' id registers the toy envs."""
+  code = ('import sys; import gymnasium as gym; import tfrl.envs; '
+          f'assert {toy.PIXEL_CATCH!r} not in gym.registry, "registered at import"; '
+          'assert "tensorflow" not in sys.modules, "TensorFlow imported"; '
+          f'tfrl.envs.check_registered({toy.PIXEL_CATCH!r}); '
+          f'assert {toy.PIXEL_CATCH_DICT!r} in gym.registry')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TFRL_NO_TENSORFLOW='1'))
+  assert result.returncode == 0, result.stderr[-2000:]

@@ -4,7 +4,7 @@ Every case feeds the same kind of batched stream to a writer against a real Reve
 server, reads every item back from a queue table (FIFO, so in creation order) and
 compares it with items written out by hand below.
 
-The streams follow what `tfrl.envs.BatchedEnv` produces: after a LAST step comes the
+The streams follow what `tfrl.envs.batched_env.BatchedEnv` produces: after a LAST step comes the
 boundary step (LAST -> FIRST, reward 0, discount 1). Observations encode where a step
 comes from, `obs = 100 * env + t`, actions equal observations, and write `t` is tagged
 with policy version `t`, so a wrong step, env or version shows in the numbers.

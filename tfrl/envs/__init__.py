@@ -8,8 +8,12 @@ Pixels: `frame_stack=k` stacks an image env's last k frames channel-last ([H, W,
 uint8 kept), `atari=True` applies gymnasium's AtariPreprocessing and stacks 4 frames
 ([84, 84, 4] uint8; needs ale-py and opencv), with RL-Zoo's AtariWrapper options
 `terminal_on_life_loss`, `fire_reset` and `clip_reward` (`tfrl.envs.atari_wrappers`;
-scores stay whole games' raw scores). Importing this package registers tfrl's
-toy pixel envs ('tfrl/PixelCatch-v0', 'tfrl/PixelCatchDict-v0', see `tfrl.envs.toy`).
+scores stay whole games' raw scores). tfrl's toy pixel envs ('tfrl/PixelCatch-v0',
+'tfrl/PixelCatchDict-v0', `tfrl.envs.toy`) are registered with gymnasium when an id
+names them (`registry.import_registering_package`); `tfrl.envs.toy.register()` registers
+them for `gymnasium.make` directly. Importing this package registers nothing and imports
+no TensorFlow (env worker processes import it): the batched env lives in
+`tfrl.envs.batched_env`, the specs in `tfrl.envs.specs`.
 """
 import contextlib
 import dataclasses
@@ -27,7 +31,6 @@ from tfrl.envs import registry
 from tfrl.envs import reward_normalization
 from tfrl.envs import sources
 from tfrl.envs import video
-from tfrl.envs import toy
 from tfrl.envs import worker_env
 from tfrl.envs.observation_wrappers import stack_frames
 from tfrl.envs.registry import MissingExtraError, UnknownEnvironmentError, check_registered
@@ -36,26 +39,12 @@ from tfrl.envs.shape_check import ShapeCheckWrappers
 from tfrl.envs.step_watchdog import timed_vector_env
 from tfrl.envs.worker_env import EnvStepTimeoutError, WorkerError, WorkerVectorEnv
 
-__all__ = ['make', 'BatchedEnv', 'space_to_spec', 'batched_spec', 'UnknownEnvironmentError',
-           'MissingExtraError', 'NonFiniteEnvError', 'ObservationShapeError', 'stack_frames',
-           'WorkerError', 'EnvStepTimeoutError', 'check_registered', 'BACKENDS',
-           'EnvPoolUnsupportedError']
+__all__ = ['make', 'UnknownEnvironmentError', 'MissingExtraError', 'ObservationShapeError',
+           'stack_frames', 'WorkerError', 'EnvStepTimeoutError', 'check_registered',
+           'BACKENDS', 'EnvPoolUnsupportedError']
 EnvPoolUnsupportedError = envpool_env.EnvPoolUnsupportedError
 
 
-def __getattr__(name):
-  # TensorFlow's side (specs, TimeSteps) on first use, so a worker process that only
-  # steps gymnasium envs (tfrl.envs.worker_env) never imports TensorFlow.
-  if name in ('BatchedEnv', 'NonFiniteEnvError', 'batched_spec'):
-    from tfrl.envs import batched_env  # pylint: disable=g-import-not-at-top
-    return getattr(batched_env, name)
-  if name == 'space_to_spec':
-    from tfrl.envs import specs  # pylint: disable=g-import-not-at-top
-    return specs.space_to_spec
-  raise AttributeError(f'module tfrl.envs has no attribute {name!r}')
-
-
-toy.register()
 # AtariPreprocessing's default: 4 frames stacked.
 ATARI_FRAME_STACK = 4
 # What steps the envs: gymnasium's vector envs, or EnvPool's pools (tfrl.envs.envpool_env).

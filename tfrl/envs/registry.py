@@ -1,11 +1,14 @@
 """Which gymnasium ids exist, and which package registers them: 'ALE/...' ids come with
 ale-py (tfrl's 'atari' extra), 'MiniGrid-...' with minigrid; 'module:Id-v0' imports
-the module. Errors name the id and the extra to install."""
+the module; 'tfrl/...' ids are tfrl's toy envs (`tfrl.envs.toy`), registered when first
+named. Errors name the id and the extra to install."""
 import difflib
 import importlib
 from typing import Optional, Tuple
 
 import gymnasium as gym
+
+from tfrl.envs import toy
 
 
 class UnknownEnvironmentError(ValueError):
@@ -40,8 +43,8 @@ def split_module(env_id: str) -> Tuple[Optional[str], str]:
 
 def import_registering_package(env_id: str) -> None:
   """Imports the package that registers `env_id`: the module of a 'module:Id-v0' id,
-  ale_py for 'ALE/...', minigrid for 'MiniGrid-...', so users need no import of their
-  own (and env worker processes, which start fresh, find the ids too).
+  ale_py for 'ALE/...', minigrid for 'MiniGrid-...' (and registers tfrl's 'tfrl/...'
+  toy envs), so users need no import of their own (and env worker processes, which start fresh, find the ids too).
 
   Raises:
     MissingExtraError: that package is not installed (names the extra).
@@ -50,6 +53,8 @@ def import_registering_package(env_id: str) -> None:
   module, env_id = split_module(env_id)
   if module is not None:
     importlib.import_module(module)
+  if env_id.startswith(toy.NAMESPACE):
+    toy.register()
   for prefix, (package, extra) in _REGISTERING_PACKAGES.items():
     if env_id.startswith(prefix) and env_id not in gym.registry:
       try:

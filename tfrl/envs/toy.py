@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
+NAMESPACE = 'tfrl/'  # gymnasium's namespace of tfrl's ids
 PIXEL_CATCH = 'tfrl/PixelCatch-v0'
 PIXEL_CATCH_DICT = 'tfrl/PixelCatchDict-v0'
 
@@ -103,7 +104,8 @@ class PixelCatch(gym.Env):
 
 
 def register() -> None:
-  """Registers the toy envs with gymnasium (idempotent; `tfrl.envs` calls it)."""
+  """Registers the toy envs with gymnasium (idempotent; `tfrl.envs` calls it when an id
+  names one; call it before `gymnasium.make` of one)."""
   if PIXEL_CATCH not in gym.registry:
     gym.register(PIXEL_CATCH, entry_point='tfrl.envs.toy:PixelCatch')
   if PIXEL_CATCH_DICT not in gym.registry:
