@@ -59,6 +59,20 @@ def run_python(args: Sequence[str], timeout: Optional[float] = None,
                           timeout=timeout)
 
 
+def import_seconds(python: str, module: str) -> float:
+  """Seconds a fresh `python -c 'import <module>'` takes, start to exit (exec'd, so
+  the interpreter's own start counts, as it does in a run's start-up).
+
+  Raises:
+    subprocess.CalledProcessError: the import failed.
+  """
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  start = time.monotonic()
+  subprocess.run([python, '-c', f'import {module}'], check=True, env=env,
+                 capture_output=True, timeout=600)
+  return time.monotonic() - start
+
+
 def check_choices(flag: str, chosen, allowed) -> None:
   """Raises app.UsageError naming what in `chosen` (a list flag's values) is not allowed.
 

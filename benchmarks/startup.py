@@ -38,7 +38,6 @@ import math
 import os
 import statistics
 import subprocess
-import time
 from typing import List, Optional
 
 from absl import app
@@ -67,20 +66,6 @@ def _clocks(run: solve_time.Run) -> List[Optional[float]]:
   """start-up, train (inf when unsolved), process seconds."""
   return [run.extra.get('startup_seconds'),
           run.seconds if run.solved else math.inf, run.process_seconds]
-
-
-def import_seconds(python: str, module: str) -> float:
-  """Seconds a fresh `python -c 'import <module>'` takes, start to exit (exec'd, so
-  the interpreter's own start counts, as it does in a run's start-up).
-
-  Raises:
-    subprocess.CalledProcessError: the import failed.
-  """
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  start = time.monotonic()
-  subprocess.run([python, '-c', f'import {module}'], check=True, env=env,
-                 capture_output=True, timeout=600)
-  return time.monotonic() - start
 
 
 def _ratio_line(name: str, startups: List[Optional[float]], imports: List[float],
@@ -127,7 +112,7 @@ def main(argv):
         if side == 'SB3' and FLAGS.skip_peer:
           continue
         solve_time.wait_while_paused()
-        imported = import_seconds(python[side], FRAMEWORK[side])
+        imported = common.import_seconds(python[side], FRAMEWORK[side])
         imports[side].append(imported)
         run = (solve_time.run_tfrl if side == 'tfrl' else solve_time.run_peer)(algo, seed)
         runs[algo][side].append(run)

@@ -58,6 +58,8 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                    f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
     'startup': ['--skip_peer', '--algos=dqn', '--seeds=0',
                 f'--tfrl_python={sys.executable}', *TINY_TRAIN_EVAL],
+    # One timed start-up of make demo's config, stopped at its first train step.
+    'startup_phases': ['--runs=1'],
     # Compares the committed pages with what the recorded runs make; writes nothing.
     'results_pages': ['--check'],
     # Both ways of running three tasks at once, one train step each: 3 envs (one per task)
@@ -181,6 +183,10 @@ EXPECTED = {
                rf'({NUMBER}) s; import tensorflow ({NUMBER}) s(?:.*\n)*tfrl start-up / import '
                rf'tensorflow: median ({NUMBER}) s / ({NUMBER}) s = ({NUMBER})x   target <= '
                r'1\.5x   (?:PASS|MISS)',
+    'startup_phases': rf'(?m)^Learner compile\s+({NUMBER})\n(?:.*\n)*?^start-up \(from '
+                      rf'/proc\)\s+({NUMBER})\n^import tensorflow alone\s+({NUMBER})\n'
+                      rf'(?:.*\n)*?^floor \(.*\) / import tensorflow: {NUMBER} s / '
+                      rf'{NUMBER} s = ({NUMBER})x',
     # Both modes repeat a PPO run of one seed exactly.
     'determinism': r'(?m)^deterministic=False median train .* (1) of 1 seeds repeated their '
                    r'run\n(?:.*\n)*^deterministic=True  median train .* (1) of 1 seeds '
@@ -253,7 +259,8 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   # The longest first, so that the two threads end together.
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
            'layer_norm', 'atari_throughput', 'ppo_compile', 'determinism', 'task_sequence',
-           'solve_time', 'replay_independence', 'startup', 'learner_throughput', 'reliability',
+           'solve_time', 'replay_independence', 'startup', 'startup_phases',
+           'learner_throughput', 'reliability',
            'pixel_bytes', 'collect_throughput', 'results_pages', 'helpers']
   assert sorted(order) == sorted(jobs)
   start = time.monotonic()
