@@ -21,8 +21,9 @@ over seeds.
     .venv/bin/python benchmarks/hybrid.py --seeds=0,1,2 --jobs=2
 
 Each run's line in --hybrid_out names the dataset's content checksum
-(`dataset_checksum`, `tfrl.datasets.rlds.checksum`) and the summary prints it (per seed
-where the seeds trained on different data).
+(`dataset_checksum`, `tfrl.datasets.rlds.checksum`) and the summary prints it. A seed
+there counts as done, and is summarized, only on the dataset as it is now: a line of
+another checksum, or of none, is run again.
 
 The defaults are the best measured recipe, the one of both records on
 docs/results/hybrid.md; the pilots ran --nocritic_layer_norm --warmup_steps=5000
@@ -66,7 +67,8 @@ flags.DEFINE_string('online_runs', os.path.join(
     REPO, 'benchmarks', 'runs', 'sac_halfcheetah_1600s_jobs2.jsonl'),
                     "solve_time.py's runs of online SAC (the tfrl side is read).")
 flags.DEFINE_string('hybrid_out', os.path.join(REPO, 'benchmarks', 'runs', 'hybrid.jsonl'),
-                    'One line per hybrid run (a seed already there is not run again).')
+                    'One line per hybrid run (a seed already there, of these settings '
+                    'and on the dataset as it is now, is not run again).')
 flags.DEFINE_string('hybrid_runs_dir', os.path.join(REPO, 'runs', 'hybrid'),
                     "The hybrid runs' root_dirs and logs.")
 flags.DEFINE_string('png', os.path.join(REPO, 'benchmarks', 'curves',
@@ -104,6 +106,22 @@ def settings() -> Dict[str, Any]:
   return dict(utd=FLAGS.utd, fraction=FLAGS.fraction, warmup_steps=FLAGS.warmup_steps,
               critic_layer_norm=FLAGS.critic_layer_norm,
               dataset_only_steps=FLAGS.dataset_only_steps)
+
+
+def same_run(record: Dict[str, Any], checksum: str) -> bool:
+  """Whether a --hybrid_out line is a run of these settings on the dataset as it is now:
+  one that is done (not run again) and reported.
+
+  Args:
+    record: a --hybrid_out line.
+    checksum: the dataset's content checksum now (`offline.dataset_checksum`).
+
+  Returns:
+    Whether it has these settings() and trained on that data (`offline.ran_on`: a line
+    without a checksum does not count).
+  """
+  return (all(record.get(k, False) == v for k, v in settings().items())
+          and offline.ran_on(record, checksum))
 
 
 def hybrid_run(seed: int, cpu: Optional[int]) -> Dict[str, Any]:
@@ -209,12 +227,13 @@ def main(argv):
   if not os.path.exists(offline.path(DATASET)):
     raise app.UsageError(f'{offline.path(DATASET)} is missing: make it first with '
                          f'benchmarks/offline.py --stages=datasets --datasets={DATASET}')
-  print(f'dataset {DATASET}: checksum {offline.dataset_checksum(DATASET)}', flush=True)
+  checksum = offline.dataset_checksum(DATASET)
+  print(f'dataset {DATASET}: checksum {checksum}', flush=True)
   done = []
   if os.path.exists(FLAGS.hybrid_out):
     with open(FLAGS.hybrid_out) as f:
       done = [json.loads(line) for line in f if line.strip()]
-  done = [r for r in done if all(r.get(k, False) == v for k, v in settings().items())]
+  done = [r for r in done if same_run(r, checksum)]
   todo = [int(s) for s in FLAGS.seeds if int(s) not in {r['seed'] for r in done}]
   failed = []
   for seed, run, error in common.on_pinned_cpus(FLAGS.jobs, hybrid_run, todo):

@@ -31,7 +31,7 @@ Three stages (--stages, in this order):
             cql_lunarlander.gin) and, on HalfCheetah, IQL (iql_halfcheetah.gin), and
             d3rlpy's CQL and IQL (HalfCheetah) or DiscreteCQL (LunarLander), with the
             same networks, rates and batch size (DATASETS below feeds both sides). One JSON line per run goes to --json_out; a run
-            already there is not run again.
+            already there on the dataset as it is now (its checksum) is not run again.
   report    Each dataset's mean episode return; each algorithm's return after
             --grad_steps (median and 95% bootstrap interval over seeds); tfrl's CQL
             against each peer and tfrl's IQL against d3rlpy's (difference of returns, ratio of wall clock, with
@@ -160,14 +160,39 @@ def hidden(dataset: str) -> Tuple[int, ...]:
   return tuple(int(w) for w in FLAGS.hidden) or DATASETS[dataset].hidden
 
 
-def same_run(record: Dict[str, Any]) -> bool:
-  """Whether a --json_out line ran with these --grad_steps, widths (older: its own) and,
-  for tfrl's side, --train_bindings."""
+def ran_on(record: Dict[str, Any], checksum: str) -> bool:
+  """Whether a run's record says it trained on the data of `checksum`.
+
+  Args:
+    record: a run's JSON line (offline.py's --json_out, hybrid.py's --hybrid_out).
+    checksum: a dataset's content checksum (`dataset_checksum`).
+
+  Returns:
+    True only where the record's `dataset_checksum` is `checksum`: a record made before
+    runs recorded one may have trained on other data (a remade dataset has another
+    checksum), so it is not taken as a run on this one.
+  """
+  return record.get('dataset_checksum') == checksum
+
+
+def same_run(record: Dict[str, Any], checksum: Optional[str]) -> bool:
+  """Whether a --json_out line ran with these --grad_steps, widths (older: its own), for
+  tfrl's side --train_bindings, and on the data of `checksum`.
+
+  Args:
+    record: a --json_out line.
+    checksum: the content checksum of the dataset as it is now (`dataset_checksum`), to
+      take only runs on that data (`ran_on`), as the train stage does to decide what
+      is done; None takes runs on any data (the report, which names what each trained on).
+
+  Returns:
+    Whether the run is one of these settings (and data).
+  """
   widths = tuple(record.get('hidden', DATASETS[record['dataset']].hidden))
   bindings_match = (record['algo'] != 'tfrl_cql'
                     or record.get('train_bindings', []) == FLAGS.train_bindings)
   return (record['grad_steps'] == FLAGS.grad_steps and widths == hidden(record['dataset'])
-          and bindings_match)
+          and bindings_match and (checksum is None or ran_on(record, checksum)))
 
 
 # -- Jobs --------------------------------------------------------------------------------
@@ -429,10 +454,13 @@ def read_runs() -> List[Dict[str, Any]]:
 
 
 def train_all() -> None:
-  """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2)."""
-  done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs() if same_run(r)}
-  todo = [run for run in planned_runs() if run not in done]
-  checksums = {dataset: dataset_checksum(dataset) for dataset, _, _ in todo}
+  """Runs what --json_out lacks, --jobs at a time, each on a CPU of its own (jobs=2): a
+  recorded run is done only on the data the dataset holds now (its checksum)."""
+  planned = planned_runs()
+  checksums = {dataset: dataset_checksum(dataset) for dataset, _, _ in planned}
+  done = {(r['dataset'], r['algo'], r['seed']) for r in read_runs()
+          if r['dataset'] in checksums and same_run(r, checksums[r['dataset']])}
+  todo = [run for run in planned if run not in done]
   if not FLAGS.skip_peer and any(not algo.startswith('tfrl') for _, algo, _ in todo):
     common.ensure_venv(os.path.join(PEERS, '.venv-d3rlpy'),
                        os.path.join(PEERS, 'd3rlpy_requirements.txt'))
@@ -492,19 +520,38 @@ def _d4rl_line(env: str, by_algo: Dict[str, List[Dict[str, Any]]], central: str
 
 def report_dataset(dataset: str, info: Optional[Dict[str, Any]],
                    runs: List[Dict[str, Any]]) -> List[str]:
-  """The dataset's lines: each algorithm's final return, and tfrl against each peer."""
+  """The dataset's lines: each algorithm's final return, and tfrl against each peer.
+
+  Args:
+    dataset: a key of DATASETS.
+    info: its datasets.json entry (None: not described).
+    runs: every --json_out line; the report takes those of these flags' settings and,
+      where `info` names the dataset's checksum, on that data only.
+
+  Returns:
+    The lines to print.
+  """
   central = stats.NAMES[stats.STATISTIC]
   lines = [f'{dataset} ({DATASETS[dataset].env})' + (
       f": {info['episodes']} episodes, {info['transitions']:,} transitions, mean return "
       f"{info['mean_return']:.1f}, checksum {info.get('checksum', 'not recorded')}"
       if info else ': (no datasets.json)')]
-  by_algo = {}
+  # Where datasets.json names the data as it is now, only the runs on it: a run on an
+  # earlier make of the dataset was run again on this one (train_all), and both of a
+  # seed would count twice.
+  checksum = info.get('checksum') if info else None
+  by_algo, elsewhere = {}, 0
   for algo in [*DATASETS[dataset].tfrl_algos, *DATASETS[dataset].peers]:
-    chosen = sorted((r for r in runs if r['dataset'] == dataset and r['algo'] == algo
-                     and same_run(r) and r['curve']),
+    these = [r for r in runs if r['dataset'] == dataset and r['algo'] == algo
+             and same_run(r, None) and r['curve']]
+    chosen = sorted((r for r in these if checksum is None or ran_on(r, checksum)),
                     key=lambda r: r['seed'])
+    elsewhere += len(these) - len(chosen)
     if chosen:
       by_algo[algo] = chosen
+  if elsewhere:
+    lines.append(f'  left out: {elsewhere} run{"s" * (elsewhere > 1)} of these settings '
+                 'on other data or with no recorded checksum')
   trained_on = sorted({r.get('dataset_checksum', 'not recorded')
                        for chosen in by_algo.values() for r in chosen})
   if trained_on and (not info or trained_on != [info.get('checksum')]):

@@ -48,6 +48,9 @@ files:
                  'datasets' (name -> env), 'grad_steps', 'algos', 'labels',
                  'comparisons', and 'datasets_file': offline.py's printed description of
                  the datasets, which are not kept).
+                 Both kinds say, per dataset, the content checksum of the data the runs
+                 trained on, from each run's 'dataset_checksum': the one all runs name,
+                 else each with its runs (a run without one: "not recorded").
   task_sequence  task_sequence.py's tasks.json per algorithm and seed ('runs_dir',
                  'algos', 'seeds', 'labels', 'ratios').
   multi_task     multi_task.py's summaries ('runs_dir', 'modes', 'seeds', 'thresholds').
@@ -564,6 +567,54 @@ def render_runs(record: Record) -> Rendered:
                   [''] + _about(record))
 
 
+# The key of a run's record (offline.py's and hybrid.py's JSON lines) that holds the
+# content checksum of the dataset it trained on (tfrl.datasets.rlds.checksum).
+CHECKSUM_KEY = 'dataset_checksum'
+
+
+def _who(runs: Sequence[Tuple[str, Dict[str, Any]]]) -> str:
+  """'<label> seeds 0, 1; <label> seed 2' of (label, run) pairs, labels in their order."""
+  seeds: Dict[str, List[int]] = {}
+  for label, run in runs:
+    seeds.setdefault(label, []).append(run['seed'])
+  return '; '.join((f'{label} ' if label else '') + ('seed ' if len(each) == 1 else 'seeds ')
+                   + _seeds(sorted(each)) for label, each in seeds.items())
+
+
+def checksum_line(runs: Sequence[Tuple[str, Dict[str, Any]]],
+                  described: Optional[str] = None) -> str:
+  """The data the runs of one table trained on: its content checksum, from each run's
+  record, where they all name the same one; else each checksum with its runs.
+
+  Args:
+    runs: (the algorithm's label, or '' where the table has one algorithm; the run's
+      record) of each run of the table.
+    described: the checksum of the dataset that the page describes beside the table
+      (its size and returns), where its description names one.
+
+  Returns:
+    A line of markdown. Runs whose record has no checksum are named as such: what they
+    trained on is not known, so they do not count as agreeing with any checksum.
+  """
+  groups: Dict[Optional[str], List[Tuple[str, Dict[str, Any]]]] = {}
+  for label, run in runs:
+    groups.setdefault(run.get(CHECKSUM_KEY), []).append((label, run))
+  recorded = sorted(c for c in groups if c is not None)
+  if not recorded:
+    return f'Dataset checksum: not recorded by these runs ({_who(runs)}).'
+  if len(groups) == 1:
+    line = f'Dataset checksum: `{recorded[0]}` (all {len(runs)} runs).'
+  else:
+    parts = [f'`{c}` ({_who(groups[c])})' for c in recorded]
+    if None in groups:
+      parts.append(f'not recorded ({_who(groups[None])})')
+    line = 'Dataset checksum: not the same for all these runs: ' + '; '.join(parts) + '.'
+  if described is not None and [described] != list(groups):
+    # The size and returns shown are of that data, not (all) of the runs'.
+    line += f' The description above is of the data of checksum `{described}`.'
+  return line
+
+
 def render_hybrid(record: Record) -> Rendered:
   """Hybrid SAC's seeds against the bar: online SAC's return at its env-step budget,
   reached in a third of those env steps (as hybrid.py reports it).
@@ -584,7 +635,7 @@ def render_hybrid(record: Record) -> Rendered:
   steps = [summary.steps_to(run['curve'], bar) for run in runs]
   ours_third = [summary.return_at(run['curve'], third) for run in runs]
   online_third = [v for v in (summary.return_at(c, third) for c in online) if v is not None]
-  lines = _table(
+  lines = [checksum_line([('', run) for run in runs]), ''] + _table(
       ['measure', f'hybrid SAC, {CENTRAL} [{CI}]', f'online SAC, {CENTRAL} [{CI}]'],
       [[f'return at {budget:,} env steps (the bar)', '-', _cell(at_budget, 'return')],
        [f'env steps to the bar ({summary.number(bar, "return")})',
@@ -619,7 +670,7 @@ def render_hybrid(record: Record) -> Rendered:
          'online SAC': [[p for p in c if p[0] <= budget * 1.1] for c in online]},
         threshold=bar, threshold_label=f"online SAC's return at {budget:,}"))
   settings = {k: v for k, v in runs[0].items()
-              if k not in ('seed', 'curve', 'seconds', 'load')}
+              if k not in ('seed', 'curve', 'seconds', 'load', 'dataset', CHECKSUM_KEY)}
   facts = [f'Seeds: hybrid {_seeds([r["seed"] for r in runs])}; online SAC: its '
            f'{len(online)} seeds', 'hybrid.py settings: ' + ', '.join(
                f'{k} {v}' for k, v in sorted(settings.items()))]
@@ -627,18 +678,22 @@ def render_hybrid(record: Record) -> Rendered:
                   figures)
 
 
+# offline.py's line per dataset; since it records checksums, it ends with one.
 _DATASET = re.compile(r'dataset (\w+): (\d+) episodes, ([\d,]+) transitions, mean return '
-                      r'(-?[\d.]+) \(min (-?[\d.]+), max (-?[\d.]+)\)')
+                      r'(-?[\d.]+) \(min (-?[\d.]+), max (-?[\d.]+)\)'
+                      r'(?:, checksum ([0-9a-f]+))?')
 
 
-def _datasets(path: str) -> Dict[str, Dict[str, float]]:
-  """offline.py's printed description of its datasets: name -> size and returns."""
+def _datasets(path: str) -> Dict[str, Dict[str, Any]]:
+  """offline.py's printed description of its datasets: name -> size, returns and
+  checksum (None where the line has none)."""
   with open(path) as f:
     found = _DATASET.findall(f.read())
   return {name: {'episodes': int(episodes),
                  'transitions': int(transitions.replace(',', '')),
-                 'mean': float(mean), 'min': float(low), 'max': float(high)}
-          for name, episodes, transitions, mean, low, high in found}
+                 'mean': float(mean), 'min': float(low), 'max': float(high),
+                 'checksum': checksum or None}
+          for name, episodes, transitions, mean, low, high, checksum in found}
 
 
 def _offline_runs(record: Record, dataset: str) -> Dict[str, List[Dict[str, Any]]]:
@@ -684,6 +739,9 @@ def render_offline(record: Record) -> Rendered:
               f'{info["episodes"]} episodes, {info["transitions"]:,} transitions; episode '
               f'returns: mean {info["mean"]:,.1f}, min {info["min"]:,.1f}, max '
               f'{info["max"]:,.1f}.', '']
+    if by_algo:
+      lines += [checksum_line([(labels[algo], run) for algo, runs in by_algo.items()
+                               for run in runs], info['checksum']), '']
     rows = [[labels[algo], str(len(runs)), _cell([_final(r) for r in runs], 'return'),
              ', '.join(f'{r["seed"]}: {summary.number(_final(r), "return")}' for r in runs),
              f'{sum(_final(r) > info["mean"] for r in runs)} of {len(runs)}',

@@ -61,3 +61,91 @@ def test_a_changed_run_changes_its_page_and_no_other(tmp_path):
   match, mismatch, errors = filecmp.cmpfiles(PAGES, pages, others, shallow=False)
   assert (mismatch, errors) == ([], []), (mismatch, errors)
   assert match == others
+
+
+# -- The data offline and hybrid runs trained on ----------------------------------------
+
+CHECKSUM, OTHER, DESCRIBED = '0123456789abcdef', 'fedcba9876543210', '00112233aabbccdd'
+
+
+def _with_checksums(path, checksum_of) -> None:
+  """Sets (or, where `checksum_of` returns None, leaves out) each run's checksum."""
+  rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  for row in rows:
+    row.pop('dataset_checksum', None)
+    checksum = checksum_of(row)
+    if checksum is not None:
+      row['dataset_checksum'] = checksum
+  path.write_text(''.join(json.dumps(row) + '\n' for row in rows))
+
+
+def _pages(tmp_path, change) -> dict:
+  """The offline and hybrid pages the recorded runs make after `change(runs_dir)`."""
+  runs, pages = tmp_path / 'runs', tmp_path / 'results'
+  shutil.copytree(RUNS, runs)
+  change(runs)
+  done = _generate(f'--runs_dir={runs}', f'--out_dir={pages}', '--readme=',
+                   '--no_figures', '--pages=offline,hybrid')
+  assert done.returncode == 0, done.stdout + done.stderr
+  return {page: (pages / f'{page}.md').read_text() for page in ('offline', 'hybrid')}
+
+
+def _section(text: str, heading: str) -> str:
+  """A page's text from `heading` to the next heading."""
+  start = text.index(heading)
+  end = text.find('\n#', start + len(heading))
+  return text[start:] if end < 0 else text[start:end]
+
+
+def test_the_committed_offline_and_hybrid_runs_say_their_checksum_was_not_recorded():
+  offline = open(os.path.join(PAGES, 'offline.md')).read()
+  hybrid = open(os.path.join(PAGES, 'hybrid.md')).read()
+  assert ('Dataset checksum: not recorded by these runs (tfrl CQL seeds 0, 1, 2; d3rlpy '
+          'DiscreteCQL seeds 0, 1, 2).') in offline
+  # Every dataset of every offline record: 5 tables.
+  assert offline.count('Dataset checksum: not recorded by these runs (') == 5
+  assert 'Dataset checksum: not recorded by these runs (seeds 0, 1, 2, 3, 4, 5, 6).' in hybrid
+  assert 'Dataset checksum: not recorded by these runs (seeds 0, 1, 2).' in hybrid
+
+
+def test_runs_of_one_checksum_show_it(tmp_path):
+  def change(runs):
+    _with_checksums(runs / 'offline.jsonl', lambda row: CHECKSUM)
+    _with_checksums(runs / 'hybrid_medium_replay_36ep.jsonl', lambda row: CHECKSUM)
+
+  pages = _pages(tmp_path, change)
+  lunarlander = _section(pages['offline'], '#### lunarlander_mixed')
+  assert f'Dataset checksum: `{CHECKSUM}` (all 6 runs).' in lunarlander
+  assert f'Dataset checksum: `{CHECKSUM}` (all 7 runs).' in pages['hybrid']
+  # Shown once, on its own line: not again among hybrid.py's settings.
+  assert pages['hybrid'].count(CHECKSUM) == 1
+  assert 'dataset_checksum' not in pages['hybrid']
+
+
+def test_runs_of_two_checksums_or_of_none_are_flagged(tmp_path):
+  def change(runs):
+    _with_checksums(runs / 'offline.jsonl', lambda row: (
+        OTHER if (row['algo'], row['seed']) == ('tfrl_cql', 2) else CHECKSUM))
+    _with_checksums(runs / 'hybrid_medium_replay_36ep.jsonl',
+                    lambda row: None if row['seed'] == 6 else CHECKSUM)
+
+  pages = _pages(tmp_path, change)
+  lunarlander = _section(pages['offline'], '#### lunarlander_mixed')
+  assert (f'Dataset checksum: not the same for all these runs: `{CHECKSUM}` (tfrl CQL '
+          f'seeds 0, 1; d3rlpy DiscreteCQL seeds 0, 1, 2); `{OTHER}` (tfrl CQL seed 2).'
+          ) in lunarlander
+  assert (f'Dataset checksum: not the same for all these runs: `{CHECKSUM}` (seeds 0, 1, '
+          '2, 3, 4, 5); not recorded (seed 6).') in pages['hybrid']
+
+
+def test_a_description_of_other_data_than_the_runs_is_flagged(tmp_path):
+  def change(runs):
+    _with_checksums(runs / 'offline.jsonl', lambda row: CHECKSUM)
+    path = runs / 'offline_datasets_2026-11-27.txt'
+    text = path.read_text()
+    line = next(l for l in text.splitlines() if l.startswith('dataset lunarlander_mixed'))
+    path.write_text(text.replace(line, f'{line}, checksum {DESCRIBED}'))
+
+  lunarlander = _section(_pages(tmp_path, change)['offline'], '#### lunarlander_mixed')
+  assert (f'Dataset checksum: `{CHECKSUM}` (all 6 runs). The description above is of the '
+          f'data of checksum `{DESCRIBED}`.') in lunarlander
