@@ -305,12 +305,15 @@ def make_lunarlander() -> None:
 
 
 def describe_dataset(name: str) -> Dict[str, Any]:
-  """Writes <name>.npz for d3rlpy (once) and returns the dataset's size, returns and
-  content checksum (`tfrl.datasets.rlds.checksum`)."""
+  """Writes <name>.npz for d3rlpy and returns the dataset's size, returns and content
+  checksum (`tfrl.datasets.rlds.checksum`).
+
+  The .npz is rewritten every time: one kept from a dataset since remade would have
+  d3rlpy train on the old data under the new data's checksum.
+  """
   from tfrl.datasets import rlds  # pylint: disable=g-import-not-at-top
   arrays = rlds.read(path(name))
-  if not os.path.exists(path(name) + '.npz'):
-    np.savez(path(name) + '.npz', **d3rlpy_data.d3rlpy_arrays(arrays))
+  np.savez(path(name) + '.npz', **d3rlpy_data.d3rlpy_arrays(arrays))
   returns = arrays.episode_returns()
   return {'name': name, 'episodes': arrays.num_episodes,
           'transitions': arrays.num_transitions, 'mean_return': float(np.mean(returns)),

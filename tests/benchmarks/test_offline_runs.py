@@ -96,3 +96,30 @@ def test_the_report_takes_the_runs_on_the_data_now_and_says_what_it_left_out():
   assert '  left out: 1 run of these settings on other data' in text, text
   cql = next(line for line in lines if line.startswith('  tfrl CQL'))
   assert 's0 100.0, s1 120.0 |' in cql and '-500' not in cql, text
+
+
+def test_the_peers_copy_of_a_remade_dataset_is_the_new_data(tmp_path):
+  """describe_dataset rewrites <name>.npz (d3rlpy's input) for each dataset it describes:
+  a copy kept from data since remade would have d3rlpy train on the old data under the
+  new data's checksum."""
+  result = _result('''
+      import numpy as np
+      from tfrl.datasets import rlds
+
+      class Made:  # a dataset as rlds.read returns it, of one reward
+        def __init__(self, reward):
+          self.reward, self.num_episodes, self.num_transitions = reward, 1, 1
+        def episode_returns(self):
+          return np.array([self.reward])
+        def checksum(self):
+          return str(self.reward)
+
+      offline.d3rlpy_data.d3rlpy_arrays = lambda made: {'rewards': np.array([made.reward])}
+      result = []
+      for reward in (1.0, 2.0):  # the dataset, then the dataset remade
+        rlds.read = lambda directory, made=Made(reward): made
+        checksum = offline.describe_dataset('lunarlander_mixed')['checksum']
+        with np.load(offline.path('lunarlander_mixed') + '.npz') as npz:
+          result.append([checksum, float(npz['rewards'][0])])
+  ''', [f'--data_dir={tmp_path}'])
+  assert result == [['1.0', 1.0], ['2.0', 2.0]]
