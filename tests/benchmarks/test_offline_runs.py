@@ -4,15 +4,15 @@ record of another checksum, or of none (made before runs recorded one), does not
 
 Both scripts define absl flags that another benchmark module imported in this process
 defines too (--seeds and --jobs: ablation.py), so they run in a process of their own,
-as their scripts do: each test's code runs there with the flags it passes and prints
-its `result` as JSON.
+as their scripts do (a fork of the tests' preloaded process, tests/python_runs.py):
+each test's code runs there with the flags it passes and prints its `result` as JSON.
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from typing import Any, Sequence
+
+import python_runs  # tests/python_runs.py
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'benchmarks')
@@ -32,8 +32,7 @@ def _result(code: str, argv: Sequence[str] = ()) -> Any:
       flags.FLAGS(['test', *{list(argv)!r}])
       NEW, OLD, RUN = {NEW!r}, {OLD!r}, {RUN!r}
   ''') + textwrap.dedent(code) + '\nprint(json.dumps(result))\n'
-  done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                        timeout=300, check=False)
+  done = python_runs.run(['-c', script], timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads(done.stdout.splitlines()[-1])
 
