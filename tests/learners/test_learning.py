@@ -53,15 +53,22 @@ def train_eval_args(root_dir, gin_file, *bindings):
           f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings]
 
 
-# The recurrent config on every seed it claims (seed 0 runs with the other configs):
-# memory is the capability most sensitive to the seed. ppo_pendulum's seeds 1-2 left the
-# suite for its time (65 s); benchmarks/solve_time.py --algos=ppo_pendulum measures them.
+# The recurrent config on two more seeds (seed 0 runs to 475 with the other configs):
+# memory is the capability most sensitive to the seed. On these seeds the test asks for
+# what only memory reaches, MEMORY_RETURN, not the full 475: the feed-forward control
+# below never evaluates above 46 in its 160 train steps, while the LSTM passed 300 at
+# train steps 16-48 on seeds 0-2 and needed 64-136 for 475, two thirds of the module's
+# time on these seeds' jobs (benchmarks/solve_time.py --algos=ppo_lstm_masked times
+# them to 475). ppo_pendulum's seeds 1-2 left the suite for its time (65 s);
+# benchmarks/solve_time.py --algos=ppo_pendulum measures them.
 OTHER_SEEDS = (1, 2)
-SEEDED_CASES = [('ppo_lstm_cartpole_masked.gin', 475.0)]
+MEMORY_RETURN = 300.0
+SEEDED_CASES = [('ppo_lstm_cartpole_masked.gin', MEMORY_RETURN)]
 # Without velocities a feed-forward policy cannot balance the pole: the LSTM config with
-# the LSTM removed must stay below 300 for 160 train steps (41k env steps), half as many
-# again as the most the LSTM needed to reach 475 on seeds 0-3 (24-104). (The control
-# always runs its whole budget: 300 train steps made it the module's longest job.)
+# the LSTM removed must stay below MEMORY_RETURN for 160 train steps (41k env steps),
+# half as many again as the most the LSTM needed to reach 475 on seeds 0-3 (24-104).
+# (The control always runs its whole budget: 300 train steps made it the module's
+# longest job.)
 FEED_FORWARD_MASKED = ['create_ppo_agent.lstm_size = None',
                        'create_ppo_agent.shared_torso = False',
                        'Experiment.num_train_steps = 160']
@@ -70,9 +77,10 @@ FEED_FORWARD_MASKED = ['create_ppo_agent.lstm_size = None',
 def one_process_jobs():
   """Every one-process job of this module: name -> (gin file, bindings)."""
   jobs = {gin: (gin, ()) for gin, _ in ONE_PROCESS_CASES}
-  for gin, _ in SEEDED_CASES:
+  for gin, threshold in SEEDED_CASES:
     for seed in OTHER_SEEDS:
-      jobs[f'{gin}/seed{seed}'] = (gin, (f'Experiment.seed = {seed}',))
+      jobs[f'{gin}/seed{seed}'] = (gin, (f'Experiment.seed = {seed}',
+                                         f'Experiment.target_return = {threshold}'))
   jobs['feed_forward_masked'] = ('ppo_lstm_cartpole_masked.gin', FEED_FORWARD_MASKED)
   return jobs
 
@@ -181,7 +189,7 @@ def test_masked_cartpole_needs_the_lstm(jobs):
   assert returncode == 1, log[-4000:]
   assert 'never reached the target 475 within' in log, log[-4000:]
   returns = [float(r) for r in re.findall(r'\| eval return\s+' + NUMBER, log)]
-  assert returns and max(returns) < 300.0, returns
+  assert returns and max(returns) < MEMORY_RETURN, returns
 
 
 # SAC learns under launch too, but its launched run was the suite's slowest test (50-100
