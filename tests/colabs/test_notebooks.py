@@ -229,12 +229,14 @@ def test_quickstart(tmp_path):
 def test_atari(tmp_path):
   """A few train steps of Breakout: progress rows, a curve, an export that plays a game."""
   # A budget of train steps, not seconds, so that a loaded machine trains as far as a
-  # fast one. The score needs a finished game: games end within a train step's 128 steps
-  # of each of the 8 envs (seed 0: train step 1's row has a score, 0), and the last
-  # progress row before the final evaluation's (train step 3) is train step 2's.
+  # fast one. Two games, not the config's 8: each train step's PPO epochs then go over
+  # 256 frames, not 1,024 (the same networks, layout and export). The score needs a
+  # finished game: the last progress row before the final evaluation's (train step 4)
+  # is train step 3's, after 384 steps of each game.
   text, notebook = execute('atari.ipynb', dict(
-      TRAIN_SECONDS=None, NUM_TRAIN_STEPS=3, LOG_INTERVAL=1, EXPECTED_MIN_SCORE=None,
-      MAX_GAME_STEPS=300), tmp_path)
+      TRAIN_SECONDS=None, NUM_TRAIN_STEPS=4, LOG_INTERVAL=1, EXPECTED_MIN_SCORE=None,
+      MAX_GAME_STEPS=300, GIN_BINDINGS=['Experiment.num_envs = 2', 'Experiment.batch_size = 2',
+                                        'Experiment.env_workers = 1']), tmp_path)
   assert _number(r'FINAL_TRAIN_SCORE = (-?[\d.]+|nan)', text) >= 0.0
   assert re.search(r'frames uint8 \(84, 84, 4\); one game: score \d+ in \d+ steps', text), text
   assert _has_image(notebook)
