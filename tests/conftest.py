@@ -8,6 +8,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import contextlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import resource  # pylint: disable=g-import-not-at-top,wrong-import-position
 import signal  # pylint: disable=g-import-not-at-top,wrong-import-position
+import time  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -190,7 +191,34 @@ def pytest_runtest_logreport(report):
   _CPU_SECONDS_PER_FILE[path] = _CPU_SECONDS_PER_FILE.get(path, 0.0) + cpu
 
 
+# This machine's speed moves between runs (the same code's suite took 21 to 47 minutes
+# on it): a fixed pure-Python workload, timed when the run starts and when it ends, is
+# printed beside the seconds per file, so that two runs' figures can be compared.
+_REFERENCE_LOOPS = 5_000_000
+_REFERENCE_SECONDS = []
+
+
+def reference_workload_seconds() -> float:
+  """Wall seconds of a fixed pure-Python loop (about half a second on a fast day)."""
+  start = time.perf_counter()
+  total = 0
+  for i in range(_REFERENCE_LOOPS):
+    total += i * i
+  return time.perf_counter() - start
+
+
+def pytest_sessionstart(session):
+  if not hasattr(session.config, 'workerinput'):  # the controller, not an xdist lane
+    _REFERENCE_SECONDS.append(reference_workload_seconds())
+
+
 def pytest_terminal_summary(terminalreporter):
+  if _REFERENCE_SECONDS:
+    _REFERENCE_SECONDS.append(reference_workload_seconds())
+    terminalreporter.section('this machine\'s speed')
+    terminalreporter.write_line(
+        f'a fixed Python loop ({_REFERENCE_LOOPS:,} steps): {_REFERENCE_SECONDS[0]:.2f} s '
+        f'as the run started, {_REFERENCE_SECONDS[-1]:.2f} s as it ended')
   if not _SECONDS_PER_FILE:
     return
   terminalreporter.section('seconds per test file (slowest 20): wall, CPU')
