@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
+from learners.configuration import transfer
 import tfrl.envs
 from tfrl.envs import sources
 
@@ -160,13 +161,21 @@ def returns_report(history: Sequence[Mapping[str, Any]], names: Sequence[str]
 
 def forgetting_report(history: Sequence[Mapping[str, Any]], sequence: TaskSequence
                       ) -> Dict[str, Any]:
-  """`returns_report` of a sequence, with what each task forgot.
+  """`returns_report` of a sequence, with what each task forgot and the transfer
+  between the tasks.
+
+  Args:
+    history: evaluations in env-step order, each with 'env_steps' and 'task_returns'
+      (task name -> average return).
+    sequence: the tasks' schedule.
 
   Returns:
     `returns_report`'s, each task also with 'forgetting' (its best return less its
     final one); 'mean_forgetting' over the tasks trained before the last phase's task
-    (the ones the sequence can make it forget; NaN while still on the first), and
-    'switches' (env step, task name) for drawing.
+    (the ones the sequence can make it forget; NaN while still on the first);
+    'switches' (env step, task name) for drawing; and `transfer.transfer_report`'s
+    'phases', 'accuracy_matrix', 'baseline_returns', 'backward_transfer' and
+    'forward_transfer'.
 
   Raises:
     ValueError: an empty history.
@@ -183,6 +192,7 @@ def forgetting_report(history: Sequence[Mapping[str, Any]], sequence: TaskSequen
   report['mean_forgetting'] = (float(np.mean([per_task[n]['forgetting'] for n in earlier]))
                                if earlier else float('nan'))
   report['switches'] = [(step, sequence.names[i]) for step, i in sequence.switches()]
+  report.update(transfer.transfer_report(history, report['switches']))
   return report
 
 

@@ -77,6 +77,89 @@ def test_mean_forgetting_counts_only_tasks_trained_before_the_current_one():
       sequence)['mean_forgetting'])  # still on the first task: nothing to forget yet
 
 
+# Three phases of 100 env steps: a, then b, then c. The evaluation at 100 is exactly at
+# the switch: it has seen no step of b, so it closes phase 0.
+TRANSFER_HISTORY = [
+    {'env_steps': 20, 'task_returns': {'a': 1.0, 'b': 2.0, 'c': 0.5}},
+    {'env_steps': 60, 'task_returns': {'a': 5.0, 'b': 3.0, 'c': 1.0}},
+    {'env_steps': 100, 'task_returns': {'a': 8.0, 'b': 4.0, 'c': 2.0}},
+    {'env_steps': 150, 'task_returns': {'a': 6.0, 'b': 7.0, 'c': 3.0}},
+    {'env_steps': 180, 'task_returns': {'a': 5.0, 'b': 9.0, 'c': 4.0}},
+    {'env_steps': 260, 'task_returns': {'a': 4.0, 'b': 6.0, 'c': 8.0}},
+    {'env_steps': 320, 'task_returns': {'a': 3.0, 'b': 5.0, 'c': 10.0}},  # c goes on
+]
+
+
+def test_transfer_figures_match_a_hand_computed_history():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  report = tasks.forgetting_report(TRANSFER_HISTORY, sequence)
+  assert report['phases'] == ['a', 'b', 'c']
+  # Rows: the evaluations at 100 (exactly at the switch), 180 and 320 (the run's last).
+  assert report['accuracy_matrix'] == [[8.0, 4.0, 2.0], [5.0, 9.0, 4.0], [3.0, 5.0, 10.0]]
+  assert report['baseline_returns'] == [1.0, 2.0, 0.5]  # the first evaluation, at 20
+  # BWT: a and b at the end against at the end of their own phases.
+  assert report['backward_transfer'] == pytest.approx(((3 - 8) + (5 - 9)) / 2)
+  # FWT: b at the end of a's phase, c at the end of b's, each against the baseline.
+  assert report['forward_transfer'] == pytest.approx(((4 - 2) + (4 - 0.5)) / 2)
+  json.dumps(report)  # tasks.json holds it
+
+
+def test_transfer_of_a_run_still_in_its_first_phase_is_nan():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  report = tasks.forgetting_report(TRANSFER_HISTORY[:2], sequence)
+  matrix = np.array(report['accuracy_matrix'])
+  assert matrix[0].tolist() == [5.0, 3.0, 1.0]
+  assert np.isnan(matrix[1:]).all()  # phases the run did not reach
+  assert math.isnan(report['backward_transfer'])
+  assert math.isnan(report['forward_transfer'])
+
+
+def test_a_last_evaluation_exactly_at_a_switch_closes_the_phase_before():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  report = tasks.forgetting_report(TRANSFER_HISTORY[:3], sequence)
+  assert report['accuracy_matrix'][0] == [8.0, 4.0, 2.0]
+  assert np.isnan(report['accuracy_matrix'][1]).all()
+  # Phase 0 is over, so b's forward transfer is measured; nothing trained after a yet.
+  assert report['forward_transfer'] == pytest.approx(4 - 2)
+  assert math.isnan(report['backward_transfer'])
+  # One step into b: a's backward transfer is now measured (from the same returns).
+  later = TRANSFER_HISTORY[:3] + [{'env_steps': 101, 'task_returns': {'a': 7.0, 'b': 4.5,
+                                                                       'c': 2.0}}]
+  report = tasks.forgetting_report(later, sequence)
+  assert report['backward_transfer'] == pytest.approx(7 - 8)
+  assert report['accuracy_matrix'][1] == [7.0, 4.5, 2.0]
+
+
+def test_transfer_over_cycles_measures_each_task_from_its_first_phase():
+  sequence = tasks.TaskSequence(('a', 'b'), env_steps_per_task=100, cycles=2)
+  history = [
+      {'env_steps': 50, 'task_returns': {'a': 1.0, 'b': 1.0}},
+      {'env_steps': 100, 'task_returns': {'a': 6.0, 'b': 2.0}},
+      # No evaluation in phase 1 (b) or 2 (a).
+      {'env_steps': 400, 'task_returns': {'a': 4.0, 'b': 9.0}},
+  ]
+  report = tasks.forgetting_report(history, sequence)
+  assert report['phases'] == ['a', 'b', 'a', 'b']
+  matrix = np.array(report['accuracy_matrix'])
+  assert matrix.shape == (4, 2)
+  assert matrix[0].tolist() == [6.0, 2.0] and matrix[3].tolist() == [4.0, 9.0]
+  assert np.isnan(matrix[1:3]).all()
+  # a, from the end of its first phase; b, trained in the last phase, is not counted.
+  assert report['backward_transfer'] == pytest.approx(4 - 6)
+  assert report['forward_transfer'] == pytest.approx(2 - 1)
+
+
+def test_a_phase_without_an_evaluation_leaves_its_terms_out():
+  sequence = tasks.TaskSequence(('a', 'b', 'c'), env_steps_per_task=100)
+  history = [row for row in TRANSFER_HISTORY if not 100 < row['env_steps'] <= 200]
+  report = tasks.forgetting_report(history, sequence)
+  assert np.isnan(report['accuracy_matrix'][1]).all()
+  assert report['backward_transfer'] == pytest.approx(3 - 8)  # b's own end is missing
+  assert report['forward_transfer'] == pytest.approx(4 - 2)  # so is c's start
+  with pytest.raises(ValueError, match='at least one evaluation'):
+    tasks.forgetting_report([], sequence)
+
+
 @pytest.mark.parametrize('settings,message', [
     (dict(tasks=('CartPole-v1', SECOND)), 'set Experiment.task_env_steps'),
     (dict(tasks=('CartPole-v1', 'CartPole-v1'), task_env_steps=10), 'names a task twice'),
