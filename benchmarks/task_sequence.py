@@ -10,6 +10,14 @@ and over seeds (median and bootstrap interval):
   forgetting  each earlier task's best return over the run less its final one; their
               mean over the tasks trained before the last (CLEAR should forget a
               third of IMPALA's or less)
+  transfer    the accuracy matrix (row i: every task's return at the end of phase i),
+              backward transfer (BWT: the mean over the tasks before the last of
+              their final return less their return at the end of their own phase;
+              negative is forgetting) and forward transfer (FWT: the mean over the
+              tasks after the first of their return at the end of the phase before
+              theirs less their return at the first evaluation), after Lopez-Paz &
+              Ranzato 2017 (`learners/configuration/transfer.py`), computed from each
+              run's evaluations
 
 and draws each task's return against env steps, the task switches marked, to --png.
 
@@ -35,6 +43,7 @@ import numpy as np
 
 import stats  # benchmarks/stats.py
 import task_curves  # benchmarks/task_curves.py
+from learners.configuration import transfer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,22 +86,40 @@ def _median_interval(values: List[float]) -> str:
   return f'{found.point:.3f} [{found.low:.3f}, {found.high:.3f}] ({len(present)} seeds)'
 
 
+def _transfer_lines(algo: str, seed: str, report: Dict[str, Any]) -> List[str]:
+  """A run's BWT and FWT, then its accuracy matrix, a row per phase."""
+  lines = [f'{algo:<7} seed {seed}: BWT {report["backward_transfer"]:.3f}, FWT '
+           f'{report["forward_transfer"]:.3f}; accuracy matrix, each task\'s return at '
+           'the end of each phase:']
+  for phase, (task, row) in enumerate(zip(report['phases'], report['accuracy_matrix'])):
+    lines.append(f'          phase {phase} ({task}): ' +
+                 ' '.join(f'{value:.3f}' for value in row))
+  return lines
+
+
 def summarize(runs: Dict[str, List[Dict[str, Any]]]) -> None:
   """Prints each run's figures, then each algorithm's median and interval."""
   names = [name for _, name in runs[FLAGS.algos[0]][0]['switches']]
+  # From the history, not tasks.json's keys: runs recorded before them have none.
+  transfers = {algo: [transfer.transfer_report(run['history'], run['switches'])
+                      for run in algo_runs] for algo, algo_runs in runs.items()}
   for algo, algo_runs in runs.items():
-    for seed, run in zip(FLAGS.seeds, algo_runs):
+    for seed, run, report in zip(FLAGS.seeds, algo_runs, transfers[algo]):
       learned = task_curves.learned_returns(run)
       print(f'{algo:<7} seed {seed}: {len(run["history"])} evaluations, mean forgetting '
             f'{run["mean_forgetting"]:.3f} | ' +
             ' | '.join(f'{n}: learned {learned[n]:.3f}, final '
                        f'{run["tasks"][n]["final_return"]:.3f}, forgot '
                        f'{run["tasks"][n]["forgetting"]:.3f}' for n in names))
+      print('\n'.join(_transfer_lines(algo, seed, report)))
   print()
   forgetting = {algo: [run['mean_forgetting'] for run in algo_runs]
                 for algo, algo_runs in runs.items()}
   for algo in runs:
     print(f'{algo:<7} mean forgetting, median: {_median_interval(forgetting[algo])}')
+    for key, label in (('backward_transfer', 'BWT'), ('forward_transfer', 'FWT')):
+      print(f'{algo:<7} {label}, median: '
+            f'{_median_interval([report[key] for report in transfers[algo]])}')
     for name in names:
       learned = [task_curves.learned_returns(run)[name] for run in runs[algo]]
       print(f'{algo:<7}   {name}: learned {_median_interval(learned)}')

@@ -156,7 +156,11 @@ EXPECTED = {
     'multi_task': rf'(?m)^one_process seed 0: target NOT reached \(exit 1\) at ({NUMBER}) '
                   rf'env steps, ([1-9]\d*) evaluations(?:.*\n)*?^launch      seed 0: target '
                   rf'NOT reached \(exit 0\) at ({NUMBER}) env steps(?:.*\n)*?^Curves: ',
-    'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations(?:.*\n)*?^Curves: ',
+    # The run's evaluations, its transfer figures (NaN when every evaluation falls in the
+    # last phase, as here) and their median.
+    'task_sequence': r'(?m)^clear   seed 0: ([1-9]\d*) evaluations.*\n'
+                     r'^clear   seed 0: BWT (?:-?\d+\.\d{3}|nan), FWT (?:-?\d+\.\d{3}|nan); '
+                     r'accuracy matrix(?:.*\n)*?^clear   BWT, median: (?:.*\n)*?^Curves: ',
     'offline': rf'(?m)^dataset lunarlander_mixed: .*, checksum {CHECKSUM}$(?:.*\n)*?'
                rf'^done lunarlander_mixed tfrl_cql seed 0: .* \(dataset checksum (?P=checksum)\)$'
                rf'(?:.*\n)*?^lunarlander_mixed \(LunarLander-v3\): ([1-9]\d*) episodes, ({NUMBER}) '
