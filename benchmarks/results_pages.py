@@ -52,7 +52,8 @@ files:
                  trained on, from each run's 'dataset_checksum': the one all runs name,
                  else each with its runs (a run without one: "not recorded").
   task_sequence  task_sequence.py's tasks.json per algorithm and seed ('runs_dir',
-                 'algos', 'seeds', 'labels', 'ratios').
+                 'algos', 'seeds', 'labels', 'ratios'); the accuracy matrix and the
+                 transfer figures are computed from each run's history and switches.
   multi_task     multi_task.py's summaries ('runs_dir', 'modes', 'seeds', 'thresholds').
   pbt            pbt_lunarlander.py's summaries ('runs_dir', 'seeds', 'population').
   output         a benchmark's printed output where that is the record (throughput
@@ -81,8 +82,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCHMARKS)
-if BENCHMARKS not in sys.path:  # its helpers beside it, wherever it is run from
-  sys.path.insert(0, BENCHMARKS)
+for _path in (BENCHMARKS, REPO):  # its helpers beside it and learners, wherever it runs
+  if _path not in sys.path:
+    sys.path.insert(0, _path)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import curves  # benchmarks/curves.py
@@ -91,6 +93,7 @@ import stats  # benchmarks/stats.py
 import summary  # benchmarks/summary.py
 import task_curves  # benchmarks/task_curves.py
 import tasks  # benchmarks/tasks.py
+from learners.configuration import transfer  # numpy alone, no TensorFlow
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 # The pages: the algorithm pages (docs/algorithms/<page>.md include docs/results/<page>.md)
@@ -772,9 +775,44 @@ def render_offline(record: Record) -> Rendered:
   return Rendered(lines + _about(record), figures)
 
 
+def _median_cell(values: Sequence[float], interval: bool = True) -> str:
+  """The median over the seeds that have a value, with its interval unless told not
+  to; 'n/a' with none."""
+  present = [v for v in values if not math.isnan(v)]
+  if not present:
+    return 'n/a'
+  return (_fixed(_interval(present, 'median'), 3) if interval
+          else f'{stats.median(present):.3f}')
+
+
+def _accuracy_matrices(algos: Sequence[str], labels: Dict[str, str],
+                       reports: Dict[str, List[Dict[str, Any]]], names: Sequence[str]
+                       ) -> List[str]:
+  """Each algorithm's accuracy matrix, each cell the median over seeds, after a line
+  saying what a row is."""
+  lines = ['Accuracy matrix: row i holds each task\'s return at the end of phase i (the '
+           'last evaluation at or before the phase\'s end; for the last phase, the run\'s '
+           'last), each cell the median over seeds. BWT is the mean over the tasks before '
+           'the last of the last row less the diagonal; FWT the mean over the tasks after '
+           'the first of the entry above the diagonal less the task\'s return at the first '
+           'evaluation ([definitions](../guides/task-sequences.md#forgetting-and-transfer)).',
+           '']
+  for algo in algos:
+    phases = reports[algo][0]['phases']
+    rows = [[f'{phase}: {task}'] +
+            [_median_cell([r['accuracy_matrix'][phase][column] for r in reports[algo]],
+                          interval=False) for column in range(len(names))]
+            for phase, task in enumerate(phases)]
+    lines += _table([f'{labels[algo]}: end of phase'] + list(names), rows) + ['']
+  return lines
+
+
 def render_task_sequence(record: Record) -> Rendered:
-  """Each algorithm's forgetting and what it learned of each task in its own phase
-  (median and interval over seeds), the forgetting's ratio, each run, the curves.
+  """Each algorithm's forgetting, backward and forward transfer and what it learned of
+  each task in its own phase (median and interval over seeds), the forgetting's ratio,
+  the accuracy matrices, each run, the curves. The transfer is computed from each
+  run's evaluations (`learners.configuration.transfer`), so runs recorded before
+  tasks.json held it give it too.
 
   Args:
     record: a 'task_sequence' record.
@@ -789,17 +827,19 @@ def render_task_sequence(record: Record) -> Rendered:
   first = runs[algos[0]][0]
   names = list(dict.fromkeys(name for _, name in first['switches']))
   learned = {algo: [task_curves.learned_returns(r) for r in runs[algo]] for algo in algos}
-
-  def median(values):
-    present = [v for v in values if not math.isnan(v)]
-    return _fixed(_interval(present, 'median'), 3) if present else 'n/a'
-
+  reports = {algo: [transfer.transfer_report(r['history'], r['switches'])
+                    for r in runs[algo]] for algo in algos}
   rows = [['mean forgetting of the tasks trained before the last'] +
-          [median([r['mean_forgetting'] for r in runs[a]]) for a in algos]]
+          [_median_cell([r['mean_forgetting'] for r in runs[a]]) for a in algos]]
+  rows += [[f'{label} ({short})'] +
+           [_median_cell([r[key] for r in reports[a]]) for a in algos]
+           for key, label, short in (('backward_transfer', 'backward transfer', 'BWT'),
+                                     ('forward_transfer', 'forward transfer', 'FWT'))]
   rows += [[f'{name}: best return in its own phase'] +
-           [median([each[name] for each in learned[a]]) for a in algos] for name in names]
+           [_median_cell([each[name] for each in learned[a]]) for a in algos]
+           for name in names]
   rows += [['mean return over the run, mean of the tasks'] +
-           [median([r['mean_return'] for r in runs[a]]) for a in algos]]
+           [_median_cell([r['mean_return'] for r in runs[a]]) for a in algos]]
   lines = _table([f'measure, median [{CI}] over seeds'] + [labels[a] for a in algos],
                  rows) + ['']
   for ours, theirs in record.get('ratios', []):
@@ -807,13 +847,17 @@ def render_task_sequence(record: Record) -> Rendered:
                      [r['mean_forgetting'] for r in runs[theirs]], 'ratio', 'median')
     lines += [f'{labels[ours]} / {labels[theirs]}, mean forgetting (medians): '
               f'{_fixed(ratio, 2)}.', '']
-  rows = [[labels[algo], str(seed), f'{run["mean_forgetting"]:.3f}'] +
+  lines += _accuracy_matrices(algos, labels, reports, names)
+  rows = [[labels[algo], str(seed), f'{run["mean_forgetting"]:.3f}',
+           f'{report["backward_transfer"]:.3f}', f'{report["forward_transfer"]:.3f}'] +
           [f'{best[n]:.3f} / {run["tasks"][n]["final_return"]:.3f} / '
            f'{run["tasks"][n]["forgetting"]:.3f}' for n in names]
           for algo in algos
-          for seed, run, best in zip(seeds, runs[algo], learned[algo])]
+          for seed, run, best, report in zip(seeds, runs[algo], learned[algo],
+                                             reports[algo])]
   lines += ['Each run (a task: its best return in its own phase / final / forgotten):',
-            ''] + _table(['algorithm', 'seed', 'mean forgetting'] + names, rows) + ['']
+            ''] + _table(['algorithm', 'seed', 'mean forgetting', 'BWT', 'FWT'] + names,
+                         rows) + ['']
   switches = [step for step, _ in first['switches'][1:]]
   histories = {labels[a]: [r['history'] for r in runs[a]] for a in algos}
   figure = Figure(record.name + '.png', {'plot': 'task_curves.plot', 'runs': histories,
