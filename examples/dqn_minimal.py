@@ -20,7 +20,7 @@ import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 
 import tfrl.envs
-from tfrl import actors, export, layouts, replay, triggers
+from tfrl import actors, export, layouts, replay, seeding, triggers
 from tfrl.agents import dqn
 from tfrl.learner import Learner, new_train_step
 
@@ -30,7 +30,7 @@ class Settings:
   """Everything the run depends on (defaults: RL-Zoo's CartPole DQN plus n-step)."""
   root_dir: str = 'runs/dqn_minimal'  # checkpoints and the exported policy go here
   env_id: str = 'CartPole-v1'  # a registered gymnasium id
-  seed: int = 0  # seeds TF, the collect envs and (+ 10,000) the eval envs
+  seed: int = 0  # seeds TF and the collect and eval envs' streams
   num_envs: int = 16  # envs stepped together; one Reverb item holds one vector step
   fc_layer_params: Tuple[int, ...] = (256, 256)  # hidden layers of the Q-network
   learning_rate: float = 2.3e-3  # Adam's step size
@@ -63,9 +63,11 @@ def main(s: Settings) -> Dict[str, Any]:
     (the greedy policy's SavedModel), reached_target and seconds.
   """
   tf.random.set_seed(s.seed)
-  env = tfrl.envs.make(s.env_id, num_envs=s.num_envs, seed=s.seed)
+  eval_seed = seeding.derive(s.seed, seeding.EVALUATE)  # a stream apart from collection's
+  env = tfrl.envs.make(s.env_id, num_envs=s.num_envs,
+                       seed=seeding.derive(s.seed, seeding.COLLECT))
   eval_env = tfrl.envs.make(s.env_id, num_envs=min(s.num_eval_episodes, 10),
-                            seed=s.seed + 10_000)
+                            seed=eval_seed)
   train_step = new_train_step()
   agent = dqn.create_dqn_agent(
       env.time_step_spec(), env.action_spec(), train_step,
@@ -97,7 +99,7 @@ def main(s: Settings) -> Dict[str, Any]:
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
   layout.warm_up(actor, random_actor, s.initial_collect_steps)
   evaluator = actors.Evaluator(eval_env, triggers.greedy(agent), s.num_eval_episodes,
-                               seed=s.seed + 10_000)
+                               seed=eval_seed)
 
   start, eval_return, reached = time.perf_counter(), float('nan'), False
   next_eval = learner.train_step_numpy + s.eval_interval

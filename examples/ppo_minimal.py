@@ -20,7 +20,7 @@ from typing import Any, Dict, Tuple
 import tensorflow as tf
 
 import tfrl.envs
-from tfrl import actors, export, layouts, replay, triggers
+from tfrl import actors, export, layouts, replay, seeding, triggers
 from tfrl.agents import ppo
 from tfrl.learner import Learner, new_train_step
 
@@ -30,7 +30,7 @@ class Settings:
   """Everything the run depends on (defaults: RL-Zoo's CartPole PPO, 4 minibatches)."""
   root_dir: str = 'runs/ppo_minimal'  # checkpoints and the exported policy go here
   env_id: str = 'CartPole-v1'  # a registered gymnasium id
-  seed: int = 0  # seeds TF, the collect envs and (+ 10,000) the eval envs
+  seed: int = 0  # seeds TF and the collect and eval envs' streams
   num_envs: int = 8  # envs stepped together; one batch = one unroll of each
   unroll_length: int = 32  # T: vector steps collected per train call
   fc_layer_params: Tuple[int, ...] = (64, 64)  # hidden layers of policy and value nets
@@ -61,9 +61,11 @@ def main(s: Settings) -> Dict[str, Any]:
     (the greedy policy's SavedModel), reached_target and seconds.
   """
   tf.random.set_seed(s.seed)
-  env = tfrl.envs.make(s.env_id, num_envs=s.num_envs, seed=s.seed)
+  eval_seed = seeding.derive(s.seed, seeding.EVALUATE)  # a stream apart from collection's
+  env = tfrl.envs.make(s.env_id, num_envs=s.num_envs,
+                       seed=seeding.derive(s.seed, seeding.COLLECT))
   eval_env = tfrl.envs.make(s.env_id, num_envs=min(s.num_eval_episodes, 10),
-                            seed=s.seed + 10_000)
+                            seed=eval_seed)
   train_step = new_train_step()
   agent = ppo.create_ppo_agent(
       env.time_step_spec(), env.action_spec(), train_step, gamma=s.gamma,
@@ -89,7 +91,7 @@ def main(s: Settings) -> Dict[str, Any]:
       checkpoint_interval=s.checkpoint_interval)
   actor = actors.Actor(env, agent.collect_policy, [writer], policy_version=train_step)
   evaluator = actors.Evaluator(eval_env, triggers.greedy(agent), s.num_eval_episodes,
-                               seed=s.seed + 10_000)
+                               seed=eval_seed)
 
   # An unroll is complete one step *after* its last transition (it holds T + 1 steps).
   # Collecting that one step up front makes every later unroll end exactly where a

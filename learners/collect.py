@@ -34,7 +34,7 @@ class Options:
   """How a collector runs: each field is also the flag of its name, and its metadata's
   help text says what it does (see `config.option`)."""
   task_id: int = config.option(
-      0, "This collector's index: seeds its envs (seed + 1000 * task_id) and sets its "
+      0, "This collector's index: seeds its envs (a seed stream per task_id) and sets its "
       'exploration (see --num_collectors).')
   num_collectors: int = config.option(
       1, 'How many collectors the job runs; with DQN, collector i explores with '

@@ -115,6 +115,7 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'pbt_lunarlander': ['--seeds=0', '--population_size=2', '--ready_interval=256',
                         '--gin_bindings=Experiment.eval_interval=2,Experiment.num_eval_episodes'
                         '=1,Experiment.target_return=-100000.0,Experiment.num_train_steps=8,'
+                        'Experiment.num_confirm_episodes=1,'
                         # 256-step batches, 4 envs' 64-step unrolls (the config's are 16 x
                         # 1,024 steps).
                         'Experiment.num_envs=4,Experiment.batch_size=4,'

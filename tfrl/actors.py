@@ -12,6 +12,7 @@ from tf_agents.trajectories import time_step as ts
 from tfrl import metrics as metrics_lib
 from tfrl import envs as envs_lib
 from tfrl import quotas
+from tfrl import seeding
 from tfrl.envs.batched_env import BatchedEnv
 from tfrl.envs import video
 
@@ -235,8 +236,9 @@ class Evaluator:
       env: a `tfrl.envs.batched_env.BatchedEnv`, ideally with num_envs <= num_episodes.
       policy: the policy to evaluate (usually greedy).
       num_episodes: K.
-      seed: when given, evaluation i resets the env with seed + 1000 * i, so results
-        are reproducible; otherwise the env's own stream continues.
+      seed: when given, the first evaluation resets the env with it and evaluation
+        i > 0 with `tfrl.seeding.derive(seed, i)`, so results are reproducible and each
+        evaluation plays fresh episodes; otherwise the env's own stream continues.
       max_steps: vector steps after which an evaluation gives up (an env whose episodes
         never end), raising an error that says so.
       recorder: a writer that keeps whole episodes (`tfrl.datasets.rlds.RldsRecorder`):
@@ -269,7 +271,8 @@ class Evaluator:
       RuntimeError: the episodes did not all end within `max_steps` vector steps.
       EvaluationStopped: the stop event was set before they did.
     """
-    seed = None if self._seed is None else self._seed + 1000 * self._calls
+    seed = (None if self._seed is None else
+            self._seed if self._calls == 0 else seeding.derive(self._seed, self._calls))
     self._calls += 1
     self.last_seed = seed  # an Evaluator(seed=last_seed) replays these episodes
     time_step = self._env.reset(seed=seed)

@@ -16,10 +16,11 @@ How it counts, so that it matches tfrl's `train_eval` (see benchmarks/solve_time
   env_steps   `model.num_timesteps` at the evaluation that reached the threshold.
   evaluation  every `--eval_freq` env steps (5,000; SAC 1,000), 10 episodes with
               `deterministic=True` on a separate eval env (`--eval_envs` copies, default
-              1 as in RL-Zoo's EvalCallback; seeded with seed + 10000 as tfrl's evaluator
-              is), through `stable_baselines3.common.evaluation.evaluate_policy`, which
-              also serves recurrent models: it carries RecurrentPPO's LSTM state from
-              step to step and resets it where an episode starts. Returns are the raw
+              1 as in RL-Zoo's EvalCallback; seeded from tfrl's evaluation seed stream,
+              `tfrl.seeding`, as the collect envs from its collect stream), through
+              `stable_baselines3.common.evaluation.evaluate_policy`, which also serves
+              recurrent models: it carries RecurrentPPO's LSTM state from step to step
+              and resets it where an episode starts. Returns are the raw
               env's (Monitor), also where the model trains on VecNormalize'd envs.
   stop        at the first evaluation with mean return >= threshold (475 CartPole-v1,
               -200 Pendulum-v1; one evaluation, no confirmation run), at RL-Zoo's
@@ -87,6 +88,7 @@ Run with the peer's own venv (benchmarks/solve_time.py creates it):
     benchmarks/peers/.venv/bin/python benchmarks/peers/sb3_solve.py --algo=ppo --seed=0
 """
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -104,6 +106,17 @@ from stable_baselines3.common.vec_env import sync_envs_normalization
 from stable_baselines3.common.vec_env import VecNormalize
 import torch
 from torch import nn
+
+
+def tfrl_seeding():
+  """tfrl's env seed streams (tfrl/seeding.py, numpy only), loaded from its file: this
+  venv has no TensorFlow, which importing the tfrl package would start."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tfrl',
+                      'seeding.py')
+  spec = importlib.util.spec_from_file_location('tfrl_seeding', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def recurrent_ppo():
@@ -392,13 +405,18 @@ def main():
   eval_freq = args.eval_freq or params['eval_freq']
   load_start = os.getloadavg()
   train_returns = params.get('returns') == 'train'
+  # The env seeds tfrl's jobs draw for this experiment seed (tfrl.seeding): the
+  # collect envs' and the evaluations' streams, which no two experiment seeds share.
+  seeding = tfrl_seeding()
+  collect_seed = seeding.derive(args.seed, seeding.COLLECT, 0)
   if params.get('atari'):
-    env = make_atari_envs(params['env_id'], params['n_envs'], args.seed)
+    env = make_atari_envs(params['env_id'], params['n_envs'], collect_seed)
     eval_env = None  # judged on the training games' scores
   else:
     make_env = params.get('env', params['env_id'])
-    env = make_vec_env(make_env, n_envs=params['n_envs'], seed=args.seed)
-    eval_env = make_vec_env(make_env, n_envs=args.eval_envs, seed=args.seed + 10_000)
+    env = make_vec_env(make_env, n_envs=params['n_envs'], seed=collect_seed)
+    eval_env = make_vec_env(make_env, n_envs=args.eval_envs,
+                            seed=seeding.derive(args.seed, seeding.EVALUATE))
   normalize = params.get('normalize')
   if normalize is not None:
     env = VecNormalize(env, **normalize)
@@ -406,6 +424,9 @@ def main():
     eval_env = VecNormalize(eval_env, **dict(normalize, training=False, norm_reward=False))
   model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
                           **params['kwargs'])
+  # The model's seed (torch, numpy, the action space) also re-seeds its env with
+  # seed + i (SB3's set_random_seed): give the envs their stream back.
+  model.get_env().seed(collect_seed)
   n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
   callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
                            args.max_seconds, train_returns=train_returns,

@@ -34,6 +34,7 @@ from tfrl import actors
 from tfrl import layouts
 from tfrl import learner as learner_lib
 from tfrl import replay
+from tfrl import seeding
 from tfrl import triggers as triggers_lib
 from tfrl.agents import builders  # the built-in builders, registered with gin
 from tfrl.agents import dqn
@@ -78,8 +79,10 @@ class Experiment:
       observation_indices or observation_keys: `tfrl.envs.envpool_env`). Collect and
       eval envs alike.
     seed: seeds TF, Python and NumPy (the networks' first weights, the policies'
-      sampling), the collect envs (seed + 1000 * the launched collector's task_id;
-      a one-process job's are task 0) and the eval envs (+ 10000).
+      sampling) and, through `tfrl.seeding.derive`, the envs: each launched
+      collector's (by its task_id; a one-process job's are task 0), the evaluations'
+      and the confirmations' are separate streams, and no two experiment seeds share
+      an env seed.
     deterministic: make TensorFlow's ops deterministic too (process-wide, for good:
       `tf.config.experimental.enable_op_determinism`). With it, two one-process runs
       of one seed give the same evaluations where the data path allows: the queue
@@ -132,7 +135,12 @@ class Experiment:
       D4RL's 'medium-replay' sets are). Not with terminal_on_life_loss (a dataset's
       episodes would be lives).
     num_eval_episodes: episodes per evaluation.
-    target_return: stop once a confirmed evaluation reaches it.
+    target_return: stop once an evaluation reaches it and a confirmation, on
+      `num_confirm_episodes` fresh episodes, does too.
+    num_confirm_episodes: the episodes a confirmation averages: 100, over which
+      gymnasium's reward thresholds (CartPole-v1's 475, LunarLander's 200) are
+      defined. Its episodes come from a seed stream of their own, so no evaluation
+      has played them.
     checkpoint_interval: train steps between learner checkpoints.
     max_checkpoints_to_keep: learner checkpoints kept (older ones are deleted).
     policy_checkpoint_interval: train steps between variables-only policy checkpoints.
@@ -195,6 +203,7 @@ class Experiment:
   record_dir: Optional[str] = None
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
+  num_confirm_episodes: int = 100
   checkpoint_interval: int = 10_000
   max_checkpoints_to_keep: int = 3
   policy_checkpoint_interval: int = 10_000
@@ -332,31 +341,52 @@ class Experiment:
     collect=False the same envs in this process (e.g. to read their specs); of task
     `task` with `tasks` (default: the first)."""
     return tfrl.envs.make(self._env_name(task), num_envs=num_envs or self.num_envs,
-                          seed=self.seed if seed is None else seed,
+                          seed=self.collect_seed() if seed is None else seed,
                           num_workers=self.env_workers if collect else 0,
                           step_timeout_s=self.env_step_timeout_s if collect else 0,
                           **self.env_options())
 
-  def make_eval_env(self, video_dir: Optional[str] = None, task: Optional[int] = None):
-    """The evaluation envs (of task `task` with `tasks`); with `video_dir`, each
-    evaluation's num_eval_episodes are recorded there as MP4s (`tfrl.envs.video`)."""
-    return tfrl.envs.make(self._env_name(task), num_envs=min(self.num_eval_episodes, 10),
-                          seed=self.seed + 10_000,
+  def collect_seed(self, task_id: int = 0) -> int:
+    """The first env seed of collector `task_id`'s envs (sub-env i: it + i)."""
+    return seeding.derive(self.seed, seeding.COLLECT, task_id)
+
+  @property
+  def eval_seed(self) -> int:
+    """The first evaluation's first env seed (`tfrl.actors.Evaluator`'s seed)."""
+    return seeding.derive(self.seed, seeding.EVALUATE)
+
+  @property
+  def confirm_seed(self) -> int:
+    """The first confirmation's first env seed: a stream no evaluation draws from."""
+    return seeding.derive(self.seed, seeding.CONFIRM)
+
+  def make_eval_env(self, video_dir: Optional[str] = None, task: Optional[int] = None,
+                    num_episodes: Optional[int] = None, seed: Optional[int] = None):
+    """The envs that play an evaluation of `num_episodes` (num_eval_episodes), at most
+    10 at once, of task `task` with `tasks`, reset with `seed` (eval_seed); with
+    `video_dir`, each evaluation's episodes are recorded there as MP4s
+    (`tfrl.envs.video`)."""
+    episodes = num_episodes or self.num_eval_episodes
+    return tfrl.envs.make(self._env_name(task), num_envs=min(episodes, 10),
+                          seed=self.eval_seed if seed is None else seed,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
-                          video_episodes=self.num_eval_episodes, **self.env_options())
+                          video_episodes=episodes, **self.env_options())
 
   def make_evaluator(self, policy, video_dir: Optional[str] = None,
-                     stop_event: Optional[threading.Event] = None
-                     ) -> tasks_lib.TaskEvaluators:
+                     stop_event: Optional[threading.Event] = None,
+                     confirm: bool = False) -> tasks_lib.TaskEvaluators:
     """`policy`'s evaluator on every task's eval envs (env_name's alone without
     tasks), num_eval_episodes on each; close() closes the envs. `video_dir` records the
     first task's; a set `stop_event` ends an evaluation under way
-    (`tfrl.actors.EvaluationStopped`)."""
-    envs = [self.make_eval_env(video_dir if i == 0 else None, task=i)
+    (`tfrl.actors.EvaluationStopped`). With `confirm`, the confirmations' evaluator:
+    num_confirm_episodes on each task, from the confirmation seed stream."""
+    episodes = self.num_confirm_episodes if confirm else self.num_eval_episodes
+    seed = self.confirm_seed if confirm else self.eval_seed
+    envs = [self.make_eval_env(video_dir if i == 0 else None, task=i, num_episodes=episodes,
+                               seed=seed)
             for i in range(len(self.task_names))]
     return tasks_lib.TaskEvaluators(
-        {name: actors.Evaluator(env, policy, self.num_eval_episodes, seed=self.seed + 10_000,
-                                stop_event=stop_event)
+        {name: actors.Evaluator(env, policy, episodes, seed=seed, stop_event=stop_event)
          for name, env in zip(self.task_names, envs)}, envs)
 
   def make_agent(self, env, train_step: tf.Variable):

@@ -3,7 +3,8 @@
 calls on what it collected), `callbacks`, `progress_bar` and `training_result`. The
 separate programs' bodies: `server_program` (reverb_server), `collector` (collect),
 `trainer` (train), `evaluator` (eval) and `launched_job` (launch). What they share:
-`finished_job` (a job's recorded end), `eval_barrier` (the trainer held still while the
+`finished_job` (a job's recorded end), `confirmations` (the target's confirmation),
+`eval_barrier` (the trainer held still while the
 evaluator confirms a policy), `pacing` (an on-policy collector paced to the trainer)
 and `trainer_member` (a launched trainer as a population member). Its modules import
 tfrl, each other, `learners.configuration`, `learners.processes` and

@@ -72,7 +72,7 @@ class _Collector:
     # Multi-task: each collector steps one task, --task_id modulo the list.
     task = (self.task_id % len(experiment.tasks) if experiment.multi_task else None)
     self.env = experiment.make_env(num_envs=self.num_envs,
-                                   seed=experiment.seed + 1000 * self.task_id, task=task)
+                                   seed=experiment.collect_seed(self.task_id), task=task)
     if task is not None:
       logs.progress('Collector %d steps task %d of %d, %s.', self.task_id, task + 1,
                     len(experiment.tasks), experiment.task_names[task])

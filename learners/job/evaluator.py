@@ -16,6 +16,7 @@ import tensorflow as tf
 from learners.configuration import config
 from learners.configuration import tasks as tasks_lib
 from learners.configuration.experiment import Experiment
+from learners.job import confirmations
 from learners.job import eval_barrier
 from learners.processes import heartbeat
 from learners.processes import process
@@ -25,6 +26,7 @@ from tfrl import files
 from tfrl import logs
 from tfrl import metrics
 from tfrl import replay
+from tfrl import seeding
 from tfrl import triggers
 from tfrl.datasets import behaviour
 from tfrl.datasets import rlds
@@ -103,7 +105,8 @@ def evaluate_saved_model(experiment: Experiment, path: str,
   try:
     if record_dir:
       recorder = _recorder(experiment, env, record_dir, path, record_noise)
-    result = actors.Evaluator(env, policy, episodes, seed=experiment.seed + 10_000,
+    result = actors.Evaluator(env, policy, episodes,
+                              seed=_saved_model_seed(experiment, record_dir),
                               recorder=recorder).run()
   finally:
     if recorder is not None:
@@ -144,7 +147,14 @@ def _recorder(experiment: Experiment, env, record_dir: str, path: str, noise: fl
                      'record with Experiment.terminal_on_life_loss = False.')
   return rlds.RldsRecorder(record_dir, env.time_step_spec(), env.action_spec(), metadata={
       'env': sources.display_name(experiment.env_name), 'policy': path,
-      'noise': noise, 'seed': experiment.seed + 10_000})
+      'noise': noise, 'seed': _saved_model_seed(experiment, record_dir)})
+
+
+def _saved_model_seed(experiment: Experiment, record_dir: Optional[str]) -> int:
+  """The first env seed of an exported policy's evaluation: the job's own first
+  evaluation's episodes, or for a recording a stream of its own."""
+  return (seeding.derive(experiment.seed, seeding.RECORD) if record_dir
+          else experiment.eval_seed)
 
 
 def follow(experiment: Experiment, root_dir: str, address: str,
@@ -170,6 +180,7 @@ def follow(experiment: Experiment, root_dir: str, address: str,
                                        experiment.pushed_variables(agent, train_step))
   # Every task; a stop (SIGTERM) ends an evaluation under way.
   evaluator = experiment.make_evaluator(triggers.greedy(agent), video_dir, stop_event)
+  confirmer = confirmations.Confirmer(experiment, triggers.greedy(agent), stop_event)
   log = ResultsLog(root_dir)
   barrier = eval_barrier.EvaluatorSide(root_dir)
   row = {}
@@ -180,8 +191,8 @@ def follow(experiment: Experiment, root_dir: str, address: str,
   while not stop_event.is_set():
     beat.progress(train_step=row.get('train_step', -1))
     try:
-      row = _evaluate_when_due(experiment, address, variables, train_step, evaluator, log,
-                               interval, barrier, stop_event, options) or row
+      row = _evaluate_when_due(experiment, address, variables, train_step, evaluator,
+                               confirmer, log, interval, barrier, stop_event, options) or row
     except actors.EvaluationStopped:
       barrier.release()  # a trainer held for a confirmation goes on to its own stop
       logs.progress('Stopped during an evaluation (not recorded).')
@@ -200,7 +211,8 @@ def follow(experiment: Experiment, root_dir: str, address: str,
 
 def _evaluate_when_due(experiment: Experiment, address: str,
                        variables: replay.VariableContainer, train_step: tf.Variable,
-                       evaluator: tasks_lib.TaskEvaluators, log: ResultsLog, interval: int,
+                       evaluator: tasks_lib.TaskEvaluators,
+                       confirmer: confirmations.Confirmer, log: ResultsLog, interval: int,
                        barrier: eval_barrier.EvaluatorSide, stop_event: threading.Event,
                        options: Any) -> Optional[Dict[str, Any]]:
   """Pulls the variables; evaluates if the train step advanced `interval` since the
@@ -232,8 +244,8 @@ def _evaluate_when_due(experiment: Experiment, address: str,
       step = int(train_step.numpy())
       result = evaluator.run()
     if target.reached(result):
-      confirmed = evaluator.run()  # on fresh episodes
-      confirmation, confirmation_seed = confirmed['AverageReturn'], evaluator.last_seed
+      confirmed = confirmer.run()  # num_confirm_episodes fresh episodes
+      confirmation, confirmation_seed = confirmed['AverageReturn'], confirmer.last_seed
       reached = target.reached(confirmed)
   if not reached:
     barrier.release()
@@ -241,8 +253,8 @@ def _evaluate_when_due(experiment: Experiment, address: str,
                experiment.layout.env_steps_per_item)
   row = {'train_step': step, 'env_steps': env_steps, 'return': result['AverageReturn'],
          'confirmation': confirmation, 'reached_target': reached, 'time': time.time(),
-         # Evaluator(make_eval_env(), policy, num_eval_episodes, seed=this) replays the
-         # confirmation's episodes (e.g. to check an exported policy).
+         # Replays the confirmation's episodes (e.g. to check an exported policy): see
+         # Confirmer.last_seed.
          'confirmation_seed': confirmation_seed}
   tasks = ''
   if experiment.tasks is not None:  # the return is their mean

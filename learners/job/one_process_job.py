@@ -28,6 +28,7 @@ from learners.configuration import tasks as tasks_lib
 from learners.configuration.experiment import Experiment
 from learners.job import callbacks as callbacks_lib
 from learners.job import collected_training
+from learners.job import confirmations
 from learners.job import progress_bar as progress_bar_lib
 from learners.processes import process
 
@@ -69,6 +70,8 @@ class OneProcessJob:
     self.evaluator = exp.make_evaluator(triggers.greedy(self.agent),  # every task
                                         stop_event=self.stop_event)
     cleanup.callback(self.evaluator.close)
+    self.confirmer = confirmations.Confirmer(exp, triggers.greedy(self.agent), self.stop_event)
+    cleanup.callback(self.confirmer.close)
     # The job's env steps, checkpointed with the agent: a resumed job counts on from
     # where it stopped (progress lines, summaries against env steps, export metadata).
     self.env_steps_var = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -351,18 +354,18 @@ class OneProcessJob:
     logs.progress('%s', ' | '.join(fields))
 
   def confirm(self) -> bool:
-    """Evaluates again on fresh episodes, so one lucky evaluation does not end training."""
+    """Evaluates num_confirm_episodes fresh episodes (`learners.job.confirmations`), so
+    one lucky evaluation does not end training."""
     try:
-      result = self.evaluator.run()
+      result = self.confirmer.run()
     except actors.EvaluationStopped:
       logs.progress('Stopped during the confirmation (not recorded).')
       return False
     confirmation = result['AverageReturn']
-    self.confirmation_seed = self.evaluator.last_seed
-    # The seed replays these episodes: Evaluator(make_eval_env(), policy, K, seed=it),
-    # or sub-env i's reset(seed=it + i) for a one-episode-per-env evaluation.
-    logs.progress('Confirmation evaluation: %s (episodes seeded from %d)',
-                  metrics.format_return(confirmation), self.confirmation_seed)
+    self.confirmation_seed = self.confirmer.last_seed
+    logs.progress('Confirmation evaluation: %s over %d episodes (seeded from %d)',
+                  metrics.format_return(confirmation), result['NumberOfEpisodes'],
+                  self.confirmation_seed)
     return self.exp.target.reached(result)
 
   def save(self) -> Dict[str, str]:

@@ -146,19 +146,26 @@ def checkpoint_step(checkpoint_dir: str) -> int:
   return int(prefixes[0].rsplit('-', 1)[1]) if prefixes else -1
 
 
-def evaluate_export(path: str, seed: int) -> float:
-  """Average return of the exported greedy policy at `path`, loaded as a user would, on
-  the episodes an evaluator of the gin-bound Experiment (call
-  `learners.configuration.config.parse` first) played from `seed`: an eval row's
-  'confirmation_seed' replays its confirmation."""
+def evaluate_export(path: str, seed: int, num_episodes: Optional[int] = None) -> float:
+  """Average return of the exported greedy policy at `path`, loaded as a user would, over
+  `num_episodes` (num_eval_episodes) of the gin-bound Experiment's eval envs (call
+  `learners.configuration.config.parse` first) reset with `seed`."""
   from learners.configuration.experiment import Experiment  # pylint: disable=g-import-not-at-top
   experiment = Experiment()
-  env = experiment.make_eval_env()
+  episodes = num_episodes or experiment.num_eval_episodes
+  env = experiment.make_eval_env(num_episodes=episodes, seed=seed)
   try:
-    return actors.Evaluator(env, export.load_policy(path), experiment.num_eval_episodes,
+    return actors.Evaluator(env, export.load_policy(path), episodes,
                             seed=seed).run()['AverageReturn']
   finally:
     env.close()
+
+
+def replay_confirmation(path: str, confirmation_seed: int) -> float:
+  """`evaluate_export` on the episodes of the confirmation an eval row's
+  'confirmation_seed' names (num_confirm_episodes of them)."""
+  from learners.configuration.experiment import Experiment  # pylint: disable=g-import-not-at-top
+  return evaluate_export(path, confirmation_seed, Experiment().num_confirm_episodes)
 
 
 def run_launch(root_dir, gin_file: str, bindings: Sequence[str], num_collectors: int,

@@ -4,6 +4,8 @@ import threading
 
 import gymnasium as gym
 
+from tfrl import seeding
+
 
 def long_pole_cartpole(**kwargs) -> gym.Env:
   """CartPole with a pole twice as long: the same specs, other dynamics."""
@@ -16,7 +18,8 @@ def long_pole_cartpole(**kwargs) -> gym.Env:
 # Set by `cartpole_flagging_evaluations` envs when an evaluation resets them: a test
 # passes it as a job's stop event to stop the job in the middle of an evaluation.
 EVALUATION_STARTED = threading.Event()
-EVAL_SEED_OFFSET = 10_000  # Experiment seeds its eval envs from seed + 10000 up
+# A seed-0 Experiment's eval envs: sub-env i resets with this + i (tfrl.seeding).
+EVAL_SEED = seeding.derive(0, seeding.EVALUATE)
 
 
 class _FlagEvaluations(gym.Wrapper):
@@ -28,7 +31,7 @@ class _FlagEvaluations(gym.Wrapper):
     self._eval_resets = 0
 
   def reset(self, *, seed=None, options=None):
-    if seed is not None and seed >= EVAL_SEED_OFFSET:
+    if seed is not None and 0 <= seed - EVAL_SEED < 16:
       self._eval_resets += 1
       if self._eval_resets >= 2:
         EVALUATION_STARTED.set()

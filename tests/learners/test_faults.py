@@ -26,8 +26,8 @@ from learners.configuration import config
 from learners.configuration.experiment import Experiment
 from learners.processes import job_status
 from learners.processes import stop_plan
-from programs import (GIN, REPO, SMALL, answers, checkpoint_step, evaluate_export,
-                      final_state, gin_args, program_env, wait_until)
+from programs import (GIN, REPO, SMALL, answers, checkpoint_step,
+                      final_state, gin_args, program_env, replay_confirmation, wait_until)
 from tfrl import export
 from tfrl import replay
 
@@ -229,8 +229,8 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   assert set(state.values()) == {last['train_step']}, (state, last)
   # The export replays the confirmation's episodes as the evaluator did.
   config.parse(['dqn_cartpole.gin'], bindings)
-  assert evaluate_export(os.path.join(root, 'policies', 'greedy_policy'),
-                         last['confirmation_seed']) >= TARGET
+  assert replay_confirmation(os.path.join(root, 'policies', 'greedy_policy'),
+                             last['confirmation_seed']) >= TARGET
   print(f'server killed at table size {size}; restored {restored}; trainer: {how}; '
         f'final step {state["checkpoint"]}')
 
@@ -313,8 +313,8 @@ def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_pa
   assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
   assert f'greedy policy (train step {final})' in stdout
   config.parse(['dqn_cartpole.gin'], [TARGET_BINDING])
-  assert evaluate_export(os.path.join(root, 'policies', 'greedy_policy'),
-                         last['confirmation_seed']) >= TARGET
+  assert replay_confirmation(os.path.join(root, 'policies', 'greedy_policy'),
+                             last['confirmation_seed']) >= TARGET
 
 
 # -- 4. Ctrl-C of the launcher: the same ordered stop --------------------------------------

@@ -2,7 +2,7 @@
 
 Each config runs twice, as a user would run it, seeded by its config: in one process
 (`python -m learners.train_eval`), which exits non-zero unless a confirmed evaluation (10
-episodes, then 10 more on fresh seeds) reaches `Experiment.target_return`, the test also
+episodes, then a confirmation over 100 fresh ones) reaches `Experiment.target_return`, the test also
 reading the figures from its log; and as separate programs under `python -m
 learners.launch` (Reverb server, 2 collectors, trainer, evaluator), where the
 evaluator's last confirmed result must reach the threshold. The pixel configs run in
@@ -20,7 +20,7 @@ import pytest
 
 import python_runs  # tests/python_runs.py
 from learners.configuration import config
-from programs import evaluate_export, final_state, run_launch
+from programs import evaluate_export, final_state, replay_confirmation, run_launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -225,8 +225,8 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
   state = final_state(str(tmp_path))
   assert set(state.values()) == {last['train_step']}, (state, last)
   config.parse([gin_file], bindings)
-  played = evaluate_export(os.path.join(tmp_path, 'policies', 'greedy_policy'),
-                           last['confirmation_seed'])  # the confirmation's episodes
+  played = replay_confirmation(os.path.join(tmp_path, 'policies', 'greedy_policy'),
+                               last['confirmation_seed'])  # the confirmation's episodes
   assert played >= threshold, (played, state, last)
 
 

@@ -24,7 +24,7 @@ import pytest
 from learners.configuration import config
 from learners.population import population
 from tfrl.metrics import format_return
-from programs import evaluate_export, final_state
+from programs import evaluate_export, final_state, replay_confirmation
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -167,8 +167,8 @@ def test_a_job_on_a_two_node_ray_cluster(job):
   state = final_state(str(root))
   assert set(state.values()) == {last['train_step']}, (state, last)
   config.parse(['dqn_cartpole.gin'])
-  played = evaluate_export(str(root / 'policies' / 'greedy_policy'),
-                           last['confirmation_seed'])
+  played = replay_confirmation(str(root / 'policies' / 'greedy_policy'),
+                               last['confirmation_seed'])
   assert played >= TARGETS['CartPole-v1'], played
   # The cluster is gone: nothing of Ray is left running.
   assert facts.get('stop_status') == 0, context
