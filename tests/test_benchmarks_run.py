@@ -28,8 +28,8 @@ import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
-HELPERS = ('common', 'curves', 'd3rlpy_data', 'pbt_criterion', 'stats', 'summary', 'task_curves',
-           'tasks')
+HELPERS = ('common', 'curves', 'd3rlpy_data', 'pbt_criterion', 'plain_play', 'stats', 'summary',
+           'task_curves', 'tasks', 'tfrl_leaves')
 TIMEOUT_S = 300  # one script, on a loaded 2-core machine
 # train_eval runs of a few train steps, for solve_time.py and startup.py.
 TINY_TRAIN_EVAL = [f'--tfrl_gin_bindings={b}' for b in (
@@ -41,6 +41,12 @@ SMOKE_ARGS: Dict[str, List[str]] = {
     'learner_throughput': ['--paths=tfrl,ceiling,tfrl-autotune', '--seconds=0.3', '--rounds=1',
                            '--iterations=4', '--small_iterations=2', '--fill_steps=8'],
     'pixel_bytes': ['--env_steps=64', '--num_envs=4', '--unroll_length=4'],
+    # One run of 128 train steps whose first evaluation meets a target any policy
+    # reaches, confirmed on 2 episodes; its export plays 4 fresh ones in a plain client.
+    'demo_plays': ['--seeds=0', '--episodes=4', '--target=0',
+                   '--gin_bindings=Experiment.num_train_steps=64,Experiment.eval_interval=64,'
+                   'Experiment.num_eval_episodes=1,Experiment.initial_collect_steps=64,'
+                   'Experiment.target_return=0.0,Experiment.num_confirm_episodes=2'],
     'ppo_compile': ['--epochs=1'],
     # One seed, two train steps: four train_eval processes (two per mode).
     'determinism': ['--seeds=0', '--train_steps=2', '--eval_episodes=1'],
@@ -138,6 +144,9 @@ EXPECTED = {
                           rf'tfrl / tfrl-autotune\s+({NUMBER})%',
     'pixel_bytes': rf'(?m)^sequence \| ({NUMBER}) \| ({NUMBER}) \| .*\n(?:.*\n)*?'
                    rf'transition \| ({NUMBER}) \| ({NUMBER}) \|',
+    'demo_plays': rf'(?m)^seed 0: confirmed at train step ({NUMBER}) .* \| confirmation '
+                  rf'{NUMBER} over 2 \| fresh: mean ({NUMBER}) over 4, (?:.*\n)*?^exports at '
+                  rf'the target on 4 fresh episodes: (1) of 1 runs',
     'ppo_compile': rf'(?m)^while loop\s+(4)\s.*\n^unrolled\s+(4)\s.*\n.*compile time: '
                    rf'({NUMBER})x',
     'layer_norm': rf'(?m)^layer: tfrl / keras ({NUMBER})x\n(?:.*\n)*?^sac: tfrl / keras '
@@ -256,6 +265,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
                                f'--hybrid_runs_dir={hybrid}/runs', f'--png={hybrid}/curves.png'])
   jobs['hybrid'][0].insert(0, make_data)
   jobs['ablation'][0][0].append(f'--out_dir={tmp_path_factory.mktemp("ablation")}')
+  jobs['demo_plays'][0][0].append(f'--runs_dir={tmp_path_factory.mktemp("demo_plays")}')
   populations = tmp_path_factory.mktemp('pbt')
   jobs['pbt_lunarlander'][0][0].extend([f'--runs_dir={populations}',
                                      f'--png={populations}/curves.png'])
@@ -264,7 +274,7 @@ def runs(tmp_path_factory) -> Dict[str, Run]:
   # The longest first, so that the two threads end together.
   order = ['multi_task', 'hybrid', 'pbt_lunarlander', 'offline', 'scaling', 'ablation',
            'layer_norm', 'atari_throughput', 'ppo_compile', 'determinism', 'task_sequence',
-           'solve_time', 'replay_independence', 'startup', 'startup_phases',
+           'solve_time', 'replay_independence', 'demo_plays', 'startup', 'startup_phases',
            'learner_throughput', 'reliability',
            'pixel_bytes', 'collect_throughput', 'results_pages', 'helpers']
   assert sorted(order) == sorted(jobs)

@@ -18,6 +18,7 @@ COLLECT = 0     # collect envs; then the collector's task_id
 EVALUATE = 1    # evaluation envs; then the evaluation's index (`tfrl.actors.Evaluator`)
 CONFIRM = 2     # a confirmation's envs (fresh episodes no evaluation plays); then its index
 RECORD = 3      # episodes recorded from an exported policy (learners.eval --record_dir)
+HELD_OUT = 4    # episodes no job plays: an export checked afterwards on unseen episodes
 
 # Room above a derived seed for its sub-envs' s + i: 2**31 - 2**16 keeps s + i a
 # non-negative int32 (EnvPool's and ALE's seed type) for up to 65,536 envs.

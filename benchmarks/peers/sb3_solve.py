@@ -88,7 +88,6 @@ Run with the peer's own venv (benchmarks/solve_time.py creates it):
     benchmarks/peers/.venv/bin/python benchmarks/peers/sb3_solve.py --algo=ppo --seed=0
 """
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -106,17 +105,6 @@ from stable_baselines3.common.vec_env import sync_envs_normalization
 from stable_baselines3.common.vec_env import VecNormalize
 import torch
 from torch import nn
-
-
-def tfrl_seeding():
-  """tfrl's env seed streams (tfrl/seeding.py, numpy only), loaded from its file: this
-  venv has no TensorFlow, which importing the tfrl package would start."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tfrl',
-                      'seeding.py')
-  spec = importlib.util.spec_from_file_location('tfrl_seeding', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def recurrent_ppo():
@@ -407,7 +395,9 @@ def main():
   train_returns = params.get('returns') == 'train'
   # The env seeds tfrl's jobs draw for this experiment seed (tfrl.seeding): the
   # collect envs' and the evaluations' streams, which no two experiment seeds share.
-  seeding = tfrl_seeding()
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  import tfrl_leaves  # pylint: disable=g-import-not-at-top (benchmarks/tfrl_leaves.py)
+  seeding = tfrl_leaves.load('seeding')  # numpy only: this venv has no TensorFlow
   collect_seed = seeding.derive(args.seed, seeding.COLLECT, 0)
   if params.get('atari'):
     env = make_atari_envs(params['env_id'], params['n_envs'], collect_seed)

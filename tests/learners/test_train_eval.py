@@ -1,12 +1,12 @@
 """learners/train_eval: the one-process job, its config errors, resume, and the demo."""
 import collections
 import glob
+import json
 import math
 import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -303,38 +303,17 @@ def test_exported_demo_policy_replays_its_confirmation_in_a_fresh_process(demo_r
   confirmed = re.findall(r'Confirmation evaluation: ([\d.]+) over 100 episodes \(seeded '
                          r'from (\d+)\)', demo_run.stderr)
   assert confirmed and float(confirmed[-1][0]) >= 475.0, confirmed
-  seed = int(confirmed[-1][1])
-  # As tfrl's evaluator plays them: 10 envs, sub-env i reset with seed + i, 10 episodes
-  # each (later resets unseeded, gymnasium's autoreset at the next step).
-  script = textwrap.dedent(f'''
-      import sys
-      import gymnasium as gym
-      import numpy as np
-      import tensorflow as tf
-      action_fn = tf.saved_model.load({path!r}).signatures['action']
-      envs = gym.vector.SyncVectorEnv([lambda: gym.make('CartPole-v1')] * 10)
-      obs, _ = envs.reset(seed=[{seed} + i for i in range(10)])
-      running, returns, starting = np.zeros(10), [[] for _ in range(10)], np.zeros(10, bool)
-      while min(len(r) for r in returns) < 10:
-        out = action_fn(step_type=tf.constant(np.where(starting, 0, 1), tf.int32),
-                        reward=tf.zeros([10]), discount=tf.ones([10]),
-                        observation=tf.constant(obs))
-        obs, reward, terminated, truncated, _ = envs.step(out['action'].numpy())
-        running += np.where(starting, 0.0, reward)
-        for i in np.flatnonzero(~starting & (terminated | truncated)):
-          if len(returns[i]) < 10:
-            returns[i].append(running[i])
-          running[i] = 0.0
-        starting = terminated | truncated
-      assert not any(m.startswith(('tfrl', 'tf_agents', 'tensorflow_probability'))
-                     for m in sys.modules)
-      print('RETURNS', np.mean(returns))
-      ''')
+  # A serving client: TensorFlow and gymnasium only, the episodes played as tfrl's
+  # evaluator plays them (benchmarks/plain_play.py).
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  result = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
-                          text=True, timeout=300)
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'benchmarks', 'plain_play.py'),
+       f'--policy_dir={path}', f'--seed={confirmed[-1][1]}', '--episodes=100'],
+      env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
-  mean = float(re.search(r'RETURNS (\S+)', result.stdout).group(1))
+  played = json.loads(re.search(r'^PLAYED (.*)$', result.stdout, re.M).group(1))
+  assert not played['tfrl_imported'] and len(played['returns']) == 100, result.stdout
+  mean = played['mean']
   assert mean == pytest.approx(float(confirmed[-1][0]), abs=0.1), result.stdout
 
 
