@@ -114,6 +114,10 @@ class Experiment:
       process: as many as the queue holds batches for, up to this).
     num_train_steps: the train step budget.
     eval_interval: train steps between evaluations.
+    eval_every_env_steps: when set, evaluations come instead at the first train step
+      at or past each multiple of this many env steps: an env-step grid, as SB3's and
+      RL-Zoo's evaluations are placed, whatever a train step's env steps (a comparison
+      evaluates both sides on one grid).
     log_interval: (one process) train steps between progress lines (None: one at each
       evaluation). A line between evaluations gives the training episodes' return
       (the collect policy's, last 100 episodes) and no eval return.
@@ -197,6 +201,7 @@ class Experiment:
   train_steps_per_iteration: int = 1
   num_train_steps: int = 100_000
   eval_interval: int = 1_000
+  eval_every_env_steps: Optional[int] = None
   log_interval: Optional[int] = None
   max_train_seconds: Optional[float] = None
   dataset_dir: Optional[str] = None

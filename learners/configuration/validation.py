@@ -124,6 +124,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'train_steps_per_iteration': integer(1),
     'num_train_steps': integer(1),
     'eval_interval': integer(1),
+    'eval_every_env_steps': optional(integer(1)),
     'log_interval': optional(integer(1)),
     'max_train_seconds': optional(number(0.0, low_open=True)),
     'dataset_dir': optional(NONEMPTY_STRING),

@@ -209,6 +209,18 @@ def follow(experiment: Experiment, root_dir: str, address: str,
   return row
 
 
+def _due(experiment: Experiment, address: str, step: int, last: Optional[Dict[str, Any]],
+         interval: int) -> bool:
+  """Whether an evaluation is due: `interval` train steps since the last, or with
+  eval_every_env_steps a multiple of it crossed since the last."""
+  grid = experiment.eval_every_env_steps
+  if grid is None:
+    return step - (last['train_step'] if last else -interval) >= interval
+  env_steps = (replay.inserted_items(address, experiment.layout.experience_table) *
+               experiment.layout.env_steps_per_item)
+  return env_steps // grid > (last['env_steps'] // grid if last else 0)
+
+
 def _evaluate_when_due(experiment: Experiment, address: str,
                        variables: replay.VariableContainer, train_step: tf.Variable,
                        evaluator: tasks_lib.TaskEvaluators,
@@ -224,9 +236,9 @@ def _evaluate_when_due(experiment: Experiment, address: str,
       return None
     raise
   step = int(train_step.numpy())
-  last_step = log.rows[-1]['train_step'] if log.rows else -interval
   final = step >= experiment.num_train_steps
-  if step - last_step < interval and not final:
+  if not (final or _due(experiment, address, step, log.rows[-1] if log.rows else None,
+                        interval)):
     stop_event.wait(options.poll_interval_s)
     return None
   result = evaluator.run()

@@ -234,7 +234,12 @@ class OneProcessJob:
                   self.start_step, exp.num_train_steps, budget,
                   process.seconds_since_start())
     self.start_time = time.perf_counter()
-    next_eval = _next_multiple(self.start_step, exp.eval_interval)
+    # The evaluations' grid: train steps, or env steps (eval_every_env_steps), where an
+    # evaluation comes at the first train step at or past each multiple.
+    on_env_steps = exp.eval_every_env_steps is not None
+    position = (lambda: self.env_steps) if on_env_steps else (
+        lambda: self.learner.train_step_numpy)
+    next_eval = _next_multiple(position(), exp.eval_every_env_steps or exp.eval_interval)
     # Without a log_interval, progress lines come with the evaluations only.
     next_log = (math.inf if exp.log_interval is None else
                 _next_multiple(self.start_step, exp.log_interval))
@@ -252,8 +257,9 @@ class OneProcessJob:
       if out_of_time and exp.log_interval is not None:
         # The budget's own progress line, before the final evaluation adds its time.
         self.log_progress(eval_return=None)
-      if step >= next_eval or step >= exp.num_train_steps or out_of_time:
-        next_eval = step + exp.eval_interval
+      if position() >= next_eval or step >= exp.num_train_steps or out_of_time:
+        next_eval = (_next_multiple(self.env_steps, exp.eval_every_env_steps) if on_env_steps
+                     else step + exp.eval_interval)
         if exp.log_interval is not None:
           next_log = _next_multiple(step, exp.log_interval)
         if self.evaluate() and self.confirm():

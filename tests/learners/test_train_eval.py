@@ -71,6 +71,17 @@ def test_tiny_run_exports_predicts_and_resumes(tmp_path):
   assert second['progress'][0]['env_steps'] > first['env_steps']
 
 
+def test_evaluations_on_an_env_step_grid_come_at_the_first_step_past_each_multiple(
+    tmp_path):
+  """eval_every_env_steps, as SB3 places its evaluations: 4 envs' iterations of 4 env
+  steps after a 64-step warm-up reach 100 env steps exactly, then 200 never (184 at the
+  step budget, which ends with an evaluation as always)."""
+  result = train_eval.run(str(tmp_path / 'grid'), ['dqn_cartpole.gin'], num_train_steps=150,
+                          **dict(TINY, eval_interval=1, eval_every_env_steps=100))
+  assert [(r['train_step'], r['env_steps']) for r in result['history']] == [
+      (45, 100), (150, 184)]
+
+
 def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, capsys):
   root = str(tmp_path / 'budget')
   rows = []
