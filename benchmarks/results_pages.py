@@ -1098,8 +1098,10 @@ def _headline_cells(record: Record, line: Dict[str, Any]) -> Tuple[str, str]:
   if kind == 'solve_time':
     found, _, _ = _solve_time_summary(record)
     row = next(m for m in found['measures'] if m['measure'] == line['measure'])
+    # Runs of different (or unrecorded) evaluation protocols are no comparison.
+    caveat = ' (not compared: no common evaluation protocol)' if found['not_compared'] else ''
     return (summary.cell(row['tfrl'], row['unit']),
-            f'{found["peer"]}: {summary.cell(row["peer"], row["unit"])}')
+            f'{found["peer"]}: {summary.cell(row["peer"], row["unit"])}{caveat}')
   if kind == 'arms':
     _, value, _, unit = _arm_measures(record, _task(record, record['algo']))[
         line.get('measure', 0)]

@@ -70,23 +70,29 @@ of it, where the run got that far: summary.return_at), and env steps (Atari: fra
 steps and against seconds side by side; per side the central value over seeds with its
 95% band, each seed faint beneath; benchmarks/curves.py) to DIR/solve_time_<algo>.png.
 
-How each side counts (like for like):
-  tfrl  wall clock from the first train step (after the agent, the Reverb server and
-        the random warm-up of `initial_collect_steps` env steps) to the end of the
-        first evaluation of 10 episodes whose average reached the threshold, evaluations
-        INCLUDED, as SB3 is timed; env steps include the random warm-up. Parsed from the
-        program's progress lines ('train step N | env steps E | eval return R | ... |
-        S s'). `train_eval` itself goes on until a second evaluation on fresh episodes
-        confirms the target (exit status 0); the time of that confirmation, from its
-        final line 'Trained to step N (E env steps) in S s; ...', is reported beside it
-        ("confirmed s"). Evaluation cadence is the gin file's `eval_interval`.
-  SB3   wall clock from the start of `model.learn` (after the model is built) to the end
-        of the evaluation that reached the threshold, evaluations INCLUDED; 10
-        deterministic episodes every 5,000 env steps (SAC: 1,000), one eval env as in
-        RL-Zoo's EvalCallback, no confirmation run (see sb3_solve.py). Where the peer
-        trains on VecNormalize'd envs (ppo_lstm_masked), the statistics are copied into
-        the eval env before each evaluation (counted in the evaluation's time) and its
-        returns are the raw env's.
+How each side counts (like for like): one evaluation protocol (`tasks.Protocol`, the
+task's), recorded with every run; summary.py compares only runs whose protocols agree.
+  grid      each side evaluates at its first step at or past each multiple of the task's
+            `eval_every_env_steps` (tfrl: `Experiment.eval_every_env_steps`; SB3:
+            `--eval_freq`), env steps counting the random warm-up on both sides.
+  episodes  `eval_episodes` (10; LunarLander and MiniGrid 20) per evaluation, greedy, on
+            min(episodes, 10) envs whose sub-env i resets with the evaluation's seed + i,
+            a new seed per evaluation from the experiment seed's evaluation stream
+            (`tfrl.seeding`; the peer loads the same module), so both sides play the
+            same start states and no two experiment seeds share one.
+  success   an evaluation at the threshold, then a confirmation: the mean over 100
+            fresh episodes (the confirmation stream) at the threshold too, else
+            training goes on. Solved at the end of that confirmation: its env steps,
+            and its wall clock from the first train step (tfrl: after the agent, the
+            Reverb server and the random warm-up; SB3: from the start of
+            `model.learn`), evaluations and confirmations INCLUDED on both sides.
+            tfrl's figures come from train_eval's final line ('Trained to step N (E env
+            steps) in S s; ...', exit 0), its curve from the progress lines. Where the
+            peer trains on VecNormalize'd envs (ppo_lstm_masked), the statistics are
+            copied into its eval envs before each evaluation (counted in its time) and
+            its returns are the raw env's.
+  budgets   tasks without a threshold evaluate on the same grid with no confirmation;
+            Atari tasks are judged on the training games' scores on both sides.
   Neither side counts process start-up (imports, TF/torch initialisation, graph building
   before the first step); the "proc s" column gives each subprocess's whole wall clock as
   a diagnostic.
@@ -316,7 +322,9 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   task = ALGOS[algo]
   gin_file = os.path.join('learners', 'configs', task.config + '.gin')
   root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
-  bindings = [f'Experiment.seed={seed}', *task.bindings, *FLAGS.tfrl_gin_bindings]
+  protocol = task.protocol
+  bindings = [f'Experiment.seed={seed}', *_protocol_bindings(protocol), *task.bindings,
+              *FLAGS.tfrl_gin_bindings]
   if task.threshold is None:
     bindings.append(f'Experiment.max_train_seconds={FLAGS.budget_seconds}')
   cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
@@ -325,7 +333,14 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   # (`-m` from REPO puts it on sys.path too; PYTHONPATH makes it explicit).
   pythonpath = [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=os.pathsep.join(pythonpath))
-  run = Run('tfrl', algo, seed, load_start=common.load_1min())
+  # A binding that changes the evaluations makes another protocol: recorded, so that
+  # summary.py does not compare the run with the peer's.
+  overrides = [b for b in FLAGS.tfrl_gin_bindings if any(
+      name in b for name in ('eval_every_env_steps', 'num_eval_episodes',
+                             'num_confirm_episodes'))]
+  run = Run('tfrl', algo, seed, load_start=common.load_1min(),
+            extra={'protocol': {**protocol.as_dict(),
+                                **({'tfrl_overrides': overrides} if overrides else {})}})
   try:
     rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), env=env,
                                                      cpu=cpu)
@@ -340,22 +355,20 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   run.extra['curve'] = [(env_steps, seconds, ret) for _, env_steps, ret, seconds in points]
   if task.threshold is None:
     _set_budget_results(run, run.extra['curve'])
-  else:
-    reached = [p for p in points if p[2] >= task.threshold]
-    # The first evaluation at the threshold (as SB3 is timed), else the last one.
-    step, env_steps, ret, seconds = (reached or points or [(None,) * 4])[
-        0 if reached else -1]
-    if step is not None:
-      run.env_steps, run.seconds, run.eval_return = env_steps, seconds, ret
-      run.extra['train_steps'] = step
-    run.solved = bool(reached)
-    run.evals = points.index(reached[0]) + 1 if reached else len(points)
+  final = _FINAL.search(out)
+  if task.threshold is not None:
+    # Solved: an evaluation at the threshold that its confirmation repeated (exit 0),
+    # timed to the end of that confirmation, as SB3's runs are; else the last evaluation.
+    run.solved = rc == 0 and final is not None
+    run.evals = len(points)
+    if run.solved:
+      run.extra['train_steps'], run.env_steps = int(final.group(1)), int(final.group(2))
+      run.seconds, run.eval_return = float(final.group(3)), float(final.group(4))
+    elif points:
+      run.extra['train_steps'], run.env_steps, run.eval_return, run.seconds = points[-1]
   startup = _STARTUP.search(err)
   if startup:
     run.extra['startup_seconds'] = float(startup.group(1))
-  final = _FINAL.search(out)
-  if final and rc == 0:
-    run.extra['confirmed_seconds'] = float(final.group(3))
   if rc is None:
     run.note = f'killed at the cap ({_process_cap(task):.0f} s)'
   elif rc != 0:
@@ -363,6 +376,28 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
     run.note = (f'not confirmed: {tail[0][:150]}' if final else
                 f'failed (exit {rc}): {tail[0][:150]}')
   return run
+
+
+def _protocol_bindings(protocol) -> List[str]:
+  """tfrl's gin bindings for an evaluation protocol (`tasks.Protocol`)."""
+  if protocol.returns == 'train':
+    return []
+  bindings = [f'Experiment.eval_every_env_steps={protocol.eval_every_env_steps}',
+              f'Experiment.num_eval_episodes={protocol.eval_episodes}']
+  if protocol.confirm_episodes is not None:
+    bindings.append(f'Experiment.num_confirm_episodes={protocol.confirm_episodes}')
+  return bindings
+
+
+def _peer_protocol_args(protocol) -> List[str]:
+  """sb3_solve.py's arguments for an evaluation protocol (`tasks.Protocol`)."""
+  if protocol.returns == 'train':
+    return []
+  args = [f'--eval_freq={protocol.eval_every_env_steps}',
+          f'--n_eval_episodes={protocol.eval_episodes}']
+  if protocol.confirm_episodes is not None:
+    args.append(f'--confirm_episodes={protocol.confirm_episodes}')
+  return args
 
 
 def _set_budget_results(run: Run, curve) -> None:
@@ -383,7 +418,8 @@ def run_peer(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   cmd = [peer_python(), PEER_SCRIPT, f'--algo={task.peer}', f'--seed={seed}',
          f'--max_seconds={_training_cap(task)}',
          f'--torch_threads={FLAGS.peer_torch_threads}',
-         f'--max_env_steps={FLAGS.peer_max_env_steps}', *task.peer_args]
+         f'--max_env_steps={FLAGS.peer_max_env_steps}',
+         *_peer_protocol_args(task.protocol), *task.peer_args]
   run = Run('SB3', algo, seed, load_start=common.load_1min())
   rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), cpu=cpu)
   run.load_end = common.load_1min()
@@ -398,7 +434,7 @@ def run_peer(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
     return run
   run.extra = {k: result.get(k) for k in ('eval_seconds', 'seconds_excluding_eval',
                                           'stopped_by', 'versions', 'torch_threads',
-                                          'startup_seconds')}
+                                          'startup_seconds', 'protocol')}
   run.extra['curve'] = [(h['env_steps'], h['seconds'], h['eval_return'])
                         for h in result.get('history', ())]
   if task.threshold is None:
@@ -470,10 +506,6 @@ def report_time_to_solve(algo: str, tfrl_runs: List[Run],
   lines = [_title(algo, f'threshold {ALGOS[algo].threshold:g}')]
   head = f'{"s":>8} {"env steps":>10} {"solved":>6} {"evals":>5} {"proc s":>7} {"load 1m":>12}'
   lines += _seed_table(head, _row, tfrl_runs, peer_runs)
-  confirmed = [f'seed {r.seed} {_fmt_s(r.extra.get("confirmed_seconds"))} s'
-               for r in tfrl_runs]
-  lines.append('  tfrl, to the end of the confirming evaluation (train_eval\'s stop): ' +
-               ', '.join(confirmed))
   for run in peer_runs:
     if 'eval_seconds' in run.extra:
       lines.append(f'  SB3 seed {run.seed}: {run.extra["eval_seconds"]:.1f} s of the '

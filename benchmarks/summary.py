@@ -12,6 +12,10 @@ The measures, by how a task is judged:
                     out and the "reached" column says how many did), the return at the
                     end of the wall-clock budget (higher is better; compared as
                     tfrl - peer), and env steps per second of training (tfrl / peer).
+
+The two sides are compared only where every run recorded one and the same evaluation
+protocol (`tasks.Protocol`: the env-step grid, the episodes, the seeds, the success
+rule); otherwise each measure's verdict says why not and no comparison is drawn.
 """
 import dataclasses
 import json
@@ -148,6 +152,31 @@ def _verdict(measure: Measure, ours: dict, theirs: dict, comparison: dict) -> st
   return f'{"PASS" if ahead else "MISS"}, {clear}'
 
 
+def protocol_mismatch(runs) -> Optional[str]:
+  """Why runs cannot be compared, or None where every one of them recorded one and the
+  same evaluation protocol (`tasks.Protocol.as_dict`, in its `extra['protocol']`).
+
+  Args:
+    runs: both sides' `tasks.Run`s.
+
+  Returns:
+    'not compared: ...', naming the sides without a protocol or the protocols that
+    differ; None where they agree.
+  """
+  missing = sorted({run.side for run in runs if not run.extra.get('protocol')})
+  if missing:
+    return (f'not compared: no evaluation protocol recorded ({" and ".join(missing)} '
+            'runs, made before protocols were)')
+  protocols = {}
+  for run in runs:
+    protocols.setdefault(json.dumps(run.extra['protocol'], sort_keys=True), set()).add(
+        run.side)
+  if len(protocols) > 1:
+    return 'not compared: the evaluation protocols differ: ' + ' vs '.join(
+        f'{"/".join(sorted(sides))} {protocol}' for protocol, sides in sorted(protocols.items()))
+  return None
+
+
 def summarize(algo: str, task, peer_name: Optional[str], tfrl_runs, peer_runs,
               budget_seconds: float, settings: Settings) -> dict:
   """A task's summary: per measure, both sides' statistics and their comparison.
@@ -161,10 +190,12 @@ def summarize(algo: str, task, peer_name: Optional[str], tfrl_runs, peer_runs,
     settings: the statistic and its bootstrap.
 
   Returns:
-    A JSON-ready dict: the task, and per measure 'tfrl', 'peer' (values per seed,
-    'reached' of 'of' seeds, 'point', 'low', 'high') and 'comparison' ('how',
-    'point', 'low', 'high') with a 'verdict'.
+    A JSON-ready dict: the task, 'not_compared' (`protocol_mismatch`'s reason, or
+    None), and per measure 'tfrl', 'peer' (values per seed, 'reached' of 'of' seeds,
+    'point', 'low', 'high') and, where the protocols agree, 'comparison' ('how',
+    'point', 'low', 'high'); a 'verdict' either way.
   """
+  mismatch = protocol_mismatch([*tfrl_runs, *peer_runs]) if peer_runs else None
   rows = []
   for measure in measures(task, budget_seconds):
     row = {'measure': measure.name, 'higher_is_better': measure.higher_is_better,
@@ -173,14 +204,16 @@ def summarize(algo: str, task, peer_name: Optional[str], tfrl_runs, peer_runs,
       row['peer'] = _side(peer_runs, measure, settings)
       ours, theirs = ([v for v in row[side]['values'] if v is not None]
                       for side in ('tfrl', 'peer'))
-      if ours and theirs:
+      if mismatch:
+        row['verdict'] = mismatch
+      elif ours and theirs:
         row['comparison'] = {'how': measure.how, **stats.compare(
             ours, theirs, measure.how, settings.statistic, settings.confidence,
             settings.resamples, settings.seed).as_dict()}
         row['verdict'] = _verdict(measure, row['tfrl'], row['peer'], row['comparison'])
     rows.append(row)
   return {'algo': algo, 'env': task.env, 'config': task.config, 'peer': peer_name,
-          'threshold': task.threshold, 'measures': rows}
+          'threshold': task.threshold, 'not_compared': mismatch, 'measures': rows}
 
 
 def number(x: float, unit: str) -> str:

@@ -12,6 +12,34 @@ from typing import Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
+class Protocol:
+  """How both sides of a comparison evaluate: each run records the protocol it ran, and
+  benchmarks/summary.py compares only runs that ran one and the same.
+
+  Attributes:
+    returns: 'eval' (evaluations of the greedy policy) or 'train' (the training
+      games' scores, Atari: no evaluations, so none of the fields below).
+    eval_every_env_steps: the grid: each side evaluates at its first step at or past
+      each multiple of this many env steps.
+    eval_episodes: episodes per evaluation, on min(eval_episodes, 10) envs whose
+      sub-env i resets with the evaluation's seed + i (`tfrl.seeding`: the
+      experiment seed's evaluation stream, a new seed per evaluation).
+    confirm_episodes: the success rule: an evaluation at the threshold counts once the
+      mean over this many fresh episodes (the confirmation stream) reaches it too.
+      None: judged on budgets, no success rule.
+    seeds: the env seeds' scheme: collect, evaluation and confirmation streams.
+  """
+  returns: str = 'eval'
+  eval_every_env_steps: Optional[int] = None
+  eval_episodes: Optional[int] = None
+  confirm_episodes: Optional[int] = None
+  seeds: str = 'tfrl.seeding'
+
+  def as_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Task:
   """One comparison: a tfrl config against an SB3 peer on one environment.
 
@@ -31,6 +59,18 @@ class Task:
   # Seeds run unless --seeds is given: at least 5 where one run (either side) costs
   # under 3 minutes, at least 3 otherwise.
   seeds: int = 5
+  # The evaluations' env-step grid and size on both sides (`protocol`).
+  eval_every_env_steps: int = 5_000
+  eval_episodes: int = 10
+
+  @property
+  def protocol(self) -> Protocol:
+    """The evaluation protocol both sides run (see `Protocol`)."""
+    if self.returns == 'train':
+      return Protocol(returns='train')
+    return Protocol(eval_every_env_steps=self.eval_every_env_steps,
+                    eval_episodes=self.eval_episodes,
+                    confirm_episodes=None if self.threshold is None else CONFIRM_EPISODES)
 
 
 def _atari(config: str, game: str, peer: Optional[str], log_interval: int,
@@ -45,31 +85,39 @@ def _atari(config: str, game: str, peer: Optional[str], log_interval: int,
               env_step_budgets=env_step_budgets, seeds=3)
 
 
+# The confirmation's episodes: gymnasium's thresholds are means over 100 episodes.
+CONFIRM_EPISODES = 100
+
 ALGOS = {
-    'dqn': Task('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn'),
-    'ppo': Task('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo'),
-    'sac': Task('sac_pendulum', 'Pendulum-v1', -200.0, 'sac'),
+    'dqn': Task('dqn_cartpole', 'CartPole-v1', 475.0, 'dqn', eval_every_env_steps=2_000),
+    'ppo': Task('ppo_cartpole', 'CartPole-v1', 475.0, 'ppo', eval_every_env_steps=2_000),
+    'sac': Task('sac_pendulum', 'Pendulum-v1', -200.0, 'sac', eval_every_env_steps=1_000),
     'ppo_pendulum': Task('ppo_pendulum', 'Pendulum-v1', -200.0, 'ppo_pendulum'),
     'ppo_lstm_masked': Task('ppo_lstm_cartpole_masked', 'CartPole-v1 (observation 0, 2)',
                             475.0, 'ppo_lstm_masked'),
     # SB3's runs take 5-12 minutes here (LunarLander), or its cap (MiniGrid): 3 seeds.
     'dqn_lunarlander': Task('dqn_lunarlander', 'LunarLander-v3', 200.0, 'dqn_lunarlander',
-                            seeds=3),
+                            seeds=3, eval_episodes=20),
+    # Once per SB3 rollout (16 envs x 1,024 steps): evaluations of 20 episodes every
+    # 5,000 steps would cost more time than training.
     'ppo_lunarlander': Task('ppo_lunarlander', 'LunarLander-v3', 200.0, 'ppo_lunarlander',
-                            seeds=3),
+                            seeds=3, eval_every_env_steps=16_384, eval_episodes=20),
     'ppo_minigrid': Task('ppo_minigrid_doorkey', 'MiniGrid-DoorKey-5x5-v0', 0.9,
-                         'ppo_minigrid', seeds=3),
+                         'ppo_minigrid', seeds=3, eval_every_env_steps=10_240,
+                         eval_episodes=20),
     # The budget tasks train --budget_seconds per run: 3 seeds. Env-step budgets: the
     # points of comparison (SB3 SAC needs ~1,350 s to reach 150k here).
     'sac_halfcheetah': Task('sac_halfcheetah', 'HalfCheetah-v5', None, 'sac_halfcheetah',
-                            env_step_budgets=(50_000, 150_000), seeds=3),
+                            env_step_budgets=(50_000, 150_000), seeds=3,
+                            eval_every_env_steps=10_000),
     # SB3's PPO (1 env, 20 epochs) runs at ~510-570 env steps/s here, so RL-Zoo's 1M
     # needs --budget_seconds=1900; tfrl gets there in ~700-1,000 s. Both sides train to
     # the budget's end: tfrl may go on to 2M steps (RL-Zoo's PPO has no schedule over
     # them).
     'ppo_halfcheetah': Task('ppo_halfcheetah', 'HalfCheetah-v5', None, 'ppo_halfcheetah',
                             bindings=('Experiment.num_train_steps = 4000',),
-                            env_step_budgets=(200_000, 1_000_000), seeds=3),
+                            env_step_budgets=(200_000, 1_000_000), seeds=3,
+                            eval_every_env_steps=20_000),
     'ppo_pong': _atari('ppo_atari', 'Pong', 'ppo_atari', log_interval=10),
     # 2M frames: 500k env steps of 4 frames.
     'ppo_breakout': _atari('ppo_atari', 'Breakout', 'ppo_atari', log_interval=10,

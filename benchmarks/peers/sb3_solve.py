@@ -1,30 +1,35 @@
 """Stable-Baselines3's time to solve, with RL-Zoo's tuned settings: the peer of solve_time.py.
 
 Runs one SB3 (or sb3-contrib) algorithm on one seed until a deterministic evaluation of
-10 episodes reaches the threshold, then prints one JSON line:
+10 episodes reaches the threshold (and a confirmation repeats it), then prints one JSON
+line:
 
     {"algo": "ppo", "seed": 0, "solved": true, "seconds": 6.1, "env_steps": 10000, ...}
 
 How it counts, so that it matches tfrl's `train_eval` (see benchmarks/solve_time.py):
   seconds     wall clock from the start of `model.learn` (after the model and its envs
-              are built) to the evaluation that reached the threshold, evaluation time
-              INCLUDED (tfrl's `train_seconds` also runs from the first train step and
+              are built) to the end of the evaluation (and confirmation) that solved it,
+              evaluation time INCLUDED (tfrl's `train_seconds` also runs from the first train step and
               includes its evaluations). `seconds_excluding_eval` and `eval_seconds` are
               given too. SB3's random warm-up (`learning_starts`) lies inside `learn`, so
               it is counted here; tfrl's random warm-up runs before its clock starts
               (1,000 env steps, a few ms batched), and both count those steps as env steps.
   env_steps   `model.num_timesteps` at the evaluation that reached the threshold.
-  evaluation  every `--eval_freq` env steps (5,000; SAC 1,000), 10 episodes with
-              `deterministic=True` on a separate eval env (`--eval_envs` copies, default
-              1 as in RL-Zoo's EvalCallback; seeded from tfrl's evaluation seed stream,
-              `tfrl.seeding`, as the collect envs from its collect stream), through
-              `stable_baselines3.common.evaluation.evaluate_policy`, which also serves
-              recurrent models: it carries RecurrentPPO's LSTM state from step to step
-              and resets it where an episode starts. Returns are the raw
-              env's (Monitor), also where the model trains on VecNormalize'd envs.
-  stop        at the first evaluation with mean return >= threshold (475 CartPole-v1,
-              -200 Pendulum-v1; one evaluation, no confirmation run), at RL-Zoo's
-              `n_timesteps` budget, or at the time cap (`--max_seconds`, 8 minutes).
+  evaluation  every `--eval_freq` env steps (default 5,000; SAC 1,000; solve_time.py
+              passes the task's grid), `--n_eval_episodes` (10) greedy episodes through
+              `stable_baselines3.common.evaluation.evaluate_policy` (which also serves
+              recurrent models, carrying RecurrentPPO's LSTM state and resetting it where
+              an episode starts) on `--eval_envs` envs (default min(episodes, 10), as
+              tfrl's evaluator; RL-Zoo's EvalCallback has 1), reset before each
+              evaluation with tfrl's seed for it (`tfrl.seeding`: the evaluation stream,
+              a new seed per evaluation; the collect envs draw from the collect stream),
+              so both sides play the same start states. Returns are the raw env's
+              (Monitor), also where the model trains on VecNormalize'd envs.
+  stop        solved at an evaluation with mean return >= threshold (475 CartPole-v1,
+              -200 Pendulum-v1) that, with `--confirm_episodes`, a confirmation on that
+              many fresh episodes (the confirmation stream) repeats, timed to the end of
+              the confirmation; else at RL-Zoo's `n_timesteps` budget, or at the time
+              cap (`--max_seconds`, 8 minutes).
   budgets     tasks without a threshold (HalfCheetah, Atari) run to the time cap, which
               is then their wall-clock budget, and end with one more evaluation (as
               tfrl's train_eval does at its `max_train_seconds`). Atari tasks
@@ -267,10 +272,16 @@ class SolveCallback(BaseCallback):
   """
 
   def __init__(self, eval_env, eval_freq, n_eval_episodes, threshold, max_seconds,
-               train_returns=False, max_env_steps=None):
+               train_returns=False, max_env_steps=None, eval_seeds=None, confirm=None):
+    """eval_seeds: evaluation k's env seed (sub-env i: it + i), or None to let the eval
+    env's stream run on. confirm: (env, episodes, seeds) of the confirmation an
+    evaluation at the threshold needs before the run counts as solved, or None."""
     super().__init__()
     self.max_env_steps = max_env_steps
     self.eval_env = eval_env
+    self.eval_seeds = eval_seeds
+    self.confirm = confirm
+    self.confirmations = []
     self.eval_freq = eval_freq
     self.n_eval_episodes = n_eval_episodes
     self.threshold = threshold
@@ -293,14 +304,8 @@ class SolveCallback(BaseCallback):
       scores = [info['r'] for info in self.model.ep_info_buffer]
       mean_return = float(np.mean(scores)) if scores else float('nan')
     else:
-      if isinstance(self.eval_env, VecNormalize):
-        # The training env's running statistics, frozen in the eval env (EvalCallback's
-        # sync_envs_normalization); counted in the evaluation's time.
-        sync_envs_normalization(self.training_env, self.eval_env)
-      returns, _ = evaluate_policy(self.model, self.eval_env,
-                                   n_eval_episodes=self.n_eval_episodes,
-                                   deterministic=True, return_episode_rewards=True)
-      mean_return = float(np.mean(returns))
+      seed = None if self.eval_seeds is None else self.eval_seeds(len(self.history))
+      mean_return = self._evaluate(self.eval_env, self.n_eval_episodes, seed)
     now = time.perf_counter()
     self.eval_seconds += now - eval_start
     elapsed = now - self.start
@@ -312,6 +317,33 @@ class SolveCallback(BaseCallback):
           f'{elapsed:6.1f} s', file=sys.stderr, flush=True)
     return mean_return
 
+  def _evaluate(self, env, episodes, seed) -> float:
+    """The mean return of `episodes` greedy episodes on `env`, reset with `seed`."""
+    if isinstance(env, VecNormalize):
+      # The training env's running statistics, frozen in the eval env (EvalCallback's
+      # sync_envs_normalization); counted in the evaluation's time.
+      sync_envs_normalization(self.training_env, env)
+    if seed is not None:
+      env.seed(seed)  # evaluate_policy's reset takes it: sub-env i gets seed + i
+    returns, _ = evaluate_policy(self.model, env, n_eval_episodes=episodes,
+                                 deterministic=True, return_episode_rewards=True)
+    return float(np.mean(returns))
+
+  def _confirmed(self) -> bool:
+    """Whether a confirmation on fresh episodes repeats the threshold (True without a
+    confirmation rule); its time counts as evaluation time."""
+    if self.confirm is None:
+      return True
+    env, episodes, seeds = self.confirm
+    start = time.perf_counter()
+    mean_return = self._evaluate(env, episodes, seeds(len(self.confirmations)))
+    self.eval_seconds += time.perf_counter() - start
+    self.confirmations.append({'env_steps': int(self.num_timesteps),
+                               'confirmation': round(mean_return, 3)})
+    print(f'confirmation over {episodes} episodes: {mean_return:9.3f}', file=sys.stderr,
+          flush=True)
+    return mean_return >= self.threshold
+
   def _on_step(self) -> bool:
     if self.num_timesteps >= self.next_eval:
       # With n_envs > 1 one callback step adds n_envs env steps: evaluate once per
@@ -319,8 +351,9 @@ class SolveCallback(BaseCallback):
       while self.next_eval <= self.num_timesteps:
         self.next_eval += self.eval_freq
       mean_return = self._record()
-      if self.threshold is not None and mean_return >= self.threshold:
-        self.solved_at = (self.history[-1]['seconds'], int(self.num_timesteps),
+      if (self.threshold is not None and mean_return >= self.threshold and
+          self._confirmed()):
+        self.solved_at = (time.perf_counter() - self.start, int(self.num_timesteps),
                           mean_return)
         self.stopped_by = 'solved'
         return False
@@ -365,8 +398,13 @@ def _parser() -> argparse.ArgumentParser:
                       help='env steps between evaluations (default: 5000; SAC 1000)')
   parser.add_argument('--n_eval_episodes', type=int, default=None,
                       help='episodes per evaluation (default: the task\'s, else 10)')
-  parser.add_argument('--eval_envs', type=int, default=1,
-                      help='eval env copies (RL-Zoo default 1)')
+  parser.add_argument('--eval_envs', type=int, default=None,
+                      help="eval env copies (default: min(episodes, 10), tfrl's count; "
+                      "RL-Zoo's EvalCallback has 1)")
+  parser.add_argument('--confirm_episodes', type=int, default=None,
+                      help='solved only once the mean over this many fresh episodes (the '
+                      "confirmation seed stream) repeats an evaluation's threshold "
+                      '(default: no confirmation)')
   parser.add_argument('--max_seconds', type=float, default=480.0,
                       help='training time cap (s)')
   parser.add_argument('--max_env_steps', type=int, default=0,
@@ -399,28 +437,42 @@ def main():
   import tfrl_leaves  # pylint: disable=g-import-not-at-top (benchmarks/tfrl_leaves.py)
   seeding = tfrl_leaves.load('seeding')  # numpy only: this venv has no TensorFlow
   collect_seed = seeding.derive(args.seed, seeding.COLLECT, 0)
+  n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
+  eval_envs = args.eval_envs or min(n_eval_episodes, 10)
+
+  def stream(first):
+    """Evaluation k's seed: tfrl.actors.Evaluator's (the first, then derived)."""
+    return lambda k: first if k == 0 else seeding.derive(first, k)
   if params.get('atari'):
     env = make_atari_envs(params['env_id'], params['n_envs'], collect_seed)
-    eval_env = None  # judged on the training games' scores
+    eval_env = confirm_env = None  # judged on the training games' scores
   else:
     make_env = params.get('env', params['env_id'])
     env = make_vec_env(make_env, n_envs=params['n_envs'], seed=collect_seed)
-    eval_env = make_vec_env(make_env, n_envs=args.eval_envs,
-                            seed=seeding.derive(args.seed, seeding.EVALUATE))
+    eval_env = make_vec_env(make_env, n_envs=eval_envs)
+    confirm_env = (make_vec_env(make_env, n_envs=min(args.confirm_episodes, 10))
+                   if args.confirm_episodes else None)
   normalize = params.get('normalize')
   if normalize is not None:
     env = VecNormalize(env, **normalize)
     # RL-Zoo's eval env: no reward normalization, statistics not updated.
     eval_env = VecNormalize(eval_env, **dict(normalize, training=False, norm_reward=False))
+    if confirm_env is not None:
+      confirm_env = VecNormalize(confirm_env,
+                                 **dict(normalize, training=False, norm_reward=False))
   model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
                           **params['kwargs'])
   # The model's seed (torch, numpy, the action space) also re-seeds its env with
   # seed + i (SB3's set_random_seed): give the envs their stream back.
   model.get_env().seed(collect_seed)
-  n_eval_episodes = args.n_eval_episodes or params.get('n_eval_episodes', 10)
+  confirm = (None if confirm_env is None else
+             (confirm_env, args.confirm_episodes,
+              stream(seeding.derive(args.seed, seeding.CONFIRM))))
   callback = SolveCallback(eval_env, eval_freq, n_eval_episodes, params['threshold'],
                            args.max_seconds, train_returns=train_returns,
-                           max_env_steps=args.max_env_steps)
+                           max_env_steps=args.max_env_steps,
+                           eval_seeds=stream(seeding.derive(args.seed, seeding.EVALUATE)),
+                           confirm=confirm)
   startup_seconds = seconds_since_process_start()
   callback.start_clock()
   model.learn(total_timesteps=params['n_timesteps'], callback=callback)
@@ -447,7 +499,15 @@ def main():
       'seconds_excluding_eval': round(seconds - callback.eval_seconds, 2),
       'evals': len(callback.history),
       'eval_freq': eval_freq,
-      'eval_envs': args.eval_envs,
+      'eval_envs': eval_envs,
+      # As benchmarks/tasks.Protocol writes it: solve_time.py compares only runs whose
+      # protocols agree.
+      'protocol': ({'returns': 'train', 'eval_every_env_steps': None, 'eval_episodes': None,
+                    'confirm_episodes': None, 'seeds': 'tfrl.seeding'} if train_returns else
+                   {'returns': 'eval', 'eval_every_env_steps': eval_freq,
+                    'eval_episodes': n_eval_episodes,
+                    'confirm_episodes': args.confirm_episodes, 'seeds': 'tfrl.seeding'}),
+      'confirmations': callback.confirmations,
       'n_timesteps_budget': params['n_timesteps'],
       'history': callback.history,
       'load_start': [round(x, 2) for x in load_start],

@@ -2,20 +2,30 @@
 on hand-made runs."""
 import json
 import math
+import re
 import types
 
 import pytest
 
 import stats  # benchmarks/stats.py (tests/benchmarks/conftest.py)
 import summary  # benchmarks/summary.py
+import tasks  # benchmarks/tasks.py
 
 SETTINGS = summary.Settings(statistic='median', resamples=2000)
 
 
-def _run(seed, solved=True, env_steps=None, seconds=None, eval_return=None, curve=()):
+PROTOCOL = tasks.Protocol(eval_every_env_steps=2_000, eval_episodes=10,
+                          confirm_episodes=100).as_dict()
+
+
+def _run(seed, solved=True, env_steps=None, seconds=None, eval_return=None, curve=(),
+         side='tfrl', protocol=PROTOCOL):
+  extra = {'curve': [list(p) for p in curve]}
+  if protocol is not None:
+    extra['protocol'] = dict(protocol)
   return types.SimpleNamespace(seed=seed, solved=solved, env_steps=env_steps,
-                               seconds=seconds, eval_return=eval_return,
-                               extra={'curve': [list(p) for p in curve]})
+                               seconds=seconds, eval_return=eval_return, side=side,
+                               extra=extra)
 
 
 def _task(threshold=None, env_step_budgets=(), frames_per_step=1):
@@ -79,6 +89,25 @@ def test_threshold_task_unsolved_seeds_count_as_never():
                              '3/3; 2/3 | 200 [100, 300] | 2,000 [1,000, never] | 0.10x [')
   assert table[3].startswith('|  | seconds to target | 3/3; 2/3 | 2.0 [1.0, 3.0] | '
                              '30.0 [20.0, never] |')
+
+
+@pytest.mark.parametrize('peer_protocol, reason', [
+    (None, r'not compared: no evaluation protocol recorded \(SB3 runs'),
+    (dict(PROTOCOL, eval_every_env_steps=5_000),
+     r'not compared: the evaluation protocols differ: .*"eval_every_env_steps": 2000.* vs '
+     r'.*"eval_every_env_steps": 5000'),
+    (dict(PROTOCOL, confirm_episodes=None), 'not compared: the evaluation protocols differ'),
+])
+def test_runs_of_another_protocol_are_not_compared(peer_protocol, reason):
+  tfrl = [_run(s, env_steps=100 * (s + 1)) for s in range(3)]
+  peer = [_run(s, env_steps=1000, side='SB3', protocol=peer_protocol) for s in range(3)]
+  result = summary.summarize('dqn', _task(threshold=475.0), 'SB3 DQN', tfrl, peer, 600.0,
+                             SETTINGS)
+  assert re.match(reason, result['not_compared'])
+  for row in result['measures']:
+    assert 'comparison' not in row and row['verdict'] == result['not_compared']
+  assert result['measures'][0]['peer']['values'] == [1000] * 3  # each side still shown
+  assert '| - | not compared:' in summary.markdown([result], SETTINGS)[2]
 
 
 def test_a_tfrl_seed_short_of_the_target_misses():
