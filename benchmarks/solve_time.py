@@ -323,8 +323,8 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   gin_file = os.path.join('learners', 'configs', task.config + '.gin')
   root_dir = tempfile.mkdtemp(prefix=f'solve_time_{algo}_{seed}_')
   protocol = task.protocol
-  bindings = [f'Experiment.seed={seed}', *_protocol_bindings(protocol), *task.bindings,
-              *FLAGS.tfrl_gin_bindings]
+  bindings = [f'Experiment.seed={seed}', *_protocol_settings(protocol, 'tfrl'),
+              *task.bindings, *FLAGS.tfrl_gin_bindings]
   if task.threshold is None:
     bindings.append(f'Experiment.max_train_seconds={FLAGS.budget_seconds}')
   cmd = [FLAGS.tfrl_python, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
@@ -336,8 +336,7 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   # A binding that changes the evaluations makes another protocol: recorded, so that
   # summary.py does not compare the run with the peer's.
   overrides = [b for b in FLAGS.tfrl_gin_bindings if any(
-      name in b for name in ('eval_every_env_steps', 'num_eval_episodes',
-                             'num_confirm_episodes'))]
+      form.split('=')[0] in b for form in _PROTOCOL_SETTINGS['tfrl'].values())]
   run = Run('tfrl', algo, seed, load_start=common.load_1min(),
             extra={'protocol': {**protocol.as_dict(),
                                 **({'tfrl_overrides': overrides} if overrides else {})}})
@@ -378,26 +377,22 @@ def run_tfrl(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
   return run
 
 
-def _protocol_bindings(protocol) -> List[str]:
-  """tfrl's gin bindings for an evaluation protocol (`tasks.Protocol`)."""
-  if protocol.returns == 'train':
-    return []
-  bindings = [f'Experiment.eval_every_env_steps={protocol.eval_every_env_steps}',
-              f'Experiment.num_eval_episodes={protocol.eval_episodes}']
-  if protocol.confirm_episodes is not None:
-    bindings.append(f'Experiment.num_confirm_episodes={protocol.confirm_episodes}')
-  return bindings
+# Each field of an evaluation protocol (tasks.Protocol) as tfrl's gin binding and as
+# sb3_solve.py's argument.
+_PROTOCOL_SETTINGS = {'tfrl': {'eval_every_env_steps': 'Experiment.eval_every_env_steps={}',
+                               'eval_episodes': 'Experiment.num_eval_episodes={}',
+                               'confirm_episodes': 'Experiment.num_confirm_episodes={}'},
+                      'SB3': {'eval_every_env_steps': '--eval_freq={}',
+                              'eval_episodes': '--n_eval_episodes={}',
+                              'confirm_episodes': '--confirm_episodes={}'}}
 
 
-def _peer_protocol_args(protocol) -> List[str]:
-  """sb3_solve.py's arguments for an evaluation protocol (`tasks.Protocol`)."""
-  if protocol.returns == 'train':
-    return []
-  args = [f'--eval_freq={protocol.eval_every_env_steps}',
-          f'--n_eval_episodes={protocol.eval_episodes}']
-  if protocol.confirm_episodes is not None:
-    args.append(f'--confirm_episodes={protocol.confirm_episodes}')
-  return args
+def _protocol_settings(protocol, side: str) -> List[str]:
+  """`side`'s ('tfrl' or 'SB3') settings for an evaluation protocol: those of its fields
+  that apply (none of a 'train' protocol's)."""
+  return [form.format(getattr(protocol, field))
+          for field, form in _PROTOCOL_SETTINGS[side].items()
+          if getattr(protocol, field) is not None]
 
 
 def _set_budget_results(run: Run, curve) -> None:
@@ -419,7 +414,7 @@ def run_peer(algo: str, seed: int, cpu: Optional[int] = None) -> Run:
          f'--max_seconds={_training_cap(task)}',
          f'--torch_threads={FLAGS.peer_torch_threads}',
          f'--max_env_steps={FLAGS.peer_max_env_steps}',
-         *_peer_protocol_args(task.protocol), *task.peer_args]
+         *_protocol_settings(task.protocol, 'SB3'), *task.peer_args]
   run = Run('SB3', algo, seed, load_start=common.load_1min())
   rc, out, err, run.process_seconds = _run_process(cmd, _process_cap(task), cpu=cpu)
   run.load_end = common.load_1min()
