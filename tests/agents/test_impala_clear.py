@@ -1,5 +1,6 @@
-"""CLEAR's details in tfrl.agents.impala: a maximum policy lag spares replayed rows, and
-recurrent replayed unrolls burn in (R2D2) before their loss.
+"""CLEAR's details in tfrl.agents.impala: the paper's cloning costs by default, a maximum
+policy lag spares replayed rows, and recurrent replayed unrolls burn in (R2D2) before
+their loss.
 
 References are the agent's own loss on the data a faithful implementation trains on
 (the rows the lag keeps; the unroll after the burn-in, started from the state an LSTM
@@ -45,6 +46,32 @@ def make_agent(specs, network=None, **kwargs):
   train_step = kwargs.pop('train_step', None) or learner_lib.new_train_step()
   return impala.ImpalaAgent(time_step_spec, action_spec, network,
                             tf.keras.optimizers.SGD(0.1), train_step, gamma=0.9, **kwargs)
+
+
+def cloning_costs(agent):
+  return agent._policy_cloning_cost, agent._value_cloning_cost
+
+
+def test_clear_clones_with_the_papers_costs_and_impala_not_at_all(specs):
+  build = lambda builder: builder(*specs, learner_lib.new_train_step(), fc_layer_params=(8,))
+  clear = build(impala.create_clear_agent)
+  assert cloning_costs(clear) == (0.01, 0.005)  # Rolnick et al. 2019
+  assert 'replay_mask' in clear.train_inputs
+  assert cloning_costs(build(impala.create_impala_agent)) == (0.0, 0.0)
+
+
+def test_clear_cloning_costs_bind_on_create_clear_agent_not_on_impala(specs):
+  build = lambda: impala.create_clear_agent(*specs, learner_lib.new_train_step(),
+                                            fc_layer_params=(8,))
+  gin.bind_parameter('create_clear_agent.policy_cloning_cost', 0.02)
+  assert cloning_costs(build()) == (0.02, 0.005)
+  # CLEAR passes its own costs down, so a binding below it would never apply: refused.
+  for where in ('create_impala_agent', 'ImpalaAgent'):
+    gin.bind_parameter(f'{where}.value_cloning_cost', 0.5)
+    with pytest.raises(ValueError, match=rf'{where}\.value_cloning_cost is bound.*'
+                                         r'create_clear_agent\.value_cloning_cost'):
+      build()
+    gin.clear_config()
 
 
 def take(traj, rows=slice(None), steps=slice(None)):
@@ -113,8 +140,9 @@ def test_sequence_replay_refuses_a_lag_that_cannot_see_the_replay_mask():
                           impala.create_clear_agent, fc_layer_params=(8,), **kwargs))
   with pytest.raises(ValueError, match="max_policy_lag would drop the replayed unrolls "
                      r"of the SequenceQueueAndReplay layout"):
-    experiment(max_policy_lag=5).build_agent()
-  _, agent = experiment(max_policy_lag=5, value_cloning_cost=0.1).build_agent()
+    experiment(max_policy_lag=5, policy_cloning_cost=0.0,
+               value_cloning_cost=0.0).build_agent()
+  _, agent = experiment(max_policy_lag=5).build_agent()  # the paper's costs: the mask
   assert set(agent.train_inputs) == {'replay_mask', 'policy_version'}
 
 

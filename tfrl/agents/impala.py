@@ -98,9 +98,10 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
       normalize_advantages: standardize the policy-gradient advantages per batch.
       max_policy_lag: drop steps whose train_step - policy_version exceeds this; with
         a replay mask (CLEAR) only fresh rows are dropped, never replayed ones.
-      policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights. The
-        cloning losses sum over the valid steps of replayed rows and, like every other
-        term, divide by the count of all valid steps (fresh and replayed).
+      policy_cloning_cost, value_cloning_cost: CLEAR's cloning loss weights (0: no
+        cloning, IMPALA; `create_clear_agent` passes the paper's). The cloning losses
+        sum over the valid steps of replayed rows and, like every other term, divide by
+        the count of all valid steps (fresh and replayed).
       reward_scale: rewards are multiplied by this (before any clipping), to keep
         value targets of tasks with large returns in a range the value head fits.
       replay_burn_in_steps: on replayed rows of a recurrent network, the first this many
@@ -437,19 +438,43 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
 @interface.acts_in('discrete', 'continuous')
 @interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio', 'gamma')
 def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
+                       policy_cloning_cost: float = 0.01,
+                       value_cloning_cost: float = 0.005,
                        **kwargs) -> ImpalaAgent:
   """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the
-  queue plus a replay table (`tfrl.layouts.SequenceQueueAndReplay`).
+  queue plus a replay table (`tfrl.layouts.SequenceQueueAndReplay`), with the paper's
+  cloning costs unless told otherwise.
 
-  Its settings, cloning costs included, bind on `create_impala_agent` (so a CLEAR
-  config includes its IMPALA config and adds to it); the layout's on
-  `SequenceQueueAndReplay` (and `SequenceQueue` for the fields it inherits).
+  The cloning costs bind here (`create_clear_agent.policy_cloning_cost`); the other
+  agent settings on `create_impala_agent` (so a CLEAR config includes its IMPALA config
+  and adds to it); the layout's on `SequenceQueueAndReplay` (and `SequenceQueue` for the
+  fields it inherits).
 
   Args:
     time_step_spec, action_spec, train_step: see `create_impala_agent`.
-    **kwargs: any `create_impala_agent` argument.
+    policy_cloning_cost: weight of KL(behaviour || policy) on the replayed steps; the
+      paper's 0.01.
+    value_cloning_cost: weight of the squared distance between the current and the
+      stored value on the replayed steps; the paper's 0.005. They weigh as the paper's
+      do: every loss term sums over its steps and divides by the same count of all the
+      batch's valid steps (`ImpalaAgent`), which keeps the ratios of CLEAR's learner,
+      where every term is a plain sum over its steps (cloning over the replayed ones).
+    **kwargs: any other `create_impala_agent` argument.
 
   Returns:
     The agent.
+
+  Raises:
+    ValueError: a cloning cost bound in gin on `create_impala_agent` or `ImpalaAgent`,
+      where this builder's own costs would override it without a word.
   """
-  return create_impala_agent(time_step_spec, action_spec, train_step, **kwargs)
+  for configurable in (create_impala_agent, ImpalaAgent):
+    misplaced = sorted(set(gin.get_bindings(configurable)) &
+                       {'policy_cloning_cost', 'value_cloning_cost'})
+    if misplaced:
+      raise ValueError(
+          f'{configurable.__name__}.{misplaced[0]} is bound in gin, but CLEAR passes its '
+          f'own cloning costs: bind create_clear_agent.{misplaced[0]} instead.')
+  return create_impala_agent(time_step_spec, action_spec, train_step,
+                             policy_cloning_cost=policy_cloning_cost,
+                             value_cloning_cost=value_cloning_cost, **kwargs)
