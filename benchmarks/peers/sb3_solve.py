@@ -78,10 +78,13 @@ DLR-RM/rl-baselines3-zoo 22e3ff2, 2026-04):
                    entropy 0.01, 1e7 steps) on `--env_id` (ALE/Pong-v5 by default) made
                    with frameskip=1, since AtariWrapper skips 4 frames itself; the v5
                    ids keep ALE's sticky actions, as on tfrl's side.
-  dqn_atari        DQN, Atari (hyperparams/dqn.yml 'atari' at ce95481: buffer 10k, lr
+  dqn_atari        DQN, Atari (hyperparams/dqn.yml 'atari' at 22e3ff2: buffer 100k, lr
                    1e-4, batch 32, 100k steps before learning, target every 1,000 steps,
                    one gradient step per 4 env steps, epsilon 1 -> 0.01 over 10% of 1e7
-                   steps, optimize_memory_usage), the same envs.
+                   steps), the same envs, with tfrl's dqn_atari.gin's departures taken
+                   alike: 8 envs, not 1 (train_freq 1 vector step of 8 env steps, 2
+                   gradient steps: still one per 4 env steps); optimize_memory_usage
+                   (the same transitions in half the memory).
   ppo_minigrid     PPO, MiniGrid-DoorKey-5x5-v0 (hyperparams/ppo.yml's MiniGrid defaults:
                    FlatObsWrapper, VecNormalize, 8 envs x 128 steps, batch 64, 10
                    epochs, gamma 0.99, GAE 0.95, lr 2.5e-4, clip 0.2, no entropy bonus);
@@ -245,10 +248,10 @@ HYPERPARAMS = {
                     ent_coef=0.01)),
     'dqn_atari': dict(
         env_id='ALE/Pong-v5', threshold=None, eval_freq=20_000, returns='train',
-        atari=True, cls=lambda: DQN, n_envs=1, n_timesteps=int(1e7),
-        kwargs=dict(policy='CnnPolicy', buffer_size=10_000, learning_rate=1e-4,
+        atari=True, cls=lambda: DQN, n_envs=8, n_timesteps=int(1e7),
+        kwargs=dict(policy='CnnPolicy', buffer_size=100_000, learning_rate=1e-4,
                     batch_size=32, learning_starts=100_000, target_update_interval=1000,
-                    train_freq=4, gradient_steps=1, exploration_fraction=0.1,
+                    train_freq=1, gradient_steps=2, exploration_fraction=0.1,
                     exploration_final_eps=0.01, optimize_memory_usage=True,
                     replay_buffer_kwargs=dict(handle_timeout_termination=False))),
     'ppo_minigrid': dict(
