@@ -125,7 +125,8 @@ def main(argv):
   runs = []
   for seed in (int(s) for s in FLAGS.seeds):
     runs.append(_cached(seed))
-    print(report(runs[-1:], FLAGS.target).splitlines()[0], flush=True)
+    # Progress on stderr; stdout is the report alone.
+    print(report(runs[-1:], FLAGS.target).splitlines()[0], file=sys.stderr, flush=True)
   print(report(runs, FLAGS.target))
 
 

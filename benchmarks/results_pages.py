@@ -244,8 +244,11 @@ class Record:
       return sorted({self['runs'], *get('sources', {}).values(), self['datasets_file']})
     if kind in ('task_sequence', 'multi_task', 'pbt'):
       return [self['runs_dir'] + '/']
+    # An output record's printed text, and the runs it was printed from where it keeps
+    # them ('runs_dir': the script re-prints the text from them).
     return [f'{self.stem}{ext}' for ext in ('.md', '.txt')
-            if os.path.exists(os.path.join(self.runs_dir, self.stem + ext))]
+            if os.path.exists(os.path.join(self.runs_dir, self.stem + ext))] + (
+                [get('runs_dir') + '/'] if get('runs_dir') else [])
 
 
 # -- Reading ---------------------------------------------------------------------------
@@ -974,6 +977,8 @@ def render_output(record: Record) -> Rendered:
   """
   lines = []
   for name in record.files():
+    if name.endswith('/'):  # the runs the text was printed from
+      continue
     with open(record.path(name)) as f:
       text = f.read().rstrip('\n').split('\n')
     lines += (text if name.endswith('.md') else ['```', *text, '```']) + ['']
