@@ -4,11 +4,13 @@ Each builder returns an initialized agent: its collect policy acts on a batched 
 step straight from a `tfrl.envs` environment, and one `train` call on a small random
 [B, 2] transition batch gives a finite loss and advances the train step.
 """
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.agents.sac import sac_agent
+from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
@@ -238,3 +240,28 @@ def test_sac_with_rlpd_layer_norm_critic_matches_a_numpy_reference_and_trains(pe
   assert np.isfinite(agent.train(experience).loss.numpy())
   assert any(np.abs(new.numpy() - old).max() > 0
              for old, new in zip(before, critic.trainable_variables))
+
+
+def box_specs(dims):
+  """(time step spec, action spec) of 3-D observations and `dims`-D Box actions."""
+  observation = tensor_spec.TensorSpec((3,), tf.float32)
+  action = tensor_spec.BoundedTensorSpec((dims,), tf.float32, -1.0, 1.0)
+  return ts.time_step_spec(observation), action
+
+
+@pytest.mark.parametrize('dims', [6, 1])
+def test_sac_target_entropy_defaults_to_minus_the_action_dimensions(dims):
+  # SAC's paper and SB3's 'auto': -dim(A), not tf-agents' -dim(A)/2.
+  agent = sac.create_sac_agent(*box_specs(dims), learner_lib.new_train_step(),
+                               actor_fc_layer_params=(8,), critic_joint_fc_layer_params=(8,))
+  assert agent._target_entropy == -float(dims)  # pylint: disable=protected-access
+
+
+def test_sac_keeps_an_explicit_target_entropy_and_one_bound_in_gin():
+  small = dict(actor_fc_layer_params=(8,), critic_joint_fc_layer_params=(8,))
+  agent = sac.create_sac_agent(*box_specs(6), learner_lib.new_train_step(),
+                               target_entropy=-3.0, **small)
+  assert agent._target_entropy == -3.0  # pylint: disable=protected-access
+  gin.bind_parameter('create_sac_agent.target_entropy', -2.5)
+  agent = sac.create_sac_agent(*box_specs(6), learner_lib.new_train_step(), **small)
+  assert agent._target_entropy == -2.5  # pylint: disable=protected-access

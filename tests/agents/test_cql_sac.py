@@ -209,6 +209,16 @@ def test_create_cql_sac_agent_passes_the_cloning_steps():
   assert agent._num_bc_steps == 7  # pylint: disable=protected-access
 
 
+def test_create_cql_sac_agent_targets_minus_the_action_dimensions_as_sac():
+  observation_spec = tensor_spec.TensorSpec((OBS,), tf.float32)
+  action_spec = tensor_spec.BoundedTensorSpec((ACTION,), tf.float32, LOW, HIGH)
+  build = lambda **kwargs: cql_sac.create_cql_sac_agent(
+      ts.time_step_spec(observation_spec), action_spec, tf.Variable(0, dtype=tf.int64),
+      actor_fc_layer_params=(8,), critic_joint_fc_layer_params=(8,), **kwargs)
+  assert build()._target_entropy == -float(ACTION)  # pylint: disable=protected-access
+  assert build(target_entropy=-0.5)._target_entropy == -0.5  # pylint: disable=protected-access
+
+
 _MIRRORED_SCRIPT = textwrap.dedent('''
     import json, sys
     from tfrl import distribute

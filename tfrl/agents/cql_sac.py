@@ -204,7 +204,8 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                          target_update_tau: float = 0.005,
                          reward_scale_factor: float = 1.0,
                          num_bc_steps: int = 0,
-                         seed: Optional[int] = None) -> CqlSacAgent:
+                         seed: Optional[int] = None,
+                         target_entropy: Optional[float] = None) -> CqlSacAgent:
   """Returns an initialized CQL-SAC agent (tanh-squashed Gaussian actor, twin critics).
 
   Defaults follow the CQL authors' MuJoCo settings (a fixed alpha of 5, 10 samples
@@ -229,6 +230,8 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
     num_bc_steps: train steps whose actor loss clones the dataset's actions (SAC's
       entropy term kept) before it maximizes Q (the CQL authors' policy_eval_start).
     seed: seeds the CQL action samples (None: unseeded).
+    target_entropy: the policy entropy SAC's temperature is tuned towards; None: -dim(A)
+      as the CQL authors' code and `create_sac_agent` (`sac.sac_target_entropy`).
 
   Returns:
     The agent.
@@ -246,6 +249,7 @@ def create_cql_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
       target_update_tau=target_update_tau, target_update_period=1,
       td_errors_loss_fn=tf.math.squared_difference, gamma=gamma,
       reward_scale_factor=reward_scale_factor, num_bc_steps=num_bc_steps,
+      target_entropy=sac.sac_target_entropy(action_spec, target_entropy),
       train_step_counter=train_step)
   agent.initialize()
   return agent

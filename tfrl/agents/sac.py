@@ -9,8 +9,12 @@ What a population may change while SAC trains (`SacAgent.hyperparameters`): the 
 Adam rates (`actor_learning_rate`, `critic_learning_rate`, `alpha_learning_rate`, alpha
 being SAC's entropy temperature, which SAC learns rather than fixes) and the discount
 `gamma`.
+
+The entropy target defaults to -dim(A), the SAC paper's (Haarnoja et al. 2018, "Soft
+Actor-Critic Algorithms and Applications") and SB3's 'auto'; tf-agents' own default is
+-dim(A)/2 (`sac_target_entropy`).
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -51,6 +55,24 @@ def sac_hyperparameters(agent: sac_agent.SacAgent) -> hyperparameters_lib.Hyperp
   return hyperparameters_lib.Hyperparameters(
       **{name: rate for name, rate in rates.items() if rate is not None},
       gamma=agent._gamma)
+
+
+def sac_target_entropy(action_spec, target_entropy: Optional[float] = None) -> float:
+  """The entropy SAC's temperature steers the policy towards (SAC and CQL-SAC builders).
+
+  Args:
+    action_spec: the agent's (nest of) Box action specs.
+    target_entropy: an explicit target, kept as given; None for the default.
+
+  Returns:
+    `target_entropy`, or minus the number of action dimensions (-dim(A), as the SAC
+    paper, SB3's 'auto' and the CQL authors' code set it; tf-agents' default is half
+    of it, a higher target that keeps the policy more random).
+  """
+  if target_entropy is not None:
+    return float(target_entropy)
+  return -float(sum(tf.TensorShape(spec.shape).num_elements()
+                    for spec in tf.nest.flatten(action_spec)))
 
 
 class SacAgent(sac_agent.SacAgent):
@@ -112,7 +134,8 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
                      target_update_tau: float = 0.005,
                      target_update_period: int = 1,
                      reward_scale_factor: float = 1.0,
-                     critic_layer_norm: bool = False) -> SacAgent:
+                     critic_layer_norm: bool = False,
+                     target_entropy: Optional[float] = None) -> SacAgent:
   """Returns an initialized SacAgent with tanh-squashed Gaussian actor.
 
   Args:
@@ -124,6 +147,8 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
     target_update_tau, target_update_period: soft target updates.
     reward_scale_factor: multiplies rewards.
     critic_layer_norm: RLPD's layer-normalized critic (see `sac_networks`).
+    target_entropy: the policy entropy the temperature alpha is tuned towards; None:
+      -dim(A), minus the number of action dimensions (`sac_target_entropy`).
 
   Returns:
     The agent.
@@ -138,6 +163,8 @@ def create_sac_agent(time_step_spec, action_spec, train_step: tf.Variable,
       alpha_optimizer=tf.keras.optimizers.Adam(alpha_learning_rate),
       target_update_tau=target_update_tau, target_update_period=target_update_period,
       td_errors_loss_fn=tf.math.squared_difference, gamma=gamma,
-      reward_scale_factor=reward_scale_factor, train_step_counter=train_step)
+      reward_scale_factor=reward_scale_factor,
+      target_entropy=sac_target_entropy(action_spec, target_entropy),
+      train_step_counter=train_step)
   agent.initialize()
   return agent
