@@ -58,17 +58,25 @@ OFFLINE = ['tensorflow-datasets>=4.9.4,<4.10', 'tensorflow-metadata>=1.14,<1.17'
 DOCS = ['mkdocs>=1.6,<2', 'mkdocs-material>=9.5,<10', 'mkdocstrings[python]>=0.30,<2',
         'mkdocstrings-python>=2.0,<3', 'ruff>=0.5,<1']
 
+# The benchmarks' statistics: benchmarks/stats.py's intervals are rliable's (its tests
+# compare them with rliable's own), and its performance profiles call rliable. rliable
+# 1.2.0 takes arch < 8, and arch 7.2 fails on import under pandas 3 (a decorator whose
+# signature pandas changed), so pandas stays below 3. NumPy stays below 2 through
+# INSTALL_REQUIRES: resolved without that bound, rliable's scipy and pandas take NumPy 2.
+BENCHMARKS = ['rliable==1.2.0', 'pandas<3']
+
 EXTRAS_REQUIRE = {
     **ENV_EXTRAS,
     'ray': RAY,
     'video': VIDEO,
     'envpool': ENVPOOL,
     'offline': OFFLINE,
+    'benchmarks': BENCHMARKS,
     # The tests run every suite's configs briefly and a Ray cluster, so dev pulls them.
     # pytest < 9: pytest-xdist 3.8 groups tests (make test's lanes, --dist loadgroup)
     # by rewriting a private node id that pytest 9 no longer reads.
     # The documentation site (mkdocs.yml, `make docs`); tests/test_docs.py builds it.
-    'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + DOCS + RAY + VIDEO + ENVPOOL + OFFLINE + sorted(
+    'dev': ['pytest>=7,<9', 'pytest-timeout>=2.1', 'pytest-xdist>=3.5', 'psutil>=5'] + DOCS + RAY + VIDEO + ENVPOOL + OFFLINE + BENCHMARKS + sorted(
         {package for packages in ENV_EXTRAS.values() for package in packages}),
     # tf-agents 0.19 pins typing-extensions 4.5.0; IPython >= 8.19 needs a newer one.
     # ipywidgets: tqdm's progress bars as notebook widgets.
