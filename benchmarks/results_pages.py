@@ -64,8 +64,8 @@ solve_time, arms or offline record a 'headline' (a row of the README's table). A
 with 'superseded' (why it is not shown) is not rendered: the changelog names it and its
 'files', as it does changelog.json's entries.
 
-Statistics come from benchmarks/stats.py through summary.py (the IQM over seeds with a
-95% percentile bootstrap interval, generator seed 0), so the output is the same on every
+Statistics come from benchmarks/stats.py through summary.py (the IQM over seeds with
+rliable's 95% percentile bootstrap interval, seed 0), so the output is the same on every
 run: inputs are read in sorted order and nothing records when the pages were made.
 """
 import argparse
@@ -1083,8 +1083,9 @@ def index_text(records: Sequence[Record], rendered: Dict[str, Rendered],
            '`benchmarks/runs/` by `benchmarks/results_pages.py`, each with the command '
            'that made its runs, the commit they ran at and their protocol. Central values '
            f'are the {CENTRAL} over seeds with a {SETTINGS.confidence:.0%} percentile '
-           f'bootstrap interval ({SETTINGS.resamples:,} resamples, generator seed '
-           f'{SETTINGS.seed}; `benchmarks/stats.py`).', '', '## Algorithms', '']
+           f'bootstrap interval, the one rliable (Agarwal et al. 2021) computes '
+           f'({SETTINGS.resamples:,} resamples, seed {SETTINGS.seed}; '
+           '`benchmarks/stats.py`).', '', '## Algorithms', '']
   lines += [f'- [{title}](../algorithms/{page}.md)'
             for page, title in ALGORITHM_PAGES.items()]
   lines += ['', '## Other pages', '']

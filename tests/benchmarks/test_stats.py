@@ -1,10 +1,14 @@
 """benchmarks/stats.py: median, IQM and their bootstrap intervals against hand-computed
-values, numpy, and the bootstrap's known properties."""
+values, numpy, scipy and rliable (called directly with the same seed and resamples), the
+bootstrap's known properties, and rliable's performance profiles."""
 import itertools
 import math
 
 import numpy as np
 import pytest
+import scipy.stats
+from rliable import library as rliable_library
+from rliable import metrics as rliable_metrics
 
 import stats  # benchmarks/stats.py (tests/benchmarks/conftest.py)
 
@@ -158,5 +162,183 @@ def test_fixed_seed_reproduces_and_another_seed_differs():
     (lambda: stats.compare([1.0], [1.0], 'sum'), 'Unknown comparison'),
 ])
 def test_errors_name_the_problem(call, message):
+  with pytest.raises(ValueError, match=message):
+    call()
+
+
+# -- rliable, called directly --------------------------------------------------------
+
+def _rliable_iqm(scores):
+  return np.array([rliable_metrics.aggregate_iqm(scores)])
+
+
+def _rliable_median(scores):
+  # rliable's aggregate_median is the median of the tasks' means (see below): the median
+  # over one task's runs is given to its bootstrap as the function.
+  return np.median(scores, axis=0)
+
+
+RLIABLE_FUNCTIONS = {'iqm': _rliable_iqm, 'median': _rliable_median}
+
+
+def _seeded(seed, call):
+  """`call()` with numpy's global generator seeded (rliable draws from it), the
+  generator's state given back afterwards."""
+  state = np.random.get_state()
+  np.random.seed(seed)
+  try:
+    return call()
+  finally:
+    np.random.set_state(state)
+
+
+def _rliable_interval(scores, statistic, resamples, seed, confidence=stats.CONFIDENCE):
+  """rliable's point estimate and percentile interval of `scores` (runs x tasks ...)."""
+  points, intervals = _seeded(seed, lambda: rliable_library.get_interval_estimates(
+      {'x': scores}, RLIABLE_FUNCTIONS[statistic], method='percentile', reps=resamples,
+      confidence_interval_size=confidence))
+  return points['x'], intervals['x']
+
+
+@pytest.mark.parametrize('values', [
+    [1.0, 2.0, 9.0], [1.0, 2.0, 3.0, 4.0, 100.0], [0.0, 0.0, 1.0, 100.0],
+    [3.5, -1.25, 8.0, 2.0, 2.0, 7.75, -4.0, 0.5], [7.0],
+    list(np.random.default_rng(6).lognormal(3.0, 0.7, size=10)),
+])
+def test_iqm_is_scipys_trim_mean_and_rliables_aggregate_iqm(values):
+  values = np.array(values)
+  assert stats.iqm(values) == scipy.stats.trim_mean(values, 0.25)
+  assert stats.iqm(values) == rliable_metrics.aggregate_iqm(values[:, None])
+
+
+def test_rliables_aggregate_median_of_one_task_is_its_runs_mean():
+  # Why stats.median is numpy's: rliable's is the median over tasks of each task's mean.
+  values = np.array([1.0, 2.0, 9.0])
+  assert rliable_metrics.aggregate_median(values[:, None]) == 4.0
+  assert stats.median(values) == 2.0
+
+
+@pytest.mark.parametrize('statistic', ['iqm', 'median'])
+@pytest.mark.parametrize('values, seed', [
+    ([118.0, 96.5, 240.25], 0),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 3),
+    (list(np.random.default_rng(7).lognormal(3.0, 0.7, size=10)), 11),
+])
+def test_intervals_are_rliables(statistic, values, seed):
+  values = np.array(values)
+  # rliable's bootstrap takes about a millisecond a resample: few of them here.
+  point, (low, high) = _rliable_interval(values[:, None], statistic, 500, seed)
+  ours = stats.interval(values, statistic, resamples=500, seed=seed)
+  assert ours == stats.Interval(float(point[0]), float(low[0]), float(high[0]))
+  sixty = stats.interval(values, statistic, confidence=0.6, resamples=500, seed=seed)
+  point, (low, high) = _rliable_interval(values[:, None], statistic, 500, seed, 0.6)
+  assert sixty == stats.Interval(float(point[0]), float(low[0]), float(high[0]))
+
+
+def test_the_default_interval_is_rliables_at_the_modules_seed_and_resamples():
+  values = np.array([118.0, 96.5, 240.25, 130.0, 101.5])  # five seeds, as the pages
+  point, (low, high) = _rliable_interval(values[:, None], stats.STATISTIC,
+                                         stats.RESAMPLES, stats.SEED)
+  assert stats.interval(values) == stats.Interval(float(point[0]), float(low[0]),
+                                                  float(high[0]))
+
+
+def test_the_draws_are_rliables_and_leave_the_global_generator_alone():
+  drawn = []
+
+  def record(scores):
+    drawn.append(scores[:, 0].copy())
+    return np.array([0.0])
+
+  seeds = np.arange(4.0)
+  _seeded(5, lambda: rliable_library.get_interval_estimates(
+      {'x': seeds[:, None]}, record, reps=50))
+  # Before the 50 resamples, rliable and arch each evaluate the unresampled runs.
+  np.testing.assert_array_equal(np.array(drawn[-50:]),
+                                stats.resampled_seeds(4, 50, seed=5).astype(float))
+  state = np.random.get_state()
+  stats.interval([1.0, 2.0, 5.0])
+  after = np.random.get_state()
+  assert state[0] == after[0] and np.array_equal(state[1], after[1])
+  assert state[2:] == after[2:]
+
+
+def test_each_point_of_a_curve_is_rliables_interval_of_that_point_alone():
+  curves = np.random.default_rng(8).normal(size=(5, 4))
+  point, low, high = stats.bootstrap(curves, 'iqm', resamples=300, seed=2)
+  for j in range(4):
+    p, (lo, hi) = _rliable_interval(curves[:, j:j + 1], 'iqm', 300, 2)
+    assert (point[j], low[j], high[j]) == (p[0], lo[0], hi[0])
+
+
+def test_rliable_would_draw_each_point_of_a_curve_anew():
+  # Four identical points: one resample of seeds for the whole curve gives them one
+  # interval; rliable's bootstrap of runs x tasks x points draws runs for each point.
+  curves = np.repeat(np.array([[1.0], [2.0], [4.0], [8.0], [16.0]]), 4, axis=1)
+  _, low, high = stats.bootstrap(curves, 'iqm', resamples=500, seed=1)
+  assert len(set(low)) == 1 and len(set(high)) == 1
+  _, intervals = _seeded(1, lambda: rliable_library.get_interval_estimates(
+      {'x': curves[:, None, :]}, lambda scores: stats.iqm(scores[:, 0, :]), reps=500))
+  assert len(set(intervals['x'][0])) > 1 or len(set(intervals['x'][1])) > 1
+
+
+def test_infinities_where_rliables_percentiles_make_nan():
+  # Two of three seeds solved: the median's top end lies between two infinite
+  # resamples, where numpy's interpolation (and so rliable's interval) gives NaN.
+  values = np.array([10.0, 20.0, math.inf])
+  with np.errstate(invalid='ignore'):
+    point, (low, high) = _rliable_interval(values[:, None], 'median', 500, 0)
+  assert (point[0], low[0]) == (20.0, 10.0) and math.isnan(high[0])
+  assert stats.interval(values, 'median', resamples=500) == stats.Interval(
+      20.0, 10.0, math.inf)
+  # Five seeds, one unsolved: the IQM trims it (rliable's point too); a resample that
+  # draws it twice keeps one, so the top end is infinite.
+  values = np.array([10.0, 20.0, 30.0, 40.0, math.inf])
+  assert rliable_metrics.aggregate_iqm(values[:, None]) == stats.iqm(values) == 30.0
+  assert stats.interval(values, 'iqm').high == math.inf
+  # A curve whose last point no seed reached: infinite there, finite before.
+  curves = np.array([[5.0, math.inf], [6.0, math.inf], [7.0, math.inf]])
+  point, low, high = stats.bootstrap(curves, 'median', resamples=500)
+  assert point[1] == low[1] == high[1] == math.inf
+  assert np.isfinite([point[0], low[0], high[0]]).all()
+
+
+# -- Performance profiles --------------------------------------------------------------
+
+def test_performance_profile_is_rliables():
+  returns = np.array([480.0, 500.0, 500.0, 312.5, 455.0, 500.0, 120.0, 499.0])
+  thresholds = [100.0, 300.0, 450.0, 490.0, 500.0]
+  profile = stats.performance_profile(returns, thresholds, resamples=500, seed=4)
+  fractions, intervals = _seeded(4, lambda: rliable_library.create_performance_profile(
+      {'x': returns[:, None]}, thresholds, reps=500))
+  np.testing.assert_array_equal(profile.thresholds, thresholds)
+  np.testing.assert_array_equal(profile.fraction, fractions['x'])
+  np.testing.assert_array_equal(profile.low, intervals['x'][0])
+  np.testing.assert_array_equal(profile.high, intervals['x'][1])
+  # Strictly above: 3 of the 8 runs returned 500.
+  np.testing.assert_array_equal(profile.fraction, [1.0, 7 / 8, 6 / 8, 4 / 8, 0.0])
+  assert (profile.low <= profile.fraction).all() and (profile.fraction <= profile.high).all()
+
+
+def test_performance_profile_seeds_rliable_and_gives_the_generator_back():
+  np.random.seed(123)
+  state = np.random.get_state()
+  values = [1.0, 2.0, 3.0, 4.0, 5.0, math.inf]  # a run that never reached: above all
+  first = stats.performance_profile(values, [0.5, 2.5, 1e9], resamples=300, seed=2)
+  after = np.random.get_state()
+  assert np.array_equal(state[1], after[1]) and state[2:] == after[2:]
+  again = stats.performance_profile(values, [0.5, 2.5, 1e9], resamples=300, seed=2)
+  np.testing.assert_array_equal(first.low, again.low)
+  np.testing.assert_array_equal(first.high, again.high)
+  np.testing.assert_array_equal(first.fraction, [1.0, 4 / 6, 1 / 6])
+
+
+@pytest.mark.parametrize('call, message', [
+    (lambda: stats.performance_profile([1.0, float('nan')], [0.0]), 'NaN'),
+    (lambda: stats.performance_profile([], [0.0]), 'No values'),
+    (lambda: stats.performance_profile([1.0], []), 'No thresholds'),
+    (lambda: stats.performance_profile([1.0], [0.0], confidence=0.0), 'confidence'),
+])
+def test_performance_profile_errors_name_the_problem(call, message):
   with pytest.raises(ValueError, match=message):
     call()
