@@ -112,7 +112,9 @@ SMOKE_ARGS: Dict[str, List[str]] = {
                  '--arm=normalized: Experiment.normalize_reward = True',
                  f'--tfrl_python={sys.executable}',
                  *[f'--tfrl_gin_bindings={b}' for b in (
-                     'Experiment.num_train_steps=2', 'Experiment.eval_interval=1',
+                     # An evaluation after each train step (about 252 env steps), so
+                     # one falls either side of the 400-step budget.
+                     'Experiment.num_train_steps=2', 'Experiment.eval_every_env_steps=200',
                      'Experiment.num_eval_episodes=1', 'create_ppo_agent.num_epochs=2')]],
     # A target any policy reaches (one episode of a policy trained 2 steps can fall below
     # -2,000): the tuned run reaches it at its first evaluation (train step 2, ~510 env

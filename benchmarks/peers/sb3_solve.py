@@ -420,6 +420,27 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def make_envs(params, collect_seed, eval_envs, confirm_episodes):
+  """The training envs (seeded from tfrl's collect stream), the eval envs and the
+  confirmation's envs (None without a confirmation; both None for Atari, judged on the
+  training games), VecNormalize'd as RL-Zoo's entry says (the eval envs frozen, raw
+  rewards)."""
+  if params.get('atari'):
+    return make_atari_envs(params['env_id'], params['n_envs'], collect_seed), None, None
+  make_env = params.get('env', params['env_id'])
+  env = make_vec_env(make_env, n_envs=params['n_envs'], seed=collect_seed)
+  eval_env = make_vec_env(make_env, n_envs=eval_envs)
+  confirm_env = (make_vec_env(make_env, n_envs=min(confirm_episodes, 10))
+                 if confirm_episodes else None)
+  normalize = params.get('normalize')
+  if normalize is None:
+    return env, eval_env, confirm_env
+  # RL-Zoo's eval env: no reward normalization, statistics not updated.
+  frozen = dict(normalize, training=False, norm_reward=False)
+  return (VecNormalize(env, **normalize), VecNormalize(eval_env, **frozen),
+          None if confirm_env is None else VecNormalize(confirm_env, **frozen))
+
+
 def main():
   parser = _parser()
   args = parser.parse_args()
@@ -446,23 +467,8 @@ def main():
   def stream(first):
     """Evaluation k's seed: tfrl.actors.Evaluator's (the first, then derived)."""
     return lambda k: first if k == 0 else seeding.derive(first, k)
-  if params.get('atari'):
-    env = make_atari_envs(params['env_id'], params['n_envs'], collect_seed)
-    eval_env = confirm_env = None  # judged on the training games' scores
-  else:
-    make_env = params.get('env', params['env_id'])
-    env = make_vec_env(make_env, n_envs=params['n_envs'], seed=collect_seed)
-    eval_env = make_vec_env(make_env, n_envs=eval_envs)
-    confirm_env = (make_vec_env(make_env, n_envs=min(args.confirm_episodes, 10))
-                   if args.confirm_episodes else None)
-  normalize = params.get('normalize')
-  if normalize is not None:
-    env = VecNormalize(env, **normalize)
-    # RL-Zoo's eval env: no reward normalization, statistics not updated.
-    eval_env = VecNormalize(eval_env, **dict(normalize, training=False, norm_reward=False))
-    if confirm_env is not None:
-      confirm_env = VecNormalize(confirm_env,
-                                 **dict(normalize, training=False, norm_reward=False))
+  env, eval_env, confirm_env = make_envs(params, collect_seed, eval_envs,
+                                         args.confirm_episodes)
   model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
                           **params['kwargs'])
   # The model's seed (torch, numpy, the action space) also re-seeds its env with
@@ -494,7 +500,7 @@ def main():
       'eval_return': last_return,
       'threshold': params['threshold'],
       'algo_class': type(model).__name__,
-      'normalize': normalize is not None,
+      'normalize': params.get('normalize') is not None,
       'returns': 'train' if train_returns else 'eval',
       'stopped_by': callback.stopped_by,
       'seconds_include_eval': True,

@@ -13,7 +13,7 @@ GAMMA = 0.9
 STEPS = 450  # Pendulum: episodes of 200 steps, so 2 whole ones per sub-env
 
 
-def _run(num_workers=0, normalize_reward=None):
+def _run(num_workers=0, normalize_reward=None, seed=0):
   """Rewards of each step [STEPS, 2] and the Actor's episode metrics, under a fixed
   torque."""
   rewards = []
@@ -26,7 +26,7 @@ def _run(num_workers=0, normalize_reward=None):
     def reset(self):
       pass
 
-  with envs.make('Pendulum-v1', num_envs=2, seed=0, num_workers=num_workers,
+  with envs.make('Pendulum-v1', num_envs=2, seed=seed, num_workers=num_workers,
                  normalize_reward=normalize_reward) as env:
     policy = fixed_policy.FixedPolicy(np.array([0.5], np.float32), env.time_step_spec(),
                                       env.action_spec())
@@ -92,5 +92,5 @@ def test_an_experiment_normalizes_with_its_own_gamma():
   with job.make_env() as env:
     env.reset()
     rewards = [env.step(np.full((2, 1), 0.5, np.float32)).reward for _ in range(50)]
-  expected, _ = _run(normalize_reward=GAMMA)
+  expected, _ = _run(normalize_reward=GAMMA, seed=job.collect_seed())  # the job's envs
   np.testing.assert_allclose(np.array(rewards), expected[:50], rtol=1e-5)
