@@ -271,8 +271,7 @@ class Evaluator:
       RuntimeError: the episodes did not all end within `max_steps` vector steps.
       EvaluationStopped: the stop event was set before they did.
     """
-    seed = (None if self._seed is None else
-            self._seed if self._calls == 0 else seeding.derive(self._seed, self._calls))
+    seed = None if self._seed is None else seeding.evaluation_seed(self._seed, self._calls)
     self._calls += 1
     self.last_seed = seed  # an Evaluator(seed=last_seed) replays these episodes
     time_step = self._env.reset(seed=seed)

@@ -43,3 +43,19 @@ def derive(seed: int, *path: int) -> int:
     raise ValueError(f'Seeds are non-negative ints: got seed {seed}, path {path}.')
   word = np.random.SeedSequence(seed, spawn_key=tuple(path)).generate_state(1, np.uint64)[0]
   return int(word % _HIGHEST)
+
+
+def evaluation_seed(first: int, index: int) -> int:
+  """Evaluation `index`'s first sub-env seed in a stream that starts at `first`: `first`
+  itself, then `derive(first, index)`, so a seed recorded from one evaluation replays it
+  as the first of a new stream (`tfrl.actors.Evaluator`, the SB3 harness).
+
+  Args:
+    first: the stream's first seed (e.g. an Experiment's eval_seed).
+    index: the evaluation's index in the stream, from 0.
+
+  Returns:
+    The seed.
+  """
+  return first if index == 0 else derive(first, index)
+

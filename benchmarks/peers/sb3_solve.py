@@ -465,8 +465,8 @@ def main():
   eval_envs = args.eval_envs or min(n_eval_episodes, 10)
 
   def stream(first):
-    """Evaluation k's seed: tfrl.actors.Evaluator's (the first, then derived)."""
-    return lambda k: first if k == 0 else seeding.derive(first, k)
+    """Evaluation k's seed, as tfrl.actors.Evaluator draws it."""
+    return lambda k: seeding.evaluation_seed(first, k)
   env, eval_env, confirm_env = make_envs(params, collect_seed, eval_envs,
                                          args.confirm_episodes)
   model = params['cls']()(env=env, seed=args.seed, verbose=0, device='cpu',
