@@ -58,4 +58,3 @@ def evaluation_seed(first: int, index: int) -> int:
     The seed.
   """
   return first if index == 0 else derive(first, index)
-
