@@ -55,6 +55,8 @@ flags.DEFINE_integer('member_collectors', 1, 'Collectors of each launched member
 flags.DEFINE_enum('mode', 'sync', ['sync', 'async'], "tfrl-pbt's --mode: rounds at a "
                   'barrier, or each report decided at once (its populations run beside the '
                   "other mode's, against the same tuned run and starting points).")
+flags.DEFINE_bool('alone', True, "Train each starting point alone after the population "
+                  '(off: populations only, as when comparing the modes; no criterion).')
 flags.DEFINE_string('runs_dir', os.path.join(REPO, 'benchmarks', 'runs', 'pbt'),
                     "Where each run's directory and summary go.")
 flags.DEFINE_bool('report_only', False, 'Report and draw what --runs_dir holds; run '
@@ -139,6 +141,8 @@ def _seed(seed: int) -> Dict[str, Any]:
       os.path.join(runs, _population_dir()), seed, budget_steps))
   if pbt is None:
     return {'seed': seed, 'tuned': tuned}
+  if not FLAGS.alone:
+    return {'seed': seed, 'tuned': tuned, 'population': pbt, 'alone': None}
   alone = {}
   for member, start in sorted(pbt['starts'].items(), key=lambda kv: int(kv[0])):
     bindings = FLAGS.gin_bindings + [
@@ -192,9 +196,9 @@ def _plot(results: List[Dict[str, Any]], path: str) -> None:
     copies = [e for e in population.read(os.path.join(runs, _population_dir(), 'pbt',
                                                       'lineage.jsonl'))
               if e['event'] == 'exploit']
-    for index, member in enumerate(sorted(result['alone'], key=int)):
+    for index, member in enumerate(sorted(result['population']['starts'], key=int)):
       color = f'C{index}'
-      alone = _eval_curve(os.path.join(runs, f'alone_{member}'))
+      alone = _eval_curve(os.path.join(runs, f'alone_{member}')) if result['alone'] else []
       if alone:
         axis.plot(*zip(*alone), color=color, linestyle='--', linewidth=0.8, alpha=0.7,
                   label='alone' if index == 0 else None)
@@ -225,16 +229,18 @@ def _report(result: Dict[str, Any]) -> str:
     return (f"seed {result['seed']}: " + ('the population not run (--report_only)'
             if tuned['reached'] else f'the tuned config did not reach its target ({tuned})'))
   pbt, alone = result['population'], result['alone']
-  solo = sum(run['reached'] for run in alone.values() if run is not None)
   where = (f"member {pbt['member']} at {pbt['env_steps']:,} env steps" if pbt['reached']
            else 'not reached')
+  head = (f"seed {result['seed']}: budget B = {tuned['env_steps']:,} env steps per run "
+          f"({tuned['train_step']} train steps, the tuned config's) | {FLAGS.mode} "
+          f"population: {where}, {pbt['copies']} copies, {pbt['seconds']:.0f} s")
+  if alone is None:
+    return head + ' | starting points not run alone (--noalone)'
+  solo = sum(run['reached'] for run in alone.values() if run is not None)
   each = ', '.join('not run' if run is None else str(run['env_steps']) if run['reached']
                    else 'no' for run in alone.values())
-  return (f"seed {result['seed']}: budget B = {tuned['env_steps']:,} env steps per run "
-          f"({tuned['train_step']} train steps, the tuned config's) | population: {where}, "
-          f"{pbt['copies']} copies, {pbt['seconds']:.0f} s | starting points alone: "
-          f"{solo} of {len(alone)} reached within B ({each}) | criterion "
-          f"{pbt_criterion.criterion(pbt, alone)}")
+  return (f"{head} | starting points alone: {solo} of {len(alone)} reached within B "
+          f"({each}) | criterion {pbt_criterion.criterion(pbt, alone)}")
 
 
 def main(argv):
