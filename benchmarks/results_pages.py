@@ -55,7 +55,9 @@ files:
                  'algos', 'seeds', 'labels', 'ratios'); the accuracy matrix and the
                  transfer figures are computed from each run's history and switches.
   multi_task     multi_task.py's summaries ('runs_dir', 'modes', 'seeds', 'thresholds').
-  pbt            pbt_lunarlander.py's summaries ('runs_dir', 'seeds', 'population').
+  pbt            pbt_lunarlander.py's summaries ('runs_dir', 'seeds', and 'population'
+                 with its starting points alone, or 'modes': label -> population, the
+                 populations of one budget B side by side).
   output         a benchmark's printed output where that is the record (throughput
                  ratios, start-up times, ...): <name>.txt beside the meta file, shown as
                  printed, and/or <name>.md, a table as it was recorded.
@@ -915,7 +917,8 @@ def render_multi_task(record: Record) -> Rendered:
 
 def render_pbt(record: Record) -> Rendered:
   """Per seed: the budget B, where the population reached the target, how many of its
-  starting points reached it alone, and the criterion (pbt_criterion.py).
+  starting points reached it alone, and the criterion (pbt_criterion.py); or, for a
+  record of 'modes', each mode's population side by side.
 
   Args:
     record: a 'pbt' record.
@@ -923,6 +926,8 @@ def render_pbt(record: Record) -> Rendered:
   Returns:
     Its rendering.
   """
+  if record.get('modes'):
+    return _render_pbt_modes(record)
   rows, met, ratios = [], 0, []
   for seed in record['seeds']:
     directory = os.path.join(record['runs_dir'], f's{seed}')
@@ -953,6 +958,51 @@ def render_pbt(record: Record) -> Rendered:
             ', '.join(summary.number(r, 'ratio') for r in ratios) +
             (f' (median {summary.number(stats.median(ratios), "ratio")}).'
              if ratios else '.'), '']
+  figures = _copied(record)
+  return Rendered(lines + _images(figures, record['title']) +
+                  _about(record, [f'Seeds: {_seeds(record["seeds"])}']), figures)
+
+
+def _render_pbt_modes(record: Record) -> Rendered:
+  """Per seed, each mode's population under one budget B (same seed, same starting
+  points): where its first member reached the target, its copies and seconds; then each
+  later mode over the first, per seed and as a median."""
+  labels = list(record['modes'])
+  rows, ratios = [], {label: {'env steps': [], 'seconds': []} for label in labels[1:]}
+  for seed in record['seeds']:
+    directory = os.path.join(record['runs_dir'], f's{seed}')
+    tuned = _json(record.path(os.path.join(directory, 'tuned.json')))
+    runs = {label: _json(record.path(os.path.join(directory, f'{name}.json')))
+            for label, name in record['modes'].items()}
+    row = [str(seed), f'{tuned["env_steps"]:,}']
+    for label, run in runs.items():
+      row += [f'member {run["member"]} at {run["env_steps"]:,}' if run['reached']
+              else 'not reached', str(run['copies']), f'{run["seconds"]:,.0f}']
+    first = runs[labels[0]]
+    for label in labels[1:]:
+      run = runs[label]
+      both = first['reached'] and run['reached']
+      for measure, key in (('env steps', 'env_steps'), ('seconds', 'seconds')):
+        ratio = run[key] / first[key] if both else math.nan
+        if both:
+          ratios[label][measure].append(ratio)
+        row.append(summary.number(ratio, 'ratio'))
+    rows.append(row)
+  head = ['seed', 'budget B (env steps)']
+  for label in labels:
+    head += [f'{label}: first member at the target (env steps)', f'{label}: copies',
+             f'{label}: seconds']
+  for label in labels[1:]:
+    head += [f'{label} / {labels[0]}: env steps', f'{label} / {labels[0]}: seconds']
+  lines = _table(head, rows) + ['']
+  for label in labels[1:]:
+    for measure, values in ratios[label].items():
+      lines.append(
+          f'{label} over {labels[0]}, {measure} to the target: median '
+          f'{summary.number(stats.median(values), "ratio") if values else "n/a"} over the '
+          f'{len(values)} of {len(record["seeds"])} seeds where both populations reached '
+          'it.')
+  lines.append('')
   figures = _copied(record)
   return Rendered(lines + _images(figures, record['title']) +
                   _about(record, [f'Seeds: {_seeds(record["seeds"])}']), figures)

@@ -149,3 +149,43 @@ def test_a_description_of_other_data_than_the_runs_is_flagged(tmp_path):
   lunarlander = _section(_pages(tmp_path, change)['offline'], '#### lunarlander_mixed')
   assert (f'Dataset checksum: `{CHECKSUM}` (all 6 runs). The description above is of the '
           f'data of checksum `{DESCRIBED}`.') in lunarlander
+
+
+# -- Populations of two modes under one budget -----------------------------------------
+
+
+def _population(reached: bool, env_steps: int, seconds: float) -> dict:
+  return {'reached': reached, 'env_steps': env_steps if reached else None,
+          'member': 1 if reached else None, 'copies': 2, 'seconds': seconds,
+          'starts': {'0': {}, '1': {}}}
+
+
+def test_populations_of_two_modes_are_compared_per_seed_where_both_reached(tmp_path):
+  runs, pages = tmp_path / 'runs', tmp_path / 'results'
+  populations = {0: (_population(True, 100_000, 300.0), _population(True, 80_000, 150.0)),
+                 1: (_population(True, 200_000, 400.0), _population(True, 100_000, 400.0)),
+                 2: (_population(True, 50_000, 100.0), _population(False, 0, 900.0))}
+  for seed, (sync, asynchronous) in populations.items():
+    directory = runs / 'modes' / f's{seed}'
+    directory.mkdir(parents=True)
+    (directory / 'tuned.json').write_text(json.dumps({'env_steps': 500_000 + seed}))
+    (directory / 'population.json').write_text(json.dumps(sync))
+    (directory / 'population_async.json').write_text(json.dumps(asynchronous))
+  (runs / 'modes.meta.json').write_text(json.dumps({
+      'page': 'pbt', 'kind': 'pbt', 'runs_dir': 'modes', 'seeds': [0, 1, 2],
+      'modes': {'sync': 'population', 'async': 'population_async'},
+      'title': 'Two modes', 'command': ['x'], 'commit': 'abc', 'date': 'today',
+      'protocol': 'one budget', 'machine': '2 CPUs'}))
+  done = _generate(f'--runs_dir={runs}', f'--out_dir={pages}', '--readme=',
+                   '--no_figures', '--pages=pbt')
+  assert done.returncode == 0, done.stdout + done.stderr
+  page = (pages / 'pbt.md').read_text()
+  assert ('| 0 | 500,000 | member 1 at 100,000 | 2 | 300 | member 1 at 80,000 | 2 | 150 | '
+          '0.80x | 0.50x |') in page
+  assert ('| 2 | 500,002 | member 1 at 50,000 | 2 | 100 | not reached | 2 | 900 | n/a | '
+          'n/a |') in page
+  # Seeds 0 and 1 only: the medians of (0.8, 0.5) and (0.5, 1.0).
+  assert ('async over sync, env steps to the target: median 0.65x over the 2 of 3 seeds '
+          'where both populations reached it.') in page
+  assert ('async over sync, seconds to the target: median 0.75x over the 2 of 3 seeds '
+          'where both populations reached it.') in page
