@@ -189,19 +189,39 @@ def test_a_tfds_data_dir_reads_the_newest_version_or_the_one_named(episodes, tmp
     rlds.read(str(tmp_path / 'nothing'))
 
 
+def _brief_behaviour_cloning(dataset_dir):
+  """Bindings of a brief bc_cartpole.gin run from `dataset_dir`."""
+  return [f"Experiment.dataset_dir = '{dataset_dir}'", 'Experiment.num_train_steps = 50',
+          'Experiment.train_steps_per_iteration = 50', 'Experiment.eval_interval = 50',
+          'Experiment.num_eval_episodes = 1', 'Experiment.batch_size = 32']
+
+
 def test_behaviour_cloning_trains_from_a_minari_dataset_with_cast(episodes, tmp_path):
   """bc_cartpole.gin on a float64 Minari dataset: refused, then trained with the cast
   setting, loading every transition and collecting nothing."""
   from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
-  directory = write_minari(tmp_path / 'm', episodes)
-  brief = [f"Experiment.dataset_dir = '{directory}'", 'Experiment.num_train_steps = 50',
-           'Experiment.train_steps_per_iteration = 50', 'Experiment.eval_interval = 50',
-           'Experiment.num_eval_episodes = 1', 'Experiment.batch_size = 32']
+  brief = _brief_behaviour_cloning(write_minari(tmp_path / 'm', episodes))
   with pytest.raises(rlds.DatasetSpecError, match='observations of dtype float64'):
     train_eval.run(str(tmp_path / 'refused'), ['bc_cartpole.gin'], brief)
   result = train_eval.run(str(tmp_path / 'bc'), ['bc_cartpole.gin'],
                           brief + ['TransitionReplay.cast_dataset_dtypes = True'])
   assert result['env_steps'] == 0, result['history']
+
+
+@pytest.mark.parametrize('source', ['d4rl file', 'tfds data_dir'])
+def test_behaviour_cloning_trains_from_a_d4rl_file_and_a_tfds_data_dir(episodes, tmp_path,
+                                                                       source):
+  """The same brief run with `Experiment.dataset_dir` naming a D4RL HDF5 file, or a TFDS
+  data_dir whose newest version it picks: it trains its 50 steps on the data alone."""
+  from learners import train_eval  # pylint: disable=g-import-not-at-top (defines flags)
+  dataset = write_d4rl(tmp_path / 'c.hdf5', episodes)
+  if source == 'tfds data_dir':
+    formats.convert(dataset, str(tmp_path / 'data_dir' / 'cartpole_random' / '1.0.0'))
+    dataset = str(tmp_path / 'data_dir')
+  result = train_eval.run(str(tmp_path / 'bc'), ['bc_cartpole.gin'],
+                          _brief_behaviour_cloning(dataset))
+  assert result['env_steps'] == 0, result['history']
+  assert result['train_step'] == 50, result
 
 
 def test_d4rl_normalized_score_uses_its_reference_returns():
