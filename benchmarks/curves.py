@@ -112,3 +112,59 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
   finally:
     plt.close(figure)
   return path
+
+
+def plot_profiles(path: str, title: str, panels: Sequence[Dict[str, object]],
+                  confidence: float = stats.CONFIDENCE, resamples: int = stats.RESAMPLES,
+                  seed: int = stats.SEED, points: int = 200) -> str:
+  """Writes one PNG of performance profiles (rliable's score distributions), a panel per
+  measure: for each side, the fraction of its runs whose value is better than x, with
+  its bootstrap band (stats.performance_profile).
+
+  Args:
+    path: the PNG to write.
+    title: the figure's title.
+    panels: per measure, {'label': its name, 'higher_is_better': its direction,
+      'sides': side -> one value per run}; a run that never reached a target counts as
+      infinite (never within any x).
+    confidence, resamples, seed: the bands' bootstrap.
+    points: thresholds per panel, evenly spaced over the finite values.
+
+  Returns:
+    `path`.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+  try:
+    for axis, panel in zip(axes[0], panels):
+      higher = panel['higher_is_better']
+      finite = [v for values in panel['sides'].values() for v in values if np.isfinite(v)]
+      if not finite:
+        continue
+      low_end, high_end = min(finite), max(finite)
+      margin = 0.05 * (high_end - low_end or abs(high_end) or 1.0)
+      grid = np.linspace(low_end - margin, high_end + margin, points)
+      for index, (side, values) in enumerate(panel['sides'].items()):
+        color = _COLORS.get(side, f'C{index % 10}')
+        # Lower is better: the fraction of runs below x, as the profile of -values.
+        sign = 1.0 if higher else -1.0
+        profile = stats.performance_profile(sign * np.asarray(values, dtype=float),
+                                            sign * grid, confidence, resamples, seed)
+        axis.plot(grid, profile.fraction, color=color, linewidth=2, drawstyle='steps-post',
+                  label=f'{side}: {len(values)} runs')
+        axis.fill_between(grid, profile.low, profile.high, color=color, alpha=0.2,
+                          linewidth=0, step='post', label=f'{side}: {confidence:.0%} CI')
+      axis.set_xlabel(panel['label'])
+      axis.set_ylabel('fraction of runs ' + ('above x' if higher else 'within x'))
+      axis.set_ylim(-0.03, 1.03)
+      axis.grid(alpha=0.3)
+      axis.legend(fontsize='small')
+    figure.suptitle(title)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    figure.savefig(path, dpi=90)
+  finally:
+    plt.close(figure)
+  return path

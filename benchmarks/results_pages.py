@@ -15,7 +15,7 @@ What it writes:
   docs/results/index.md   links to the algorithm pages and to the pages of no algorithm,
                           the records of no page (start-up, reliability, ...), and the
                           changelog: runs not shown, with why.
-  docs/results/img/       learning curves drawn from the runs, each PNG beside
+  docs/results/img/       learning curves and profiles drawn from the runs, each PNG beside
                           <name>.png.inputs.sha256, the hash of what drew it (its data and
                           the plotting code): a PNG is drawn again only when that changes,
                           and --check draws nothing; and figures copied from
@@ -35,7 +35,8 @@ files:
                  'budget_seconds', 'env_step_budgets', 'measures' (name prefixes to
                  keep), 'peer_label', 'curves'): summary.py's table of each measure's
                  central value and interval on both sides with their comparison, each
-                 seed's values, and the curves.
+                 seed's values, the curves, and (with a peer) each measure's performance
+                 profiles (curves.plot_profiles).
   arms           ablation.py's runs, a file per arm ('arms': [name, file, bindings],
                  'baseline', 'to_target' or 'env_step_budgets', optionally 'peer':
                  {'runs', 'side', 'label', 'algo'} and 'curves': the arms to draw): each
@@ -465,12 +466,39 @@ def render_solve_time(record: Record) -> Rendered:
              (f' vs {found["peer"]}' if theirs else ''))
     figures.append(_curves_figure(record.name, title, drawn, threshold=task.threshold,
                                   y_label=_y_label(task)))
+  profiles = [f for f in [_profiles_figure(record, found, sides)] if f] if theirs else []
   seeds = f'Seeds: tfrl {_seeds([r.seed for r in ours])}' + (
       f'; SB3 {_seeds([r.seed for r in theirs])}' if theirs else '')
   lines = (summary.markdown([found], SETTINGS) + ['', 'Each seed:', ''] +
            _table(head, rows) + [''] + _images(figures, record['title']) +
+           (['Performance profiles (rliable\'s score distributions): the fraction of each '
+             "side's runs within x (a measure where lower is better; a run that never "
+             'reached the target never is) or above x, with its '
+             f'{SETTINGS.confidence:.0%} bootstrap band.', ''] +
+            _images(profiles, record['title'] + ': performance profiles')
+            if profiles else []) +
            _about(record, [seeds]))
-  return Rendered(lines, figures)
+  return Rendered(lines, figures + profiles)
+
+
+def _profiles_figure(record: Record, found: dict, sides: Sequence[Tuple[str, str]]
+                     ) -> Optional[Figure]:
+  """A figure curves.plot_profiles draws: a panel per measure of a solve_time summary
+  that both sides have values of, each side's values of every seed that has one (None
+  where no measure has)."""
+  panels = [{'label': measure['measure'], 'higher_is_better': measure['higher_is_better'],
+             'sides': {label: [v for v in measure[side]['values'] if v is not None]
+                       for side, label in sides}}
+            for measure in found['measures']]
+  panels = [p for p in panels if all(p['sides'].values())]
+  if not panels:
+    return None
+  title = f'{found["algo"]} on {found["env"]}: performance profiles'
+  inputs = {'plot': 'curves.plot_profiles', 'title': title, 'panels': panels,
+            'settings': dataclasses.asdict(SETTINGS)}
+  options = {k: v for k, v in dataclasses.asdict(SETTINGS).items() if k != 'statistic'}
+  return Figure(f'{record.name}-profiles.png', inputs,
+                lambda path: curves.plot_profiles(path, title, panels, **options))
 
 
 def _arm_measures(record: Record, task: tasks.Task
