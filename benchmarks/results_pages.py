@@ -59,6 +59,10 @@ files:
   pbt            pbt_lunarlander.py's summaries ('runs_dir', 'seeds', and 'population'
                  with its starting points alone, or 'modes': label -> population, the
                  populations of one budget B side by side).
+  to_target      runs of arms to a target, one JSON line each ('runs': the file; each
+                 line's 'arm', 'seed', 'solved', 'confirmations' and the 'measures'
+                 named: [label, field, unit]): per arm, the seeds solved and each
+                 measure's central value and interval, an unsolved seed as never.
   output         a benchmark's printed output where that is the record (throughput
                  ratios, start-up times, ...): <name>.txt beside the meta file, shown as
                  printed, and/or <name>.md, a table as it was recorded.
@@ -243,6 +247,8 @@ class Record:
       return [file for _, file in self['rows']]
     if kind == 'hybrid':
       return [self['runs'], self['online_runs']]
+    if kind == 'to_target':
+      return [self['runs']]
     if kind == 'offline':
       return sorted({self['runs'], *get('sources', {}).values(), self['datasets_file']})
     if kind in ('task_sequence', 'multi_task', 'pbt'):
@@ -257,7 +263,7 @@ class Record:
 # -- Reading ---------------------------------------------------------------------------
 
 KINDS = ('solve_time', 'arms', 'runs', 'hybrid', 'offline', 'task_sequence', 'multi_task',
-         'pbt', 'output')
+         'pbt', 'to_target', 'output')
 
 
 def load_records(runs_dir: str) -> List[Record]:
@@ -1036,6 +1042,39 @@ def _render_pbt_modes(record: Record) -> Rendered:
                   _about(record, [f'Seeds: {_seeds(record["seeds"])}']), figures)
 
 
+def render_to_target(record: Record) -> Rendered:
+  """Per arm (in the order of the file): how many seeds reached the target, each
+  measure's central value and interval over seeds (an unsolved seed counts as never),
+  and how many were confirmed at their first candidate.
+
+  Args:
+    record: a 'to_target' record.
+
+  Returns:
+    Its rendering.
+  """
+  runs = _jsonl(record.path(record['runs']))
+  arms = list(dict.fromkeys(run['arm'] for run in runs))
+  measures = record['measures']
+  rows = []
+  for arm in arms:
+    mine = sorted((run for run in runs if run['arm'] == arm), key=lambda run: run['seed'])
+    row = [arm, f'{sum(run["solved"] for run in mine)} of {len(mine)} '
+                f'({_seeds([run["seed"] for run in mine])})']
+    for _, field, unit in measures:
+      values = [run[field] if run['solved'] else math.inf for run in mine]
+      row.append(summary.cell(stats.interval(
+          values, SETTINGS.statistic, SETTINGS.confidence, SETTINGS.resamples,
+          SETTINGS.seed).as_dict(), unit))
+    row.append(str(sum(run['solved'] and len(run['confirmations']) == 1 for run in mine)))
+    rows.append(row)
+  central = stats.NAMES.get(SETTINGS.statistic, SETTINGS.statistic)
+  head = (['arm', 'seeds at the target'] +
+          [f'{label}: {central} [{SETTINGS.confidence:.0%} CI]' for label, _, _ in measures] +
+          ['confirmed at the first candidate'])
+  return Rendered(_table(head, rows) + [''] + _about(record))
+
+
 def _copied(record: Record) -> List[Figure]:
   """The record's recorded figures (paths from the repository root), to copy."""
   sources = record.get('figures', [])
@@ -1067,7 +1106,7 @@ def render_output(record: Record) -> Rendered:
 RENDER = {'solve_time': render_solve_time, 'arms': render_arms, 'runs': render_runs,
           'hybrid': render_hybrid, 'offline': render_offline,
           'task_sequence': render_task_sequence, 'multi_task': render_multi_task,
-          'pbt': render_pbt, 'output': render_output}
+          'pbt': render_pbt, 'to_target': render_to_target, 'output': render_output}
 
 
 def render(record: Record) -> Rendered:

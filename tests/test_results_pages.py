@@ -189,3 +189,29 @@ def test_populations_of_two_modes_are_compared_per_seed_where_both_reached(tmp_p
           'where both populations reached it.') in page
   assert ('async over sync, seconds to the target: median 0.75x over the 2 of 3 seeds '
           'where both populations reached it.') in page
+
+
+# -- Arms run to a target --------------------------------------------------------------
+
+
+def test_arms_to_a_target_count_an_unsolved_seed_as_never(tmp_path):
+  runs, pages = tmp_path / 'runs', tmp_path / 'results'
+  (runs / 'arms').mkdir(parents=True)
+  rows = [{'arm': 'b', 'seed': seed, 'solved': True, 'steps': 100 * (seed + 1),
+           'confirmations': [-1.0]} for seed in range(3)]
+  rows += [{'arm': 'a', 'seed': 0, 'solved': True, 'steps': 50, 'confirmations': [-3.0, -1.0]},
+           {'arm': 'a', 'seed': 1, 'solved': False, 'steps': None, 'confirmations': [-9.0]},
+           {'arm': 'a', 'seed': 2, 'solved': False, 'steps': None, 'confirmations': []}]
+  (runs / 'arms' / 'runs.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  (runs / 'arms.meta.json').write_text(json.dumps({
+      'page': 'offline', 'kind': 'to_target', 'runs': 'arms/runs.jsonl',
+      'measures': [['steps to it', 'steps', 'steps']], 'title': 'Arms',
+      'command': ['x'], 'commit': 'abc', 'date': 'today', 'protocol': 'p'}))
+  done = _generate(f'--runs_dir={runs}', f'--out_dir={pages}', '--readme=',
+                   '--no_figures', '--pages=offline')
+  assert done.returncode == 0, done.stdout + done.stderr
+  page = (pages / 'offline.md').read_text()
+  # In the file's order; of 3 seeds the IQM is their mean, and two of arm a's never got
+  # there; a's one solved seed was confirmed at its second candidate.
+  assert ('| b | 3 of 3 (0, 1, 2) | 200 [100, 300] | 3 |\n'
+          '| a | 1 of 3 (0, 1, 2) | never [50, never] | 0 |\n') in page
