@@ -1202,7 +1202,10 @@ def index_text(records: Sequence[Record], rendered: Dict[str, Rendered],
            f'are the {CENTRAL} over seeds with a {SETTINGS.confidence:.0%} percentile '
            f'bootstrap interval, the one rliable (Agarwal et al. 2021) computes '
            f'({SETTINGS.resamples:,} resamples, seed {SETTINGS.seed}; '
-           '`benchmarks/stats.py`).', '', '## Algorithms', '']
+           '`benchmarks/stats.py`). A comparison with a peer also shows each measure\'s '
+           "performance profile, rliable's score distribution: the fraction of each "
+           "side's runs within or above each value, with its band.", '', '## Algorithms',
+           '']
   lines += [f'- [{title}](../algorithms/{page}.md)'
             for page, title in ALGORITHM_PAGES.items()]
   lines += ['', '## Other pages', '']
