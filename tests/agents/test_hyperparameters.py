@@ -13,6 +13,7 @@ from learners import pbt_member
 from tfrl import checkpoints
 from tfrl import learner as learner_lib
 from tfrl.agents import bc
+from tfrl.agents import clear
 from tfrl.agents import cql_sac
 from tfrl.agents import dqn
 from tfrl.agents import hyperparameters as hyperparameters_lib
@@ -305,7 +306,7 @@ def test_the_builders_declare_the_names_of_ppo_impala_and_dqn(specs):
   appo = impala.create_impala_agent(*specs, learner_lib.new_train_step(),
                                     fc_layer_params=(16,), policy_loss='ppo')
   assert set(appo.hyperparameters.names) == set(interface.tunable_of(
-      impala.create_impala_agent)) == set(interface.tunable_of(impala.create_clear_agent))
+      impala.create_impala_agent)) == set(interface.tunable_of(clear.create_clear_agent))
 
 
 def sac_rows(batch=8):

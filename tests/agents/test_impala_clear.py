@@ -19,6 +19,7 @@ from tf_agents.trajectories import time_step as ts
 from learners import train_eval
 from learners.configuration.experiment import Experiment
 from tfrl import learner as learner_lib
+from tfrl.agents import clear
 from tfrl.agents import impala
 from tfrl.networks import actor_critic
 
@@ -54,15 +55,15 @@ def cloning_costs(agent):
 
 def test_clear_clones_with_the_papers_costs_and_impala_not_at_all(specs):
   build = lambda builder: builder(*specs, learner_lib.new_train_step(), fc_layer_params=(8,))
-  clear = build(impala.create_clear_agent)
-  assert cloning_costs(clear) == (0.01, 0.005)  # Rolnick et al. 2019
-  assert 'replay_mask' in clear.train_inputs
+  agent = build(clear.create_clear_agent)
+  assert cloning_costs(agent) == (0.01, 0.005)  # Rolnick et al. 2019
+  assert 'replay_mask' in agent.train_inputs
   assert cloning_costs(build(impala.create_impala_agent)) == (0.0, 0.0)
 
 
 def test_clear_cloning_costs_bind_on_create_clear_agent_not_on_impala(specs):
-  build = lambda: impala.create_clear_agent(*specs, learner_lib.new_train_step(),
-                                            fc_layer_params=(8,))
+  build = lambda: clear.create_clear_agent(*specs, learner_lib.new_train_step(),
+                                           fc_layer_params=(8,))
   gin.bind_parameter('create_clear_agent.policy_cloning_cost', 0.02)
   assert cloning_costs(build()) == (0.02, 0.005)
   # CLEAR passes its own costs down, so a binding below it would never apply: refused.
@@ -137,7 +138,7 @@ def test_sequence_replay_refuses_a_lag_that_cannot_see_the_replay_mask():
   def experiment(**kwargs):
     return Experiment(env_name='CartPole-v1', num_envs=4, batch_size=8,
                       layout_settings=dict(replay_fraction=0.5), agent_fn=functools.partial(
-                          impala.create_clear_agent, fc_layer_params=(8,), **kwargs))
+                          clear.create_clear_agent, fc_layer_params=(8,), **kwargs))
   with pytest.raises(ValueError, match="max_policy_lag would drop the replayed unrolls "
                      r"of the SequenceQueueAndReplay layout"):
     experiment(max_policy_lag=5, policy_cloning_cost=0.0,

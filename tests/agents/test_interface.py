@@ -11,6 +11,7 @@ from tf_agents.networks import q_network
 
 import tfrl.envs
 from tfrl import layouts
+from tfrl.agents import clear
 from tfrl.agents import dqn
 from tfrl.agents import hyperparameters
 from tfrl.agents import impala
@@ -86,7 +87,7 @@ def test_tfrls_agents_and_a_plain_tf_agents_agent_pass(cartpole):
   agents = [tf_agents_dqn(*cartpole, step),
             dqn.create_dqn_agent(*cartpole, step),
             ppo.create_ppo_agent(*cartpole, step, lstm_size=8),
-            impala.create_clear_agent(*cartpole, step, policy_cloning_cost=0.1,
+            clear.create_clear_agent(*cartpole, step, policy_cloning_cost=0.1,
                                       max_policy_lag=4)]
   for agent in agents:
     interface.check_agent(agent)
@@ -113,7 +114,7 @@ def test_builders_name_their_layout():
   assert interface.layout_of(sac.create_sac_agent) is layouts.TransitionReplay
   assert interface.layout_of(ppo.create_ppo_agent) is layouts.SequenceQueue
   assert interface.layout_of(impala.create_impala_agent) is layouts.SequenceQueue
-  assert interface.layout_of(functools.partial(impala.create_clear_agent, lstm_size=8)
+  assert interface.layout_of(functools.partial(clear.create_clear_agent, lstm_size=8)
                              ) is layouts.SequenceQueueAndReplay
   with pytest.raises(interface.AgentProtocolError,
                      match='The agent builder tf_agents_dqn names no data layout'):

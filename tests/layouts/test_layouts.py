@@ -22,6 +22,7 @@ from tf_agents.agents.dqn import dqn_agent
 from tfrl import actors
 from tfrl import layouts
 from tfrl import replay
+from tfrl.agents import clear
 from tfrl.agents import dqn
 from tfrl.agents import impala
 from tfrl.agents import interface
@@ -219,7 +220,7 @@ def test_reservoir_replay_keeps_old_items_where_fifo_keeps_only_recent_ones(
 
 def test_clear_writes_reservoir_keys_and_uses_a_min_heap_remover(reverb_server_factory):
   exp = Experiment(env_name='CartPole-v1', agent_fn=functools.partial(
-      impala.create_clear_agent, policy_cloning_cost=0.01), num_envs=4, batch_size=8,
+      clear.create_clear_agent, policy_cloning_cost=0.01), num_envs=4, batch_size=8,
                    layout_settings=dict(unroll_length=4, replay_fraction=0.5,
                                         replay_capacity=64))
   _, agent = exp.build_agent()

@@ -23,6 +23,7 @@ from tf_agents.agents.dqn import dqn_agent
 
 from tfrl import actors
 from tfrl import replay
+from tfrl.agents import clear
 from tfrl.agents import impala
 from tfrl.agents import ppo
 from tfrl.agents import sac
@@ -73,7 +74,7 @@ def sizes(server):
   return {name: info.current_size for name, info in server.client.server_info().items()}
 
 
-CLEAR_AGENT = functools.partial(impala.create_clear_agent, policy_cloning_cost=0.01)
+CLEAR_AGENT = functools.partial(clear.create_clear_agent, policy_cloning_cost=0.01)
 
 
 @pytest.mark.parametrize('kwargs,message', [

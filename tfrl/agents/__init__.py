@@ -1,2 +1,2 @@
 """Agent builders: DQN and SAC (tf-agents agents), and tfrl's own actor-critics: PPO and
-IMPALA (with CLEAR and APPO as configurations of it)."""
+IMPALA (with APPO a configuration of it, and CLEAR its builder in `clear`)."""

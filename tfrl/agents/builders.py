@@ -7,6 +7,7 @@ registers with gin) every one of them.
 from typing import Callable, Dict, Tuple
 
 from tfrl.agents import bc
+from tfrl.agents import clear
 from tfrl.agents import cql_sac
 from tfrl.agents import dqn
 from tfrl.agents import impala
@@ -18,7 +19,7 @@ BUILDERS: Dict[str, Callable] = {
     builder.__name__: builder for builder in (
         dqn.create_dqn_agent, sac.create_sac_agent, cql_sac.create_cql_sac_agent,
         iql.create_iql_agent, bc.create_bc_agent, ppo.create_ppo_agent,
-        impala.create_impala_agent, impala.create_clear_agent)}
+        impala.create_impala_agent, clear.create_clear_agent)}
 
 # Gin-configurable agent classes the builders construct: a config may bind their
 # settings directly (`PpoAgent.reward_scale = 0.1`).

@@ -6,7 +6,9 @@ One agent, three algorithms, chosen by configuration:
   advantages, a value baseline regressed to V-trace targets, an entropy bonus.
 - CLEAR (Rolnick et al. 2019, arXiv:1811.11682): IMPALA on batches that mix fresh
   unrolls with replayed ones; on the replayed rows (`replay_mask`), policy cloning
-  KL(mu || pi) and value cloning ||V - V_replay||^2 keep the agent close to what it did.
+  KL(mu || pi) and value cloning ||V - V_replay||^2 keep the agent close to what it did
+  (the losses: `tfrl.losses.cloning`; the builder with the paper's costs:
+  `tfrl.agents.clear`).
 - APPO (asynchronous PPO, as in Sample Factory): PPO's clipped surrogate on V-trace
   advantages, with rows dropped whose policy lag (train_step - policy_version) exceeds
   `max_policy_lag`.
@@ -271,9 +273,9 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
     policy_cloning_loss = value_cloning_loss = tf.constant(0.0)
     if replay_mask is not None:
       replayed = valid * tf.cast(replay_mask, tf.float32)[None, :]
-      policy_cloning_loss, value_cloning_loss = self._cloning_losses(
-          behaviour, target, values[:-1], info[actor_critic_policy.VALUE], replayed,
-          count)
+      policy_cloning_loss, value_cloning_loss = cloning.replay_cloning_losses(
+          head.kl(behaviour, target), values[:-1], info[actor_critic_policy.VALUE],
+          replayed, count)
     total = (policy_loss + self._baseline_cost * baseline_loss +
              self._hyperparameters['entropy_cost'] * entropy_loss +
              self._policy_cloning_cost * policy_cloning_loss +
@@ -317,30 +319,6 @@ class ImpalaAgent(actor_critic_agent.ActorCriticAgentBase):
                           replicas.global_count(tf.reduce_sum(valid)))
       valid *= fresh
     return valid, fraction_dropped
-
-  def _cloning_losses(self, behaviour, target, values, behaviour_values, replayed,
-                      count):
-    """CLEAR's (policy cloning, value cloning) losses over the replayed steps.
-
-    Args:
-      behaviour, target: the acting and the current policy's head parameters, [T, B].
-      values, behaviour_values: the current and the stored values, [T, B].
-      replayed: [T, B] the valid steps' weights on replayed rows, 0 elsewhere.
-      count: the count of all valid steps (of all replicas).
-
-    Returns:
-      The two scalar losses.
-    """
-    # Summed over the replayed steps and divided by the count of all valid steps,
-    # like the V-trace terms (as in CLEAR, Rolnick et al. 2019): a replayed step's
-    # cloning term weighs `cost` against its own V-trace terms, and the cloning pull
-    # grows with the replayed share of the batch. (Dividing by the replayed count
-    # made the costs act 1 / replay_fraction times larger.)
-    policy_cloning_loss = reductions.masked_mean(
-        self._network.head.kl(behaviour, target), replayed, count)
-    value_cloning_loss = reductions.masked_mean(
-        cloning.value_cloning_loss(values, behaviour_values), replayed, count)
-    return policy_cloning_loss, value_cloning_loss
 
   def _unroll(self, time_major, policy_state, replayed_rows):
     """Distribution parameters ({name: [T+1, B, ...]}) and values [T+1, B].
@@ -431,50 +409,3 @@ def create_impala_agent(time_step_spec, action_spec, train_step: tf.Variable,
   """
   return actor_critic_agent.create_agent(ImpalaAgent, time_step_spec, action_spec,
                                          train_step, gamma, learning_rate, **kwargs)
-
-
-@gin.configurable
-@interface.trains_from(layouts.SequenceQueueAndReplay)
-@interface.acts_in('discrete', 'continuous')
-@interface.tunable('learning_rate', 'entropy_cost', 'reward_scale', 'clip_ratio', 'gamma')
-def create_clear_agent(time_step_spec, action_spec, train_step: tf.Variable,
-                       policy_cloning_cost: float = 0.01,
-                       value_cloning_cost: float = 0.005,
-                       **kwargs) -> ImpalaAgent:
-  """Builds CLEAR (Rolnick et al. 2019): `create_impala_agent`'s agent trained from the
-  queue plus a replay table (`tfrl.layouts.SequenceQueueAndReplay`), with the paper's
-  cloning costs unless told otherwise.
-
-  The cloning costs bind here (`create_clear_agent.policy_cloning_cost`); the other
-  agent settings on `create_impala_agent` (so a CLEAR config includes its IMPALA config
-  and adds to it); the layout's on `SequenceQueueAndReplay` (and `SequenceQueue` for the
-  fields it inherits).
-
-  Args:
-    time_step_spec, action_spec, train_step: see `create_impala_agent`.
-    policy_cloning_cost: weight of KL(behaviour || policy) on the replayed steps; the
-      paper's 0.01.
-    value_cloning_cost: weight of the squared distance between the current and the
-      stored value on the replayed steps; the paper's 0.005. They weigh as the paper's
-      do: every loss term sums over its steps and divides by the same count of all the
-      batch's valid steps (`ImpalaAgent`), which keeps the ratios of CLEAR's learner,
-      where every term is a plain sum over its steps (cloning over the replayed ones).
-    **kwargs: any other `create_impala_agent` argument.
-
-  Returns:
-    The agent.
-
-  Raises:
-    ValueError: a cloning cost bound in gin on `create_impala_agent` or `ImpalaAgent`,
-      where this builder's own costs would override it without a word.
-  """
-  for configurable in (create_impala_agent, ImpalaAgent):
-    misplaced = sorted(set(gin.get_bindings(configurable)) &
-                       {'policy_cloning_cost', 'value_cloning_cost'})
-    if misplaced:
-      raise ValueError(
-          f'{configurable.__name__}.{misplaced[0]} is bound in gin, but CLEAR passes its '
-          f'own cloning costs: bind create_clear_agent.{misplaced[0]} instead.')
-  return create_impala_agent(time_step_spec, action_spec, train_step,
-                             policy_cloning_cost=policy_cloning_cost,
-                             value_cloning_cost=value_cloning_cost, **kwargs)

@@ -189,7 +189,7 @@ class Layout(abc.ABC):
   def _missing_input_hint(self, missing: List[str]) -> str:
     del missing
     return "build the agent with a builder whose layout provides them (CLEAR's replay " \
-           'mask: tfrl.agents.impala.create_clear_agent).'
+           'mask: tfrl.agents.clear.create_clear_agent).'
 
   def train_inputs_fn(self, agent: tf_agent.TFAgent) -> TrainInputsFn:
     """Per replica: `(experience, info)` -> `agent.train`'s keyword arguments.
