@@ -254,7 +254,8 @@ def main(argv):
     line = _report(results[-1])
     met += 'criterion MET' in line
     print(line, flush=True)
-  print(f'criterion met on {met} of {len(FLAGS.seeds)} seeds')
+  if FLAGS.alone:
+    print(f'criterion met on {met} of {len(FLAGS.seeds)} seeds')
   reached = [r for r in results if (r.get('population') or {}).get('reached')]
   if reached:
     ratios = [r['population']['env_steps'] / r['tuned']['env_steps'] for r in reached]
