@@ -187,10 +187,11 @@ EXPECTED = {
               rf'({NUMBER})\n  Curves: ',
     # A starting point alone reaches the smoke run's target a few env steps either side of
     # B (the collectors' timing): any count of the two is a figure.
-    'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| population: '
-                       rf'member \d at ({NUMBER}) env steps, \d+ copies, .* starting points '
-                       r'alone: [0-2] of 2 reached within B(?:.*\n)*?^population best member / '
-                       rf'tuned config, env steps to the target: ({NUMBER})(?:.*\n)*?^Curves: ',
+    'pbt_lunarlander': rf'(?m)^seed 0: budget B = ({NUMBER}) env steps per run .*\| sync '
+                       rf'population: member \d at ({NUMBER}) env steps, \d+ copies, .* '
+                       r'starting points alone: [0-2] of 2 reached within B(?:.*\n)*?'
+                       r'^population best member / tuned config, env steps to the target: '
+                       rf'({NUMBER})(?:.*\n)*?^Curves: ',
     'ablation': rf'(?m)^config seed 0 \(({NUMBER}) s\): ppo seed 0 tfrl: .*'
                 rf'env_steps=({NUMBER})(?:.*\n)*?^\| config \| (1) \| -?{NUMBER} \['
                 rf'(?:.*\n)*?^\| normalized \| (1) \| -?{NUMBER} \[',
