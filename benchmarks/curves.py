@@ -53,6 +53,14 @@ def on_grid(curves: List[Curve], column: int,
                          for curve in curves])
 
 
+def _save(figure, title: str, path: str) -> None:
+  """Titles `figure`, lays it out and writes it to `path`."""
+  figure.suptitle(title)
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  figure.savefig(path, dpi=90)
+
+
 def plot(path: str, title: str, curves: Dict[str, List[Curve]],
          threshold: Optional[float] = None, y_label: str = 'eval return',
          statistic: str = stats.STATISTIC, confidence: float = stats.CONFIDENCE,
@@ -105,10 +113,7 @@ def plot(path: str, title: str, curves: Dict[str, List[Curve]],
       axis.set_ylabel(y_label)
       axis.grid(alpha=0.3)
       axis.legend(fontsize='small')
-    figure.suptitle(title)
-    figure.tight_layout()
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    figure.savefig(path, dpi=90)
+    _save(figure, title, path)
   finally:
     plt.close(figure)
   return path
@@ -161,10 +166,7 @@ def plot_profiles(path: str, title: str, panels: Sequence[Dict[str, object]],
       axis.set_ylim(-0.03, 1.03)
       axis.grid(alpha=0.3)
       axis.legend(fontsize='small')
-    figure.suptitle(title)
-    figure.tight_layout()
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    figure.savefig(path, dpi=90)
+    _save(figure, title, path)
   finally:
     plt.close(figure)
   return path
