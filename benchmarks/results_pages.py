@@ -512,7 +512,9 @@ def _arm_measures(record: Record, task: tasks.Task
   """(label, a run's value, comparison, unit) of each table of an arms record."""
   if record.get('to_target'):
     return [('env steps to the target',
-             lambda run: run.env_steps if run.solved else math.inf, 'ratio', 'steps')]
+             lambda run: run.env_steps if run.solved else math.inf, 'ratio', 'steps'),
+            ('seconds to the target',
+             lambda run: run.seconds if run.solved else math.inf, 'ratio', 's')]
   frames = task.frames_per_step
   what = 'score' if task.returns == 'train' else 'return'
   return [(f'{what} at {budget * frames:,} {"frames" if frames > 1 else "env steps"}',
@@ -562,13 +564,13 @@ def render_arms(record: Record) -> Rendered:
       ours = values(runs)
       rows.append([name, str(len(ours)), _cell(ours, unit), each(runs),
                    '-' if name == baseline else _comparison(ours, values(base_runs), how)]
-                  + [_comparison(ours, values(peer_runs), how)] * bool(peer))
+                  + ([_comparison(ours, values(peer_runs), how)] if peer else []))
     if peer:
       rows.append([peer['label'], str(len(values(peer_runs))),
                    _cell(values(peer_runs), unit), each(peer_runs), '-', '-'])
     lines += _table(['arm', 'seeds', f'{label}, {CENTRAL} [{CI}]', 'per seed',
                      f'vs {baseline} [{CI}]'] +
-                    [f'vs {peer["label"]} [{CI}]'] * bool(peer), rows) + ['']
+                    ([f'vs {peer["label"]} [{CI}]'] if peer else []), rows) + ['']
   lines += ['Arms: ' + '; '.join(
       f'{name}: ' + (f'`{bindings}`' if bindings else 'no bindings')
       for name, _, bindings in arms) + '.', '']
