@@ -13,8 +13,6 @@ import time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from tfrl import replay  # pylint: disable=g-import-not-at-top,wrong-import-position
-
 
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers():
@@ -40,6 +38,10 @@ def _clear_gin_bindings():
 @contextlib.contextmanager
 def _server_factory():
   """Yields `start(tables) -> ReplayServer`; stops every server it started on exit."""
+  # Imported here, not with this file: pytest-xdist's controller process loads this
+  # file too and runs no test, so it need not import TensorFlow (5 s before any lane
+  # starts).
+  from tfrl import replay  # pylint: disable=g-import-not-at-top
   servers = []
 
   def start(tables, **kwargs):
@@ -94,6 +96,16 @@ LONGEST = (
     'tests/examples/test_examples.py',
     'tests/learners/test_watchdogs.py',
     'tests/agents/test_distributed.py',
+    # The longest of `make test-fast`'s files (no learning runs, no whole jobs), which
+    # come after all of the above in a whole run.
+    'tests/agents/test_hyperparameters.py',
+    'tests/agents/test_pixel_agents.py',
+    'tests/test_triggers.py',
+    'tests/test_results_pages.py',
+    'tests/envs/test_env_backends.py',
+    'tests/test_recurrent.py',
+    'tests/agents/test_impala.py',
+    'tests/envs/test_atari_wrappers.py',
 )
 
 

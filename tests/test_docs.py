@@ -18,6 +18,7 @@ import python_runs  # tests/python_runs.py
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.integration
 def test_the_site_builds_with_no_warning(tmp_path):
   env = dict(os.environ, NO_MKDOCS_2_WARNING='1')  # Material's banner about MkDocs 2
   result = subprocess.run(

@@ -295,6 +295,7 @@ def test_dict_observations_become_named_signature_inputs(tmp_path):
 # Loading in other processes (started by the `exported` fixture).
 
 
+@pytest.mark.integration
 def test_plain_tensorflow_process_loads_and_serves_the_export(exported):
   result = script_result(exported.processes[PLAIN_TF_TEST])
 

@@ -799,6 +799,7 @@ def test_after_step_fn_writes_priorities_back_to_the_table(cartpole_replay, tmp_
 # Distribution on 2 logical CPUs (in the subprocess that `mirrored_run` started).
 
 
+@pytest.mark.integration
 def test_mirrored_strategy_on_two_cpus_matches_default_strategy(mirrored_run):
   stdout, stderr = mirrored_run.communicate(timeout=300)
   assert mirrored_run.returncode == 0, stderr[-5000:]

@@ -101,6 +101,7 @@ def import_then_readme_example(tmp_path_factory):
   return {'import': (out[0], err[0]), 'level': int(out[1]), 'example': (out[2], err[1])}
 
 
+@pytest.mark.integration
 def test_importing_tfrl_prints_nothing(import_then_readme_example):
   """TensorFlow's CUDA-factory lines, its CPU notices and gym's notice all fall at the
   import of TensorFlow and tf-agents, which `import tfrl` does quietly."""
@@ -113,6 +114,7 @@ def test_importing_tfrl_prints_nothing(import_then_readme_example):
 _PROGRESS_LINE = r'^I\d{4} \d\d:\d\d:\d\d\.\d{3} \w+\] '
 
 
+@pytest.mark.integration
 def test_the_readmes_python_example_prints_only_tfrls_lines(import_then_readme_example,
                                                              monkeypatch):
   """TensorFlow's Python logger (its deprecation notices on the first train calls) is

@@ -30,6 +30,7 @@ def _run(installed, args, cwd):
                         timeout=300)
 
 
+@pytest.mark.integration
 def test_the_configs_are_installed_with_the_package(installed, tmp_path):
   result = _run(installed, [sys.executable, '-c',
                             'from learners.configuration import config; '

@@ -5,6 +5,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfrl.envs
@@ -23,6 +24,7 @@ def guide_code() -> str:
   return guides[0]
 
 
+@pytest.mark.integration
 def test_the_guides_agent_trains_and_its_export_plays(tmp_path):
   code = guide_code()
   # The guide's two settings, shrunk for the suite (the lines must exist as written).

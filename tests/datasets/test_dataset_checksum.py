@@ -136,6 +136,7 @@ def record_policy(policy_dir: str, out: str) -> str:
   return out
 
 
+@pytest.mark.integration
 def test_a_deterministic_data_job_records_the_same_dataset_twice(tmp_path):
   first = record_job(str(tmp_path / 'first'), seed=5)
   second = record_job(str(tmp_path / 'second'), seed=5)

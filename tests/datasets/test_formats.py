@@ -196,6 +196,7 @@ def _brief_behaviour_cloning(dataset_dir):
           'Experiment.num_eval_episodes = 1', 'Experiment.batch_size = 32']
 
 
+@pytest.mark.integration
 def test_behaviour_cloning_trains_from_a_minari_dataset_with_cast(episodes, tmp_path):
   """bc_cartpole.gin on a float64 Minari dataset: refused, then trained with the cast
   setting, loading every transition and collecting nothing."""
@@ -208,6 +209,7 @@ def test_behaviour_cloning_trains_from_a_minari_dataset_with_cast(episodes, tmp_
   assert result['env_steps'] == 0, result['history']
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('source', ['d4rl file', 'tfds data_dir'])
 def test_behaviour_cloning_trains_from_a_d4rl_file_and_a_tfds_data_dir(episodes, tmp_path,
                                                                        source):
@@ -234,6 +236,7 @@ def test_d4rl_normalized_score_uses_its_reference_returns():
     d4rl_scores.normalized_score('LunarLander-v3', 200.0)
 
 
+@pytest.mark.integration
 def test_the_converter_program_writes_rlds_and_refuses_in_one_line(episodes, tmp_path):
   source = write_d4rl(tmp_path / 'c.hdf5', episodes)
   out = str(tmp_path / 'rlds')

@@ -136,6 +136,7 @@ def test_a_directory_without_either_kind_of_dataset_is_refused(tmp_path):
   env.close()
 
 
+@pytest.mark.integration
 def test_behaviour_cloning_from_a_job_root_in_one_process(finished_job, tmp_path):
   """bc_cartpole.gin with `dataset_dir` = the finished job's root: nothing collected,
   a confirmed 475, and the scratch checkpoint gone when the job ends."""

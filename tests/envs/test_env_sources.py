@@ -76,6 +76,7 @@ def test_a_bad_source_names_the_problem(source, message):
     envs.make(source, num_envs=1)
 
 
+@pytest.mark.integration
 def test_a_job_on_an_unregistered_env_class_learns_and_exports(tmp_path):
   result = train_eval.run(str(tmp_path / 'corridor'), ['ppo_cartpole.gin'],
                           env_name=corridor_env.Corridor, target_return=0.9,

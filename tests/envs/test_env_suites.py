@@ -81,6 +81,7 @@ _MISSING = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_a_missing_extra_is_named():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
   result = subprocess.run([sys.executable, '-c', _MISSING], cwd=REPO, env=env,

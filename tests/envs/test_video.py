@@ -90,6 +90,7 @@ def test_an_env_that_cannot_render_is_refused_in_one_line(tmp_path):
     envs.make(lambda render_mode=None: _NoFrames(), video_dir=str(tmp_path))
 
 
+@pytest.mark.integration
 def test_tfrl_eval_records_its_evaluation_episodes(tmp_path):
   specs = envs.make('CartPole-v1')
   path = export.export_policy(random_tf_policy.RandomTFPolicy(specs.time_step_spec(),

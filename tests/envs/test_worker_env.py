@@ -158,6 +158,7 @@ if __name__ == '__main__':
 '''
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('declared', [True, False])
 def test_workers_of_a_program_skip_its_main_module_and_tensorflow(tmp_path, declared):
   """A tfrl program (`learners/processes/program.py` declares it) spawns env workers that

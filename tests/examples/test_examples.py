@@ -90,6 +90,7 @@ def test_example_solves_cartpole_and_exports_a_plain_tf_policy(tmp_path, name):
   assert _play(policy_dir) > 200.0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('name', EXAMPLES)
 def test_main_returns_its_figures_when_the_budget_runs_out(tmp_path, name):
   module = _load(name)
@@ -105,6 +106,7 @@ def test_main_returns_its_figures_when_the_budget_runs_out(tmp_path, name):
   assert tf.saved_model.contains_saved_model(result['policy_dir'])
 
 
+@pytest.mark.integration
 def test_example_exits_non_zero_when_the_target_is_not_reached(tmp_path):
   result = _run('ppo_minimal.py', f'--root_dir={tmp_path}', '--num_train_steps=1',
                 '--eval_interval=1', '--num_eval_episodes=2')

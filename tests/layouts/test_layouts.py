@@ -178,6 +178,7 @@ _MIRRORED_PER_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_prioritized_replay_under_two_replicas_uses_global_batch_maxima():
   """Importance weights are divided by the largest weight of the whole batch (not each
   replica's own), and the maximum priority is the largest over every replica's rows."""

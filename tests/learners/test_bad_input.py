@@ -317,6 +317,7 @@ def test_observation_shape_change_names_env_sub_env_and_shapes():
       'at step 3 of its episode; its observation space declares (4,)')
 
 
+@pytest.mark.integration
 def test_train_steps_per_sec_written_whenever_the_trigger_fires(tmp_path):
   # 5-step runs and a summary interval of 7, as DQN's 128-step runs and 1,000: the
   # trigger fires once 7 steps have passed since it last fired (steps 10, 20, 30),

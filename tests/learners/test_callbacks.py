@@ -43,6 +43,7 @@ class _Recorder(callbacks.Callback):
     self.result = result
 
 
+@pytest.mark.integration
 def test_a_callback_stops_saves_and_triggers_through_the_jobs_own_paths(tmp_path):
   root = str(tmp_path / 'run')
   recorder = _Recorder(stop_at=2, save_after=30)

@@ -18,7 +18,9 @@ from learners.processes import fork_server
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-pytestmark = pytest.mark.skipif(not fork_server.enabled(), reason='Linux fork server')
+# Every test here starts processes (a server, its forks, requesters): `integration`.
+pytestmark = [pytest.mark.skipif(not fork_server.enabled(), reason='Linux fork server'),
+              pytest.mark.integration]
 
 
 @pytest.fixture(scope='module')

@@ -41,6 +41,7 @@ def _checkpoint_dir(root):
   return os.path.join(root, 'train', 'checkpoints')
 
 
+@pytest.mark.integration
 def test_second_lock_is_refused_naming_the_holder_and_a_stale_one_is_taken(tmp_path,
                                                                              caplog):
   root = str(tmp_path)
@@ -84,6 +85,7 @@ def test_stale_checkpoint_temporaries_are_removed(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['ckpt-32.index']
 
 
+@pytest.mark.integration
 def test_programs_refuse_a_root_dir_another_job_holds(tmp_path):
   """train_eval and tfrl-launch beside a held root_dir: exit 2, one line naming it."""
   root = str(tmp_path / 'run')
@@ -99,6 +101,7 @@ def test_programs_refuse_a_root_dir_another_job_holds(tmp_path):
       assert not os.path.exists(os.path.join(root, 'train')), program
 
 
+@pytest.mark.integration
 def test_resume_without_state_file_fallback_and_lineage(tmp_path, capfd):
   root = str(tmp_path / 'run')
   ckpt_dir = _checkpoint_dir(root)

@@ -32,6 +32,7 @@ CLEAN_WORK = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize('script,status', [(BLOCKED_WORK, process.EXIT_STOP_TIMEOUT),
                                            (CLEAN_WORK, 0)], ids=['blocked', 'clean'])
 def test_sigterm_exit_status_says_whether_the_work_finished(script, status):
@@ -93,6 +94,7 @@ def test_a_stopped_program_whose_server_answers_gets_its_whole_grace(reverb_serv
   assert time.monotonic() - start >= 8  # the grace, waited out (a lower bound only)
 
 
+@pytest.mark.integration
 def test_sigusr1_writes_the_stacks_and_the_program_goes_on():
   child = subprocess.Popen([sys.executable, '-c', CLEAN_WORK], cwd=REPO, env=program_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

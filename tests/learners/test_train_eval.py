@@ -71,6 +71,7 @@ def test_tiny_run_exports_predicts_and_resumes(tmp_path):
   assert second['progress'][0]['env_steps'] > first['env_steps']
 
 
+@pytest.mark.integration
 def test_evaluations_on_an_env_step_grid_come_at_the_first_step_past_each_multiple(
     tmp_path):
   """eval_every_env_steps, as SB3 places its evaluations: 4 envs' iterations of 4 env
@@ -82,6 +83,7 @@ def test_evaluations_on_an_env_step_grid_come_at_the_first_step_past_each_multip
       (45, 100), (150, 184)]
 
 
+@pytest.mark.integration
 def test_progress_lines_between_evaluations_and_a_wall_clock_budget(tmp_path, capsys):
   root = str(tmp_path / 'budget')
   rows = []
@@ -127,6 +129,7 @@ def _summary_values(directory):
   return values
 
 
+@pytest.mark.integration
 def test_on_policy_trains_on_the_unrolls_the_current_policy_collected(tmp_path):
   # APPO reports each batch's policy lag (train step - acting policy's version) per
   # step. In one process every train call must get the unroll collected since the last
@@ -281,6 +284,7 @@ def test_cli_progress_bar_shows_the_eta_env_steps_per_second_and_eval_return(tmp
                          re.M)) == 2
 
 
+@pytest.mark.integration
 def test_cli_missing_gin_file_fails_fast(tmp_path):
   result = _run_cli(f'--root_dir={tmp_path}', '--gin_file=no_such.gin', timeout=120)
   assert result.returncode != 0
@@ -370,6 +374,7 @@ def test_a_run_resumed_after_a_kill_never_exports_older_policies(tmp_path):
   assert policy.get_train_step() == 50 == export.exported_train_step(path)
 
 
+@pytest.mark.integration
 def test_a_stop_during_an_evaluation_ends_it_and_the_job_saves(tmp_path, capsys):
   """An evaluation of a hundred thousand episodes, told to stop as it begins: the job
   gives it up (unrecorded) and ends as at its budget, with its final saves."""
@@ -430,6 +435,7 @@ _TWO_ITERATIONS_PER_BATCH = dict(
     num_eval_episodes=1, target_return=None)
 
 
+@pytest.mark.integration
 def test_unrolls_a_timed_out_stream_took_from_the_queue_are_counted_lost_and_training_goes_on(
     tmp_path, monkeypatch, capsys):
   # Once, the collect after a batch's first unroll stalls: the stream that had taken
