@@ -14,6 +14,7 @@ import pytest
 
 from learners.processes import child_process
 from learners.processes import fork_server
+from learners.processes import fork_server_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -214,8 +215,8 @@ def test_the_server_preloads_what_the_programs_import(tmp_path):
   parsed (tfrl's and learners' modules imported inside its functions) included."""
   script = textwrap.dedent("""
       import ast, importlib, json, os, sys
-      from learners.processes import fork_server
-      fork_server.preload()
+      from learners.processes import fork_server_process
+      fork_server_process.preload()
       before = set(sys.modules)
 
       def tfrl_imports_anywhere(program):
@@ -235,7 +236,7 @@ def test_the_server_preloads_what_the_programs_import(tmp_path):
               except ImportError:  # a function or class of a module
                 pass
 
-      for program in fork_server.PRELOADED_PROGRAMS:  # each alone: they define flags
+      for program in fork_server_process.PRELOADED_PROGRAMS:  # each alone: they define flags
         if os.fork() == 0:
           __import__(program)
           tfrl_imports_anywhere(program)
@@ -251,7 +252,7 @@ def test_the_server_preloads_what_the_programs_import(tmp_path):
   for line in result.stdout.splitlines():
     if line.startswith('{'):
       new.update(json.loads(line))
-  assert set(new) == set(fork_server.PRELOADED_PROGRAMS)
+  assert set(new) == set(fork_server_process.PRELOADED_PROGRAMS)
   assert all(len(modules) <= 3 for modules in new.values()), new
 
 
