@@ -61,8 +61,10 @@ def test_each_evaluation_plays_fresh_episodes_and_its_seed_replays_them():
     env.close()
 
 
-def test_a_confirmation_plays_its_own_stream_of_num_confirm_episodes():
-  experiment = Experiment(env_name='CartPole-v1', num_confirm_episodes=30)
+@pytest.mark.parametrize('max_eval_envs', [10, 64])
+def test_a_confirmation_plays_its_own_stream_of_num_confirm_episodes(max_eval_envs):
+  experiment = Experiment(env_name='CartPole-v1', num_confirm_episodes=30,
+                          max_eval_envs=max_eval_envs)
   env = tfrl.envs.make('CartPole-v1', num_envs=1)
   policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
   env.close()
@@ -74,3 +76,14 @@ def test_a_confirmation_plays_its_own_stream_of_num_confirm_episodes():
     assert np.isfinite(result['AverageReturn'])
   finally:
     confirmer.close()
+
+
+@pytest.mark.parametrize('max_eval_envs,episodes,at_once', [(10, 100, 10), (100, 100, 100),
+                                                           (100, 10, 10)])
+def test_an_evaluation_plays_at_most_max_eval_envs_episodes_at_once(max_eval_envs, episodes,
+                                                                    at_once):
+  env = Experiment(max_eval_envs=max_eval_envs).make_eval_env(num_episodes=episodes)
+  try:
+    assert env.num_envs == at_once
+  finally:
+    env.close()

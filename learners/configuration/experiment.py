@@ -145,6 +145,10 @@ class Experiment:
       gymnasium's reward thresholds (CartPole-v1's 475, LunarLander's 200) are
       defined. Its episodes come from a seed stream of their own, so no evaluation
       has played them.
+    max_eval_envs: the most envs an evaluation or a confirmation plays at once: 10,
+      as the peers' evaluations in benchmarks/ do. More play a confirmation's
+      episodes in fewer policy calls (the test suite's jobs use 100); the episodes
+      stay fresh ones from the same seed stream, so the rule does not change.
     checkpoint_interval: train steps between learner checkpoints.
     max_checkpoints_to_keep: learner checkpoints kept (older ones are deleted).
     policy_checkpoint_interval: train steps between variables-only policy checkpoints.
@@ -209,6 +213,7 @@ class Experiment:
   num_eval_episodes: int = 10
   target_return: Optional[float] = None
   num_confirm_episodes: int = 100
+  max_eval_envs: int = 10
   checkpoint_interval: int = 10_000
   max_checkpoints_to_keep: int = 3
   policy_checkpoint_interval: int = 10_000
@@ -368,11 +373,11 @@ class Experiment:
   def make_eval_env(self, video_dir: Optional[str] = None, task: Optional[int] = None,
                     num_episodes: Optional[int] = None, seed: Optional[int] = None):
     """The envs that play an evaluation of `num_episodes` (num_eval_episodes), at most
-    10 at once, of task `task` with `tasks`, reset with `seed` (eval_seed); with
+    max_eval_envs at once, of task `task` with `tasks`, reset with `seed` (eval_seed); with
     `video_dir`, each evaluation's episodes are recorded there as MP4s
     (`tfrl.envs.video`)."""
     episodes = num_episodes or self.num_eval_episodes
-    return tfrl.envs.make(self._env_name(task), num_envs=min(episodes, 10),
+    return tfrl.envs.make(self._env_name(task), num_envs=min(episodes, self.max_eval_envs),
                           seed=self.eval_seed if seed is None else seed,
                           step_timeout_s=self.env_step_timeout_s, video_dir=video_dir,
                           video_episodes=episodes, **self.env_options())

@@ -132,6 +132,7 @@ EXPERIMENT_RULES: Dict[str, Rule] = {
     'num_eval_episodes': integer(1),
     'target_return': optional(number()),
     'num_confirm_episodes': integer(1),
+    'max_eval_envs': integer(1),
     'checkpoint_interval': integer(1),
     'max_checkpoints_to_keep': integer(1),
     'policy_checkpoint_interval': integer(1),

@@ -26,7 +26,7 @@ from learners.configuration import config
 from learners.configuration.experiment import Experiment
 from learners.processes import job_status
 from learners.processes import stop_plan
-from programs import (GIN, REPO, SMALL, answers, checkpoint_step,
+from programs import (CONFIRM_AT_ONCE, GIN, REPO, SMALL, answers, checkpoint_step,
                       final_state, gin_args, program_env, replay_confirmation, wait_until)
 from tfrl import export
 from tfrl import replay
@@ -178,7 +178,7 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   port = ports.free_port()
   server_flags = ('--checkpoint_interval_s=1',)
   bindings = ['Experiment.checkpoint_interval = 1000',
-              'Experiment.num_train_steps = 500000', TARGET_BINDING]
+              'Experiment.num_train_steps = 500000', TARGET_BINDING, CONFIRM_AT_ONCE]
   address = programs.start_server('reverb_server', port, bindings, *server_flags)
   common = _common(root, address, bindings)
   programs.start('train', 'train', *common, '--server_lost_after_s=3',
@@ -285,7 +285,8 @@ def _finish(launcher: subprocess.Popen, root: str, timeout_s: float):
 @pytest.mark.timeout(1500)
 def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_path):
   root = str(tmp_path / 'job')
-  launcher = _launch(root, GIN, f'--gin_bindings={TARGET_BINDING}', '--num_collectors=2',
+  launcher = _launch(root, GIN, f'--gin_bindings={TARGET_BINDING}',
+                     f'--gin_bindings={CONFIRM_AT_ONCE}', '--num_collectors=2',
                      '--timeout_s=900', '--status_interval_s=5')
   victim_log = os.path.join(root, 'logs', 'collect_1.log')
   deadline = time.monotonic() + 300
@@ -312,7 +313,7 @@ def test_killed_collector_is_reported_and_the_job_ends_with_final_exports(tmp_pa
   assert final == last['train_step']
   assert final_state(root) == {'checkpoint': final, **{name: final for name in EXPORTS}}
   assert f'greedy policy (train step {final})' in stdout
-  config.parse(['dqn_cartpole.gin'], [TARGET_BINDING])
+  config.parse(['dqn_cartpole.gin'], [TARGET_BINDING, CONFIRM_AT_ONCE])
   assert replay_confirmation(os.path.join(root, 'policies', 'greedy_policy'),
                              last['confirmation_seed']) >= TARGET
 

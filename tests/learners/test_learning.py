@@ -20,7 +20,8 @@ import pytest
 
 import python_runs  # tests/python_runs.py
 from learners.configuration import config
-from programs import evaluate_export, final_state, replay_confirmation, run_launch
+from programs import (CONFIRM_AT_ONCE, evaluate_export, final_state, replay_confirmation,
+                      run_launch)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,9 +49,10 @@ ONE_PROCESS_CASES = CASES + [
 
 
 def train_eval_args(root_dir, gin_file, *bindings):
-  """`python -m learners.train_eval` as a user runs it."""
+  """`python -m learners.train_eval` as a user runs it (confirming at once)."""
   return [sys.executable, '-m', 'learners.train_eval', f'--root_dir={root_dir}',
-          f'--gin_file={gin_file}'] + [f'--gin_bindings={b}' for b in bindings]
+          f'--gin_file={gin_file}'] + [f'--gin_bindings={b}'
+                                       for b in (CONFIRM_AT_ONCE, *bindings)]
 
 
 # The recurrent config on two more seeds (seed 0 runs to 475 with the other configs):
@@ -214,7 +216,7 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
 
   (Plain DQN under launch is tested in test_programs.py.)
   """
-  bindings = [f'Experiment.target_return = {threshold}']
+  bindings = [CONFIRM_AT_ONCE, f'Experiment.target_return = {threshold}']
   result = run_launch(tmp_path, gin_file, bindings, num_collectors=2, timeout_s=600)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
   with open(os.path.join(tmp_path, 'eval', 'results.json')) as f:

@@ -24,7 +24,7 @@ import pytest
 from learners.configuration import config
 from learners.population import population
 from tfrl.metrics import format_return
-from programs import evaluate_export, final_state, replay_confirmation
+from programs import CONFIRM_AT_ONCE, evaluate_export, final_state, replay_confirmation
 from test_tensorboard import _tags as event_tags  # tests/learners/test_tensorboard.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +50,7 @@ SCRIPT = textwrap.dedent('''\
         --gin_bindings="Experiment.task_mode = 'multi_task'" \\
         --gin_bindings='Experiment.target_return = None' \\
         --gin_bindings='Experiment.task_target_returns = {targets}' \\
+        --gin_bindings='{confirm_at_once}' \\
         --num_collectors=2 --timeout_s=600 --status_interval_s=5 > $ROOT/launch.out 2>&1 &
     launcher=$!
     # Once every program is up and collect_1 writes: kill -9 its process on its node.
@@ -108,7 +109,7 @@ def job(tmp_path_factory):
   temp = f'/tmp/tfrl_ray_{os.getpid()}'  # Ray's socket paths must stay short
   script = SCRIPT.format(repo=REPO, ray=ray, python=sys.executable, root=tmp_path,
                          tmp=temp, resources=json.dumps(RESOURCES),
-                         targets=tuple(TARGETS.values()),
+                         targets=tuple(TARGETS.values()), confirm_at_once=CONFIRM_AT_ONCE,
                          pbt_bindings=' '.join(f'--gin_bindings="{b}"' for b in PBT_BINDINGS))
   try:
     result = subprocess.run(['unshare', '-rn', 'bash', '-c', script], cwd=REPO,
@@ -166,7 +167,7 @@ def test_a_job_on_a_two_node_ray_cluster(job):
                          f'CartPole-v0 {format_return(each["CartPole-v0"])}'), status
   state = final_state(str(root))
   assert set(state.values()) == {last['train_step']}, (state, last)
-  config.parse(['dqn_cartpole.gin'])
+  config.parse(['dqn_cartpole.gin'], [CONFIRM_AT_ONCE])
   played = replay_confirmation(str(root / 'policies' / 'greedy_policy'),
                                last['confirmation_seed'])
   assert played >= TARGETS['CartPole-v1'], played
