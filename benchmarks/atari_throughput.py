@@ -65,6 +65,7 @@ import tfrl.replay
 
 ALL_PATHS = ('raw', 'collect', 'collect-nowrite', 'collect-workers', 'raw-envpool',
              'collect-envpool', 'learner', 'ceiling')
+RAW_PATHS = {'raw', 'raw-envpool'}  # random actions on the envs alone
 TARGET_COLLECT_VS_RAW = 0.5
 TARGET_LEARNER_VS_CEILING = 0.8
 FRAMES_PER_STEP = 4
@@ -103,11 +104,12 @@ def setup(exp: Experiment, stack: contextlib.ExitStack):
   """Builds every path asked for; returns the measurements."""
   layout = exp.layout
   measurements = []
-  env = exp.make_env(collect=False)
-  stack.callback(env.close)
-  train_step = tfrl.learner.new_train_step()
-  agent = exp.make_agent(env, train_step)
-  signature = layout.item_signature(agent)
+  if set(FLAGS.paths) - RAW_PATHS:  # the raw paths run no agent: they build none
+    env = exp.make_env(collect=False)
+    stack.callback(env.close)
+    train_step = tfrl.learner.new_train_step()
+    agent = exp.make_agent(env, train_step)
+    signature = layout.item_signature(agent)
 
   def raw_measurement(name, vector_env, note):
     stack.callback(vector_env.close)
