@@ -24,6 +24,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from tfrl.datasets import rlds
+from tfrl.datasets import rlds_specs
 
 MINARI_DATA = os.path.join('data', 'main_data.hdf5')
 MINARI_METADATA = os.path.join('data', 'metadata.json')
@@ -200,7 +201,7 @@ def fit(arrays: rlds.EpisodeArrays, observation_spec: Any, action_spec: Any, whe
   fields = {}
   for name, expected in (('observation', observation_spec), ('action', action_spec)):
     got = arrays.specs[name]
-    if not rlds._same_structure(got, expected):  # pylint: disable=protected-access
+    if not rlds_specs.same_structure(got, expected):
       break
     for path, have, want in zip(_paths(got, name), tf.nest.flatten(got),
                                 tf.nest.flatten(expected)):

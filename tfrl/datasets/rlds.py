@@ -26,96 +26,15 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from tfrl.datasets import rlds_specs
 from tfrl.datasets import tfds_dirs
+# The errors, the extra and the spec check, where users of this module find them.
+from tfrl.datasets.rlds_specs import (  # pylint: disable=unused-import
+    EXTRA, DatasetError, DatasetSpecError, check_specs, describe, import_tfds)
 
-EXTRA = 'offline'
 # The dataset name inside a directory (TFDS names its files after it).
 DATASET_NAME = 'tfrl_episodes'
-# uint8 arrays of at least this many elements (frames) are zlib-compressed on disk.
-_COMPRESS_MIN_SIZE = 1024
 _FIRST, _MID, _LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST))
-
-
-class DatasetError(ValueError):
-  """A dataset a job cannot train from (the message names the dataset and why)."""
-
-
-class DatasetSpecError(DatasetError):
-  """A dataset whose observations or actions differ from what the job expects."""
-
-
-def import_tfds():
-  """tensorflow_datasets, or an ImportError naming the extra that installs it."""
-  try:
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(f"RLDS datasets need tfrl's {EXTRA!r} extra: pip install "
-                      f"'tfrl[{EXTRA}]' (in a clone: .venv/bin/pip install -e "
-                      f'".[{EXTRA}]"); {e}') from e
-  return tfds
-
-
-def _feature(spec: tf.TensorSpec):
-  tfds = import_tfds()
-  dtype = spec.dtype.as_numpy_dtype
-  compress = (spec.dtype == tf.uint8 and
-              int(np.prod(spec.shape.as_list())) >= _COMPRESS_MIN_SIZE)
-  return tfds.features.Tensor(
-      shape=tuple(spec.shape.as_list()), dtype=dtype,
-      encoding=tfds.features.Encoding.ZLIB if compress else tfds.features.Encoding.NONE)
-
-
-def _features(spec_nest: Any):
-  """A TFDS feature (or a dict of them, for a Dict observation) for a spec nest."""
-  if isinstance(spec_nest, dict):
-    return {key: _features(value) for key, value in spec_nest.items()}
-  if isinstance(spec_nest, (list, tuple)):
-    raise DatasetSpecError(f'RLDS datasets hold arrays or dicts of arrays, not '
-                           f'{type(spec_nest).__name__} observations or actions.')
-  return _feature(spec_nest)
-
-
-def _plain(spec_nest: Any) -> Any:
-  return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec_nest)
-
-
-def describe(spec_nest: Any) -> str:
-  """A spec nest as one readable line: `{'image': uint8[84, 84, 4], ...}` or `float32[4]`."""
-  if isinstance(spec_nest, dict):
-    return '{' + ', '.join(f'{k!r}: {describe(v)}' for k, v in sorted(spec_nest.items())) + '}'
-  return f'{spec_nest.dtype.name}{spec_nest.shape.as_list()}'
-
-
-def check_specs(dataset_specs: Dict[str, Any], observation_spec: Any, action_spec: Any,
-                where: str, expected_from: str = "the job's env") -> None:
-  """Refuses a dataset whose observation or action specs differ from the job's.
-
-  Args:
-    dataset_specs: the dataset's {'observation', 'action'} specs (`EpisodeArrays.specs`).
-    observation_spec, action_spec: what it must hold.
-    where: the dataset, for the message.
-    expected_from: whose specs the expected ones are, for the message.
-
-  Raises:
-    DatasetSpecError: naming both specs.
-  """
-  for name, expected in (('observation', observation_spec), ('action', action_spec)):
-    got, want = dataset_specs[name], _plain(expected)
-    same = _same_structure(got, want) and all(
-        a.shape == b.shape and a.dtype == b.dtype
-        for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)))
-    if not same:
-      raise DatasetSpecError(
-          f'The dataset at {where} has {name}s {describe(got)}, but {expected_from} has '
-          f'{describe(want)}: record the dataset with this env (or these env options).')
-
-
-def _same_structure(a: Any, b: Any) -> bool:
-  try:
-    tf.nest.assert_same_structure(a, b)
-  except (ValueError, TypeError):
-    return False
-  return True
 
 
 def _row(nest: Any, env: int) -> Any:
@@ -165,10 +84,10 @@ class RldsRecorder:
     self.steps = 0
     config = tfds.rlds.rlds_base.DatasetConfig(
         name=DATASET_NAME,
-        observation_info=_features(_plain(time_step_spec.observation)),
-        action_info=_features(_plain(action_spec)),
-        reward_info=_feature(_plain(time_step_spec.reward)),
-        discount_info=_feature(_plain(time_step_spec.discount)))
+        observation_info=rlds_specs.features(rlds_specs.plain(time_step_spec.observation)),
+        action_info=rlds_specs.features(rlds_specs.plain(action_spec)),
+        reward_info=rlds_specs.feature(rlds_specs.plain(time_step_spec.reward)),
+        discount_info=rlds_specs.feature(rlds_specs.plain(time_step_spec.discount)))
     identity = tfds.core.DatasetIdentity(name=DATASET_NAME,
                                          version=tfds.core.Version('1.0.0'),
                                          data_dir=directory, module_name='')
@@ -177,8 +96,8 @@ class RldsRecorder:
     info.set_file_format('tfrecord')
     self._writer = tfds.core.SequentialWriter(info, episodes_per_file, overwrite=False)
     self._writer.initialize_splits(['train'], fail_if_exists=True)
-    self._observation_spec = _plain(time_step_spec.observation)
-    self._action_spec = _plain(action_spec)
+    self._observation_spec = rlds_specs.plain(time_step_spec.observation)
+    self._action_spec = rlds_specs.plain(action_spec)
     self._zero_action = tf.nest.map_structure(
         lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), action_spec)
     self._open: Dict[int, List[dict]] = {}
