@@ -216,6 +216,8 @@ def test_config_reaches_threshold_under_launch(tmp_path, gin_file, threshold):
 
   (Plain DQN under launch is tested in test_programs.py.)
   """
+  # CONFIRM_AT_ONCE (run_launch's too) is here for config.parse below: the replay plays
+  # the confirmation's episodes in its envs.
   bindings = [CONFIRM_AT_ONCE, f'Experiment.target_return = {threshold}']
   result = run_launch(tmp_path, gin_file, bindings, num_collectors=2, timeout_s=600)
   assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
