@@ -52,7 +52,6 @@ import tfrl  # TensorFlow, tf-agents and Reverb without their start-up noise
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 import reverb
 import tensorflow as tf
 
