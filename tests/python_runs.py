@@ -86,12 +86,15 @@ def _child_env(env: Optional[Mapping[str, str]]) -> dict:
 
 def run(args: Sequence[str], timeout: float, env: Optional[Mapping[str, str]] = None,
         cwd: str = REPO, stderr_to_stdout: bool = False,
-        with_fork_server: bool = False) -> subprocess.CompletedProcess:
+        with_fork_server: Optional[bool] = None) -> subprocess.CompletedProcess:
   """Runs `python <args>` to its end, as `subprocess.run(..., capture_output=True,
   text=True, timeout=timeout)` would (with `stderr_to_stdout`, as
   `stdout=PIPE, stderr=STDOUT`). `with_fork_server` gives the child a fork server of
   its own for the Python programs it starts
-  (`learners.processes.fork_server.ForkServer.inherited`).
+  (`learners.processes.fork_server.ForkServer.inherited`); None: as `start` does, to
+  `python -m learners.launch` or `learners.pbt` (`fork_server.PROGRAM_STARTERS`), whose
+  programs are then forks too, not children of a fresh server that imports everything
+  again.
 
   Raises:
     subprocess.TimeoutExpired: it ran past `timeout` seconds (it is killed).

@@ -42,9 +42,9 @@ from learners.processes import child_process
 from learners.processes.fork_server_process import INHERITED_SERVER_ENV, open_output
 
 ENABLE_ENV = 'TFRL_FORK_SERVER'
-# The programs that start programs themselves: each gets a fork server of its own (see
-# `fork_server_process._fork_inherited_server`).
-PROGRAM_STARTERS = ('learners.launch',)
+# The programs that start programs themselves (a job's launcher, a population's runner):
+# each gets a fork server of its own (see `fork_server_process._fork_inherited_server`).
+PROGRAM_STARTERS = ('learners.launch', 'learners.pbt')
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 # The server's last argument: room for each program's command line (blank in `ps`).
 ROOM_ARG = ' ' * 4096

@@ -15,9 +15,9 @@ import urllib.request
 import numpy as np
 import ports  # tests/ports.py
 import pytest
+import python_runs  # tests/python_runs.py
 import tensorflow as tf
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Only the summaries' presence is checked: evaluations of 2 episodes (not 10) write the
 # same tags.
 BINDINGS = ['Experiment.num_train_steps = 512', 'Experiment.target_return = None',
@@ -50,12 +50,12 @@ def _tags(directory):
 
 
 def _run(program, root_dir, *extra):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-  return subprocess.run(
-      [sys.executable, '-m', f'learners.{program}', f'--root_dir={root_dir}',
-       '--gin_file=dqn_cartpole.gin'] + [f'--gin_bindings={b}' for b in BINDINGS] +
-      list(extra),  # later bindings win
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  """`python -m learners.<program>` to its end (a fork of the tests' preloaded process,
+  tests/python_runs.py; a launcher's programs are forks too)."""
+  return python_runs.run(
+      ['-m', f'learners.{program}', f'--root_dir={root_dir}', '--gin_file=dqn_cartpole.gin'] +
+      [f'--gin_bindings={b}' for b in BINDINGS] + list(extra),  # later bindings win
+      timeout=600)
 
 
 @pytest.fixture(scope='module')

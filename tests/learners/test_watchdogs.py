@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import faulty_env
+import python_runs  # tests/python_runs.py
 from learners.processes import heartbeat
 from learners.processes import process
 from programs import REPO, SMALL, final_state, gin_args, program_env
@@ -173,13 +174,11 @@ def test_hung_env_ends_train_eval_with_env_step_timeout_error_and_status_5(progr
 def test_hung_collector_under_launch_is_stalled_and_ends_the_job_with_5(tmp_path):
   root = str(tmp_path / 'job')
   bindings = SMALL + HANGS[:2] + ['Experiment.env_step_timeout_s = 0']  # the monitor's turn
-  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
-             *gin_args(bindings), '--num_collectors=1', '--status_interval_s=5',
-             '--stall_timeout_s=8']
-  launcher = subprocess.run(
-      command, cwd=REPO, capture_output=True, text=True, timeout=500,
-      env=program_env(PYTHONPATH=os.pathsep.join([REPO, HERE]),
-                      TFRL_TEST_HANG_AT_STEP='300'))
+  command = ['-m', 'learners.launch', f'--root_dir={root}', *gin_args(bindings),
+             '--num_collectors=1', '--status_interval_s=5', '--stall_timeout_s=8']
+  launcher = python_runs.run(
+      command, timeout=500, env=program_env(PYTHONPATH=os.pathsep.join([REPO, HERE]),
+                                            TFRL_TEST_HANG_AT_STEP='300'))
   out = launcher.stdout[-3000:] + launcher.stderr[-3000:]
   assert launcher.returncode == process.EXIT_STALLED, out
   assert re.search(r'collect_0 stalled \(env step, \d+ s\)', launcher.stdout), out
@@ -218,11 +217,12 @@ def test_a_frozen_server_under_launch_reads_not_answering_and_ends_with_5(tmp_pa
   # the same path: its heartbeat file stops; the Monitor's unit tests cover the naming.)
   frozen = 'reverb_server'
   root = str(tmp_path / 'job')
-  command = [sys.executable, '-m', 'learners.launch', f'--root_dir={root}',
-             *gin_args(SMALL), '--num_collectors=1', '--status_interval_s=2',
-             '--stall_timeout_s=6']
-  launcher = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=program_env())
+  command = ['-m', 'learners.launch', f'--root_dir={root}', *gin_args(SMALL),
+             '--num_collectors=1', '--status_interval_s=2', '--stall_timeout_s=6']
+  stdout_path, stderr_path = str(tmp_path / 'launch.out'), str(tmp_path / 'launch.err')
+  # A fork of the tests' preloaded process; its programs are forks too (the launcher
+  # gets a fork server of its own).
+  launcher = python_runs.start(command, stdout_path, stderr_path, env=program_env())
   try:
     beats = heartbeat.status_dir(root)
 
@@ -240,10 +240,13 @@ def test_a_frozen_server_under_launch_reads_not_answering_and_ends_with_5(tmp_pa
       time.sleep(0.5)
     with open(os.path.join(beats, f'{frozen}.json')) as f:
       os.kill(json.load(f)['pid'], signal.SIGSTOP)
-    out, err = launcher.communicate(timeout=300)
+    launcher.wait(timeout=300)
   finally:
     if launcher.poll() is None:
       launcher.kill()
+      launcher.wait()
+  with open(stdout_path) as f_out, open(stderr_path) as f_err:
+    out, err = f_out.read(), f_err.read()
   said = out[-3000:] + err[-3000:]
   assert launcher.returncode == process.EXIT_STALLED, said
   assert re.search(rf'{frozen} not answering \(\d+ s\)', out), said
