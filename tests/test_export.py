@@ -251,6 +251,33 @@ def test_update_from_checkpoint_of_another_policy_raises_and_changes_nothing(
   assert loaded.action(batched_time_step()).action.numpy().tolist() == exported.actions
 
 
+def test_a_module_exported_again_serves_the_values_it_has_then(tmp_path):
+  """A job exports one module at every saved-model interval and at its end: the
+  signatures traced for the first export serve each later export's own weights, train
+  step and metadata."""
+  agent = make_agent()
+  train_step, env_steps = tf.Variable(3, dtype=tf.int64), tf.Variable(10, dtype=tf.int64)
+  module = export.PolicyModule(agent.policy, train_step, {'env_steps': env_steps})
+  first = export.save_module(module, str(tmp_path / 'first'))
+  actions = greedy_actions(agent.policy)
+  for variable in agent.policy.variables()[-2:]:
+    variable.assign(-variable)
+  train_step.assign(4)
+  env_steps.assign(20)
+  second = export.save_module(module, str(tmp_path / 'second'))
+  updated_actions = greedy_actions(agent.policy)
+  assert actions != updated_actions
+
+  for path, step, steps, expected in ((first, 3, 10, actions),
+                                      (second, 4, 20, updated_actions)):
+    loaded = export.load_policy(path)
+    assert loaded.action(batched_time_step()).action.numpy().tolist() == expected
+    assert loaded.get_train_step() == step and loaded.get_metadata() == {'env_steps': steps}
+    served = tf.saved_model.load(path).signatures['serving_default'](
+        observation=tf.constant(OBSERVATIONS, tf.float32))
+    assert served['action'].numpy().tolist() == expected
+
+
 def test_load_policy_on_a_missing_directory_names_it(tmp_path):
   missing = str(tmp_path / 'no_export_here')
   with pytest.raises(FileNotFoundError, match='no_export_here'):

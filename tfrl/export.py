@@ -81,6 +81,10 @@ class PolicyModule(tf.Module):
         input_signature=[], autograph=False)
     self._time_step_spec = time_step_spec
     self._state_spec = state_spec
+    # The traced signatures, kept for the next export (a job exports the same module at
+    # every saved-model interval and at its end). Set around tf.Module's attribute
+    # tracking: the functions are saved as signatures, not as attributes of the module.
+    object.__setattr__(self, '_traced_signatures', None)
 
   @property
   def policy_specs(self) -> Dict[str, Any]:
@@ -92,8 +96,14 @@ class PolicyModule(tf.Module):
 
     Inputs are named after their place in the nest with '_' for nesting
     (step_type, reward, discount, observation or observation_<key>, policy_state_...);
-    outputs likewise (action, policy_state_..., info_...).
+    outputs likewise (action, policy_state_..., info_...). Traced at the first call;
+    later calls return the same functions.
     """
+    if self._traced_signatures is None:
+      object.__setattr__(self, '_traced_signatures', self._trace_signatures())
+    return self._traced_signatures
+
+  def _trace_signatures(self) -> Dict[str, Any]:
     flat_ts = tf.nest.flatten(self._time_step_spec)
     flat_state = tf.nest.flatten(self._state_spec)
     names = _flat_names(self._time_step_spec) + _flat_names(self._state_spec,
