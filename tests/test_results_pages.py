@@ -38,9 +38,10 @@ def test_a_changed_run_changes_its_page_and_no_other(tmp_path):
   shutil.copytree(RUNS, runs)
   shutil.copytree(PAGES, pages)
   # SB3's seed 0 of DQN on LunarLander reaching 200 ten thousand env steps later.
-  path = runs / 'dqn_lunarlander_5seeds.jsonl'
+  path = runs / 'dqn_lunarlander_2026-12-01.jsonl'
   rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
   changed = next(r for r in rows if r['side'] == 'SB3' and r['seed'] == 0)
+  tfrl = next(r for r in rows if r['side'] == 'tfrl' and r['seed'] == 0)
   before = changed['env_steps']
   changed['env_steps'] += 10_000
   path.write_text(''.join(json.dumps(row) + '\n' for row in rows))
@@ -54,7 +55,7 @@ def test_a_changed_run_changes_its_page_and_no_other(tmp_path):
   assert _generate(*args).returncode == 0
   new = (pages / 'dqn.md').read_text()
   old = open(os.path.join(PAGES, 'dqn.md')).read()
-  seed_row = f'| 0 | 118,526 | {before + 10_000:,} |'
+  seed_row = f'| 0 | {tfrl["env_steps"]:,} | {before + 10_000:,} |'
   assert seed_row in new and seed_row not in old
   others = sorted(name for name in os.listdir(PAGES)
                   if name.endswith('.md') and name != 'dqn.md')

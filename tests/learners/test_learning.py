@@ -66,8 +66,8 @@ def train_eval_args(root_dir, gin_file, *bindings):
 # The recurrent config on three seeds: memory is the capability most sensitive to the
 # seed. The test asks for what only memory reaches, MEMORY_RETURN, not the full 475: the
 # feed-forward control below never evaluates above 48 in its 160 train steps, while the
-# LSTM passed 300 at train steps 16-48 on seeds 0-2 and needed 64-136 for 475, two
-# thirds of the module's time on these seeds' jobs (benchmarks/solve_time.py
+# LSTM confirmed 300 at train steps 48, 80 and 32 on seeds 0-2 and needed 88-136 for
+# 475, two thirds of the module's time on these seeds' jobs (benchmarks/solve_time.py
 # --algos=ppo_lstm_masked times them to 475). With the acting LSTM's state zeroed at
 # every step, seed 1 evaluated 23-48 over its whole budget (BUILD_NOTES). ppo_pendulum's
 # seeds 1-2 left the suite for its time (65 s); benchmarks/solve_time.py
