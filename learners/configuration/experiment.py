@@ -15,7 +15,9 @@ The agent builder names the layout (`tfrl.agents.interface.trains_from`):
   that `replay_fraction` of each batch comes from
   (`SequenceQueueAndReplay.replay_fraction = 0.5`; it also takes `SequenceQueue.*`).
 The job's shared settings (`num_envs`, `batch_size`, `gamma`, `num_train_steps`) stay
-here; Python callers without gin give the layout's own in `layout_settings`.
+here; Python callers without gin give the layout's own in `layout_settings`. What a
+program builds from them (envs, evaluators, the agent, tables, the learner) comes from
+the dataclass's base class, `experiment_builders.ExperimentBuilders`.
 """
 import dataclasses
 import functools
