@@ -186,7 +186,7 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   for task in (0, 1):
     programs.start(f'collect_{task}', 'collect', *common, f'--task_id={task}',
                    '--num_collectors=2', '--write_timeout_s=10')
-  # The evaluator, which ends the job at its target, starts after the fault: DQN can
+  # The evaluator, which ends the job at its target, starts after the restart: DQN can
   # solve CartPole in 3 s of training, before the fault would land.
   everyone = ['reverb_server', 'train', 'collect_0', 'collect_1']
   wait_until(lambda: _last_logged_step(programs.log('train')) > 0, 300,
@@ -204,22 +204,32 @@ def test_server_killed_and_restarted_the_job_goes_on_to_its_target(programs):
   # trainer's 3 s (probed every 5 s, each probe up to 5 s).
   time.sleep(15)
 
+  before = {task: len(programs.log(f'collect_{task}')) for task in (0, 1)}
   programs.start_server('reverb_server_2', port, bindings, *server_flags)
   restored = replay.wait_for_server(address, timeout_s=10)['replay'].current_size
   assert restored >= size > 0, (restored, size)
   everyone[0] = 'reverb_server_2'
-  # The evaluator may reach the target and exit 0 before the waits below see their
-  # lines (the trainer trains on the restored replay at once): its end is checked after.
-  programs.start('eval', 'eval', *common)
+  # Each collector collects for the new server: it says so once its writes fail and
+  # then go through, or, where the outage caught it between writes (in a variables pull,
+  # which waits for the server and says nothing), its next progress line comes after the
+  # restart.
+  def collecting_again(task: int) -> bool:
+    since = programs.log(f'collect_{task}')[before[task]:]
+    return any(line in since for line in ('is back; collecting again',
+                                          f'collector {task} | env steps'))
+
   for task in (0, 1):
-    wait_until(lambda t=task: 'is back; collecting again' in programs.log(f'collect_{t}'),
-               180, f'collector {task} to reconnect', programs, everyone)
+    wait_until(lambda t=task: collecting_again(t), 180, f'collector {task} to collect again',
+               programs, everyone)
   # The trainer goes on once the server is back: Reverb's sample stream resumes, or (if
   # it stays stuck) the trainer restarts itself from its latest checkpoint.
   recovered = ('is back and training goes on', 'restarting the trainer from its latest')
   wait_until(lambda: any(line in programs.log('train') for line in recovered), 180,
              'the trainer to go on', programs, everyone)
   how = [line for line in recovered if line in programs.log('train')]
+  # Only now the evaluator, which ends the job at its target (and the trainer with it):
+  # started earlier, it could end the job before the waits above saw their lines.
+  programs.start('eval', 'eval', *common)
   assert programs.wait('eval', timeout_s=600) == 0, programs.tail('eval')
   with open(os.path.join(root, 'eval', 'results.json')) as f:
     last = json.load(f)[-1]
