@@ -29,6 +29,9 @@ FLAGS = flags.FLAGS
 _CLOSE_TIMEOUT_S = 5.0  # at most; less when the launcher's stop gives less (stop_plan)
 # The share of the program's stop grace its env's worker processes get to exit.
 _ENV_CLOSE_FRACTION = 0.25
+# How long a server may leave a variables pull unanswered before it counts as lost:
+# many of the pull's 2-s questions, so that a loaded host is not taken for an outage.
+_PULL_LOST_AFTER_S = 10.0
 
 
 def collect(experiment: Experiment, root_dir: str, address: str,
@@ -142,8 +145,10 @@ class _Collector:
     return True
 
   def _pull(self) -> None:
+    # A server that stops answering mid-pull is lost like one a write meets: the pull
+    # raises and `_reconnect` says so, rather than waiting out the timeout silently.
     self.variables.update(timeout_s=self.options.variables_timeout_s,
-                          stop_event=self.stop_event)
+                          stop_event=self.stop_event, lost_after_s=_PULL_LOST_AFTER_S)
 
   def _new_pacing(self) -> Optional[pacing.UnrollPacing]:
     """PPO's unrolls each wait for the push that trains on them (learners/job/pacing.py)."""

@@ -205,6 +205,20 @@ def test_pull_from_a_lost_server_fails_naming_it_at_the_timeout():
   assert address in str(error)
 
 
+def test_pull_told_when_a_server_is_lost_raises_long_before_its_timeout():
+  # A collector's pull: a server silent for `lost_after_s` is lost (the collector then
+  # logs it and reconnects), not waited for up to the 600-s timeout without a word.
+  address = unused_address()
+  container = replay.VariableContainer(address, {'w': tf.Variable([1.0])})
+
+  error = raised_within(15, lambda: container.pull(timeout_s=600,
+                                                   stop_event=threading.Event(),
+                                                   lost_after_s=3))
+
+  assert isinstance(error, replay.ReplayServerUnreachableError), error
+  assert address in str(error) and replay.is_server_lost(error)
+
+
 @pytest.mark.parametrize('error, lost', [
     (RuntimeError('Connection reset by peer'), True),  # the server died mid-call
     (RuntimeError('an unrelated bug'), False),

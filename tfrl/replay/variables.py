@@ -98,13 +98,17 @@ class VariableContainer:
       writer.close()
 
   def pull(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
-           stop_event: Optional[threading.Event] = None) -> Any:
+           stop_event: Optional[threading.Event] = None,
+           lost_after_s: Optional[float] = None) -> Any:
     """Returns the newest pushed values as numpy arrays (same structure as variables).
 
     Args:
       timeout_s: how long to wait for a first push; the whole call is bounded by
         about this (and at least 1 s more for the final read).
       stop_event: when set while waiting, gives up at once (raises).
+      lost_after_s: when given, a server that has not answered for this long is lost
+        (raises ReplayServerUnreachableError) instead of waited for up to `timeout_s`:
+        for a caller that reconnects on its own, and says so (a collector).
 
     Raises:
       VariablesNotPushedError: the table stayed empty for `timeout_s` (or the wait was
@@ -113,6 +117,7 @@ class VariableContainer:
         again (a restarted server) before the values could be read.
     """
     deadline = time.monotonic() + timeout_s
+    lost_at = None if lost_after_s is None else time.monotonic() + lost_after_s
     delay = 0.05
     while True:
       wait_s = max(1.0, deadline - time.monotonic())
@@ -121,13 +126,16 @@ class VariableContainer:
         wait_s = min(wait_s, _STOPPABLE_WAIT_S)
       try:
         info = server_lib.wait_for_server(self._address, wait_s, self._client)
+        if lost_after_s is not None:
+          lost_at = time.monotonic() + lost_after_s  # it answered: counts from now
       except server_lib.ReplayServerUnreachableError as e:
         # A short call that timed out is asked again (one long call would have waited on
         # for a server not up yet); a connection that broke is the caller's lost server.
         timed_out = isinstance(e.__cause__, reverb.errors.DeadlineExceededError)
         stopped = stop_event is not None and stop_event.is_set()
-        if not stopped and (stop_event is None or not timed_out or
-                            time.monotonic() >= deadline):
+        now = time.monotonic()
+        if not stopped and (stop_event is None or not timed_out or now >= deadline or
+                            (lost_at is not None and now >= lost_at)):
           raise
         info = None  # stopped (raises below), or asked again
       if info is not None and info[self._table].current_size > 0:
@@ -155,7 +163,8 @@ class VariableContainer:
                                     [np.asarray(x) for x in tf.nest.flatten(sample.data)])
 
   def update(self, timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
-             stop_event: Optional[threading.Event] = None) -> None:
+             stop_event: Optional[threading.Event] = None,
+             lost_after_s: Optional[float] = None) -> None:
     """Assigns the newest pushed values to this side's variables (see `pull`)."""
-    values = self.pull(timeout_s, stop_event)
+    values = self.pull(timeout_s, stop_event, lost_after_s)
     tf.nest.map_structure(lambda v, x: v.assign(x), self._variables, values)
