@@ -16,11 +16,20 @@ import python_runs  # tests/python_runs.py
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _SCRIPT = textwrap.dedent('''
-    import json, sys, threading, time
+    import json, logging, sys, threading, time
     from learners import collect
     from learners.configuration.experiment import Experiment
     from learners.job import collector
     from tfrl import layouts, replay
+
+    collector._PULL_LOST_AFTER_S = 2.0  # the outage below lasts seconds, not minutes
+    logged = []
+
+    class Recorder(logging.Handler):
+      def emit(self, record):
+        logged.append(record.getMessage())
+
+    logging.getLogger('absl').addHandler(Recorder())  # beside absl's own, on the root
 
     # Nobody samples, so the limiter holds inserts back soon after the table's minimum.
     experiment = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=4,
@@ -65,11 +74,20 @@ def test_a_collector_stopped_in_its_rate_limited_warm_up_returns_cleanly(tmp_pat
 
 
 _OUTAGE_SCRIPT = textwrap.dedent('''
-    import json, sys, threading, time
+    import json, logging, sys, threading, time
     from learners import collect
     from learners.configuration.experiment import Experiment
     from learners.job import collector
     from tfrl import layouts, replay
+
+    collector._PULL_LOST_AFTER_S = 2.0  # the outage below lasts seconds, not minutes
+    logged = []
+
+    class Recorder(logging.Handler):
+      def emit(self, record):
+        logged.append(record.getMessage())
+
+    logging.getLogger('absl').addHandler(Recorder())  # beside absl's own, on the root
 
     experiment = Experiment(env_name='CartPole-v1', num_envs=2, batch_size=4,
                             samples_per_insert=None, initial_collect_steps=0)
@@ -104,7 +122,9 @@ _OUTAGE_SCRIPT = textwrap.dedent('''
     thread.start()
     if wait('inserts before the outage', lambda: inserted() > 20):
       server.stop()
-      time.sleep(20)  # the pull's 10 s without an answer, and then some
+      # The server comes back only once the collector has said it is lost.
+      wait('the collector to log the lost server',
+           lambda: any('Lost the Reverb server' in line for line in logged))
       server = replay.ReplayServer(tables(), port=port)
       replay.VariableContainer(address, pushed).push()
       wait('inserts after the outage', lambda: inserted() > 20)
