@@ -48,8 +48,14 @@ CASES = [
 # pulled every 50 vector steps: targets at train steps 121, 169 and 355, once not within
 # 600): separate collectors act a few train steps behind, and these configs' 16
 # gradient steps per train call move the policy far in that time.
+#
+# PPO on Pendulum is held to PPO_PENDULUM_RETURN (a random policy returns about -1,200):
+# seeds 0-2 confirmed it at train steps 35-45 (20-25 s a process), against 75-165 (31-61
+# s) for the config's -200 (BUILD_NOTES); benchmarks/solve_time.py --algos=ppo_pendulum
+# times -200.
+PPO_PENDULUM_RETURN = -300.0
 ONE_PROCESS_CASES = CASES + [
-    ('ppo_pendulum.gin', -200.0),
+    ('ppo_pendulum.gin', PPO_PENDULUM_RETURN),
     ('impala_lstm_cartpole_masked.gin', 475.0),
     ('ppo_pixel_catch.gin', 0.9),
     ('ppo_pixel_catch_dict.gin', 0.9),
