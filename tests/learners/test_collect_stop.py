@@ -15,22 +15,16 @@ import python_runs  # tests/python_runs.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_SCRIPT = textwrap.dedent('''
+# What both scripts import: a collector and its settings, run in a thread of the script.
+_IMPORTS = textwrap.dedent('''
     import json, logging, sys, threading, time
     from learners import collect
     from learners.configuration.experiment import Experiment
     from learners.job import collector
     from tfrl import layouts, replay
+''')
 
-    collector._PULL_LOST_AFTER_S = 2.0  # the outage below lasts seconds, not minutes
-    logged = []
-
-    class Recorder(logging.Handler):
-      def emit(self, record):
-        logged.append(record.getMessage())
-
-    logging.getLogger('absl').addHandler(Recorder())  # beside absl's own, on the root
-
+_SCRIPT = _IMPORTS + textwrap.dedent('''
     # Nobody samples, so the limiter holds inserts back soon after the table's minimum.
     experiment = Experiment(env_name='CartPole-v1', num_envs=4, batch_size=4,
                             samples_per_insert=1.0, initial_collect_steps=20_000)
@@ -73,13 +67,7 @@ def test_a_collector_stopped_in_its_rate_limited_warm_up_returns_cleanly(tmp_pat
   assert 0 < outcome['env_steps'] < 20_000
 
 
-_OUTAGE_SCRIPT = textwrap.dedent('''
-    import json, logging, sys, threading, time
-    from learners import collect
-    from learners.configuration.experiment import Experiment
-    from learners.job import collector
-    from tfrl import layouts, replay
-
+_OUTAGE_SCRIPT = _IMPORTS + textwrap.dedent('''
     collector._PULL_LOST_AFTER_S = 2.0  # the outage below lasts seconds, not minutes
     logged = []
 
